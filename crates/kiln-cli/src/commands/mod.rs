@@ -1,0 +1,4 @@
+//! One module per subcommand: `Args` (clap) and `run(args)`.
+
+pub mod info;
+pub mod tokenize;

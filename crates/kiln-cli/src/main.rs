@@ -1,0 +1,44 @@
+//! `kiln`: run GGUF language models. The binary is thin: it parses flags, calls the library crates and prints.
+//! Errors print as one line (`kiln: error: …` with its causes) and exit non-zero.
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+
+#[derive(Parser)]
+#[command(
+    name = "kiln",
+    version,
+    about = "Run GGUF language models fast and exactly"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print a GGUF file's architecture, hyperparameters, tokenizer and quantization mix.
+    Info(commands::info::Args),
+    /// Tokenize text with a model's tokenizer and print ids and pieces.
+    Tokenize(commands::tokenize::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(args) => commands::info::run(args),
+        Command::Tokenize(args) => commands::tokenize::run(args),
+    };
+    if let Err(e) = result {
+        // A closed stdout (`kiln … | head`) is not an error worth reporting.
+        if e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        }) {
+            std::process::exit(0);
+        }
+        eprintln!("kiln: error: {e:#}");
+        std::process::exit(1);
+    }
+}

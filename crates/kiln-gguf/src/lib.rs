@@ -1,0 +1,1 @@
+//! kiln-gguf (under construction).

@@ -1,0 +1,1 @@
+//! kiln-tokenizer (under construction).
