@@ -1,1 +1,2 @@
 //! kiln-engine (under construction).
+pub mod sampler;
