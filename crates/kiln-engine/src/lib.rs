@@ -1,2 +1,3 @@
 //! kiln-engine (under construction).
 pub mod sampler;
+pub mod fidelity;
