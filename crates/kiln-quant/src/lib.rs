@@ -9,6 +9,8 @@
 //!   `gguf` Python package (tools/gen_quant_fixtures.py).
 //! - [`reference`]: the same conversions one block at a time (`dequantize_q4_k(&BlockQ4K, &mut [f32; 256])`,
 //!   `quantize_q8_0(&[f32; 32]) -> BlockQ8_0`, …), the scalar reference every faster path is tested against.
+//! - [`dot`]: the CPU dot-product kernels of matmul (scalar reference for every type, AVX2 and AVX-512 VNNI
+//!   for the common ones, picked at run time) and the activation quantizers they read.
 //!
 //! The source bytes of [`dequantize`] may start at any address (a sub-slice of a memory map is fine).
 //!
@@ -31,6 +33,7 @@
 
 pub mod blocks;
 mod convert;
+pub mod dot;
 mod error;
 mod float;
 mod iquants;

@@ -2,7 +2,7 @@
 //! (4-bit indices into a fixed non-linear codebook). Dequantization only: both are produced offline
 //! with an importance matrix, which kiln does not do.
 
-mod tables;
+pub(crate) mod tables;
 
 use crate::blocks::{BlockIq2Xxs, BlockIq4Nl, QK, QK_K};
 use tables::{IQ2XXS_GRID, KSIGNS_IQ2XS};

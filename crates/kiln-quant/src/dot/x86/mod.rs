@@ -1,0 +1,150 @@
+//! x86_64 SIMD dot kernels (AVX2 and AVX-512 VNNI), selected at run time.
+//!
+//! Each kernel body is written once, generic over [`Simd`] (the few operations whose best instruction differs
+//! between the ISAs), and instantiated in a `#[target_feature]` function per ISA. The safe [`DotFn`] wrappers are
+//! only handed out by [`kernel`] after [`super::dot_fn`] has checked that the CPU supports the ISA, which is what
+//! makes calling the `target_feature` functions from them sound.
+//!
+//! Integer results are identical on both ISAs (the AVX2 16-bit intermediate sums cannot saturate for the value
+//! ranges of these formats: at most 128 × 127 × 2 < 2^15), so AVX2 and VNNI kernels differ only in float
+//! accumulation width where they use different vector widths.
+
+mod kquants;
+mod legacy;
+
+use super::{DotFn, Isa};
+use crate::GgmlType;
+use std::arch::x86_64::*;
+
+pub(crate) fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+pub(crate) fn has_avx512vnni() -> bool {
+    has_avx2()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+/// The SIMD kernel for `w` on `isa`, or `None` when the type only has the scalar reference.
+pub(crate) fn kernel(w: GgmlType, isa: Isa) -> Option<DotFn> {
+    let vnni = isa == Isa::Avx512Vnni;
+    Some(match w {
+        GgmlType::F32 if vnni => legacy::f32_avx512,
+        GgmlType::F32 => legacy::f32_avx2,
+        GgmlType::F16 if vnni => legacy::f16_avx512,
+        GgmlType::F16 => legacy::f16_avx2,
+        GgmlType::BF16 if vnni => legacy::bf16_avx512,
+        GgmlType::BF16 => legacy::bf16_avx2,
+        GgmlType::Q4_0 if vnni => legacy::q4_0_vnni,
+        GgmlType::Q4_0 => legacy::q4_0_avx2,
+        GgmlType::Q4_1 if vnni => legacy::q4_1_vnni,
+        GgmlType::Q4_1 => legacy::q4_1_avx2,
+        GgmlType::Q8_0 if vnni => legacy::q8_0_vnni,
+        GgmlType::Q8_0 => legacy::q8_0_avx2,
+        GgmlType::Q4_K if vnni => kquants::q4_k_vnni,
+        GgmlType::Q4_K => kquants::q4_k_avx2,
+        GgmlType::Q5_K if vnni => kquants::q5_k_vnni,
+        GgmlType::Q5_K => kquants::q5_k_avx2,
+        GgmlType::Q6_K if vnni => kquants::q6_k_vnni,
+        GgmlType::Q6_K => kquants::q6_k_avx2,
+        GgmlType::Q5_0
+        | GgmlType::Q5_1
+        | GgmlType::IQ4_NL
+        | GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::IQ2_XXS
+        | GgmlType::Q8_1
+        | GgmlType::Q8_K => return None,
+    })
+}
+
+/// The integer operations whose best instruction depends on the ISA. Implementations are `#[inline(always)]`
+/// so they compile into the calling `#[target_feature]` kernel.
+pub(super) trait Simd {
+    /// `acc + Σ₄ a·b`: unsigned bytes `a` times signed bytes `b`, summed in groups of 4 into 8 i32 lanes.
+    unsafe fn dot_u8i8(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
+    /// `acc + Σ₂ a·b`: i16 products summed in pairs into 8 i32 lanes.
+    unsafe fn madd_acc(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
+}
+
+/// AVX2: `vpmaddubsw` + `vpmaddwd`.
+pub(super) struct Avx2;
+/// AVX-512 VNNI (on 256-bit vectors through VL): `vpdpbusd` / `vpdpwssd`, one instruction each.
+pub(super) struct Vnni;
+
+impl Simd for Avx2 {
+    #[inline(always)]
+    unsafe fn dot_u8i8(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        let p16 = _mm256_maddubs_epi16(a, b);
+        _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+    }
+    #[inline(always)]
+    unsafe fn madd_acc(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+    }
+}
+
+impl Simd for Vnni {
+    #[inline(always)]
+    unsafe fn dot_u8i8(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, a, b)
+    }
+    #[inline(always)]
+    unsafe fn madd_acc(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_dpwssd_epi32(acc, a, b)
+    }
+}
+
+/// An f16 at `p` (any alignment) as f32.
+#[inline(always)]
+pub(super) unsafe fn load_f16(p: *const u8) -> f32 {
+    let bits = std::ptr::read_unaligned(p.cast::<u16>());
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// An f32 at `p` (any alignment).
+#[inline(always)]
+pub(super) unsafe fn load_f32(p: *const u8) -> f32 {
+    std::ptr::read_unaligned(p.cast::<f32>())
+}
+
+/// Sum of the 8 lanes, in a fixed order.
+#[inline(always)]
+pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Generates the safe [`DotFn`] wrappers of a kernel body for both ISAs: `$avx2` and `$vnni` slice the rows
+/// (panicking per the [`DotFn`] contract) and call `$body::<Avx2|Vnni>` inside a `#[target_feature]` function.
+macro_rules! dot_kernels {
+    ($wt:expr, $at:expr, $body:ident, $avx2:ident, $vnni:ident) => {
+        pub(crate) fn $avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn imp(n: usize, w: *const u8, a: *const u8) -> f32 {
+                $body::<super::Avx2>(n, w, a)
+            }
+            let (w, a) = crate::dot::rows($wt, $at, n, w, a);
+            // SAFETY: `rows` checked both rows hold n elements; this fn is only reachable through
+            // `dot_fn`, which checked that the CPU has AVX2, FMA and F16C.
+            unsafe { imp(n, w.as_ptr(), a.as_ptr()) }
+        }
+        pub(crate) fn $vnni(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn imp(n: usize, w: *const u8, a: *const u8) -> f32 {
+                $body::<super::Vnni>(n, w, a)
+            }
+            let (w, a) = crate::dot::rows($wt, $at, n, w, a);
+            // SAFETY: as above, for the AVX-512 VNNI feature set.
+            unsafe { imp(n, w.as_ptr(), a.as_ptr()) }
+        }
+    };
+}
+pub(super) use dot_kernels;
