@@ -66,9 +66,9 @@ pub enum ErrorKind {
         len: u64,
     },
     /// A count is larger than the bytes left could possibly hold.
-    #[error("{what} count {count} at offset {offset} cannot fit in the {remaining} bytes left")]
+    #[error("{what} {count} at offset {offset} cannot fit in the {remaining} bytes left")]
     CountTooLarge {
-        /// What is counted.
+        /// What is counted ("tensor count").
         what: &'static str,
         /// The count read.
         count: u64,

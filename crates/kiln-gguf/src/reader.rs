@@ -169,7 +169,7 @@ impl<'a> Cursor<'a> {
             }));
         }
         let ty = self.value_type()?;
-        let n = self.count("array element", ty.min_size())?;
+        let n = self.count("array element count", ty.min_size())?;
         // Fixed-size elements are decoded from one checked slice; `count` already proved it fits.
         macro_rules! fixed {
             ($variant:ident, $t:ty) => {{
@@ -228,8 +228,8 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Parsed> {
             ErrorKind::UnsupportedVersion(version)
         }));
     }
-    let tensor_count = c.count("tensor", MIN_TENSOR_INFO_BYTES)?;
-    let kv_count = c.count("metadata key", MIN_KV_BYTES)?;
+    let tensor_count = c.count("tensor count", MIN_TENSOR_INFO_BYTES)?;
+    let kv_count = c.count("metadata key count", MIN_KV_BYTES)?;
 
     let mut metadata = Metadata::new();
     for _ in 0..kv_count {
@@ -415,7 +415,7 @@ mod tests {
     fn counts_are_checked_against_bytes_left() {
         let mut bytes = (1u64 << 60).to_le_bytes().to_vec();
         bytes.extend([0; 16]);
-        let e = Cursor::new(&bytes).count("thing", 8).unwrap_err();
+        let e = Cursor::new(&bytes).count("thing count", 8).unwrap_err();
         assert_eq!(
             e.to_string(),
             "thing count 1152921504606846976 at offset 0 cannot fit in the 16 bytes left"
