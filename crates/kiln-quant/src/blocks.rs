@@ -12,6 +12,13 @@ pub const QK: usize = 32;
 /// Elements per super-block of the K-quants and i-quants.
 pub const QK_K: usize = 256;
 
+// GGUF is little-endian and these structs are read in place, so a big-endian host would misread every
+// multi-byte field.
+#[cfg(target_endian = "big")]
+compile_error!(
+    "kiln-quant reads little-endian GGUF blocks in place: big-endian targets are not supported"
+);
+
 macro_rules! assert_size {
     ($t:ty, $n:expr) => {
         const _: () = assert!(std::mem::size_of::<$t>() == $n);

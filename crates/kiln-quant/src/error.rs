@@ -47,7 +47,7 @@ pub enum Error {
         got: usize,
     },
     /// kiln has no implementation of this conversion for the type.
-    #[error("{op} to/from {ty} is not supported")]
+    #[error("{ty}: {op} is not supported")]
     Unsupported {
         /// The type.
         ty: GgmlType,

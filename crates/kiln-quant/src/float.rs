@@ -4,6 +4,7 @@
 //! (`| 0x40`) rather than rounded (rounding a NaN's mantissa could turn it into infinity).
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 /// Little-endian f32 bytes to f32. `src.len() == 4 * dst.len()` (checked by the caller).
 pub(crate) fn dequantize_f32(src: &[u8], dst: &mut [f32]) {
@@ -12,8 +13,13 @@ pub(crate) fn dequantize_f32(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// Little-endian f16 bytes to f32 (exact).
+/// Little-endian f16 bytes to f32 (exact; a signalling NaN comes back quiet, as from ggml's conversions).
 pub(crate) fn dequantize_f16(src: &[u8], dst: &mut [f32]) {
+    // In place when aligned: `half` converts whole slices with F16C where the CPU has it.
+    if let Ok(h) = bytemuck::try_cast_slice::<u8, f16>(src) {
+        h.convert_to_f32_slice(dst);
+        return;
+    }
     for (y, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
         *y = f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
     }

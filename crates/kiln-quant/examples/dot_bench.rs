@@ -1,0 +1,158 @@
+//! Single-thread GEMV speed of the dot kernels: a 4096 × 4096 weight matrix times one activation row, per
+//! type and ISA, in GB/s of weight bytes. "hot": one matrix, cache-resident where it fits (kernel speed);
+//! "dram": matrices cycled over 512 MiB, so weights stream from memory as in decoding. Also prints the
+//! memory read bandwidth of this machine (1 and 2 threads) as the ceiling to compare with.
+//!
+//! `cargo run --release -p kiln-quant --example dot_bench [-- TYPE...]`
+
+use half::f16;
+use kiln_quant::dot::{dot_fn, quantize_activation, vec_dot_type, Isa};
+use kiln_quant::GgmlType;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const ROWS: usize = 4096;
+const COLS: usize = 4096;
+const DRAM_BYTES: usize = 512 << 20;
+
+/// Offsets of the f16 scales of each block (random bits there could be inf/NaN and slow nothing, but keep the
+/// data realistic).
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ2_XXS => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// A deterministic pseudo-random weight matrix with finite scales.
+fn weights(ty: GgmlType, seed: u64) -> Vec<u8> {
+    let len = ROWS * ty.row_bytes(COLS as u64).expect("4096 is whole blocks") as usize;
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut w: Vec<u8> = (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 24) as u8
+        })
+        .collect();
+    let small = f16::from_f32(0.01).to_le_bytes();
+    match ty {
+        GgmlType::F32 => w
+            .chunks_exact_mut(4)
+            .for_each(|c| c.copy_from_slice(&(c[0] as f32 / 256.0).to_le_bytes())),
+        GgmlType::F16 | GgmlType::BF16 => w.chunks_exact_mut(2).for_each(|c| c[1] &= 0x3f),
+        _ => {
+            for b in w.chunks_exact_mut(ty.block_bytes()) {
+                for &o in f16_fields(ty) {
+                    b[o..o + 2].copy_from_slice(&small);
+                }
+            }
+        }
+    }
+    w
+}
+
+/// Seconds per full GEMV over `mats` (cycling), best of a few timed passes after a warm-up.
+fn gemv_time(f: kiln_quant::dot::DotFn, ty: GgmlType, mats: &[Vec<u8>], a: &[u8]) -> f64 {
+    let rb = ty.row_bytes(COLS as u64).expect("whole blocks") as usize;
+    let mut out = vec![0f32; ROWS];
+    let mut run = |m: &Vec<u8>| {
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = f(COLS, &m[r * rb..(r + 1) * rb], a);
+        }
+        black_box(&out);
+    };
+    for m in mats {
+        run(m);
+    }
+    let mut best = f64::INFINITY;
+    let start = Instant::now();
+    let mut i = 0;
+    while start.elapsed() < Duration::from_millis(600) || i < 3 {
+        let t = Instant::now();
+        run(&mats[i % mats.len()]);
+        best = best.min(t.elapsed().as_secs_f64());
+        i += 1;
+    }
+    best
+}
+
+/// Read bandwidth in GB/s of summing a 1 GiB buffer with `threads` threads.
+fn read_bandwidth(threads: usize) -> f64 {
+    let buf: Vec<u64> = (0..(1usize << 27)).map(|i| i as u64).collect();
+    let chunk = buf.len() / threads;
+    let mut best = f64::INFINITY;
+    for _ in 0..4 {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for part in buf.chunks(chunk) {
+                s.spawn(move || black_box(part.iter().fold(0u64, |a, &b| a.wrapping_add(b))));
+            }
+        });
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    (buf.len() * 8) as f64 / best / 1e9
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let types: Vec<GgmlType> = if args.is_empty() {
+        vec![
+            GgmlType::F32,
+            GgmlType::F16,
+            GgmlType::BF16,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::IQ4_NL,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::IQ2_XXS,
+        ]
+    } else {
+        args.iter()
+            .map(|a| GgmlType::from_name(a).unwrap_or_else(|| panic!("unknown type {a}")))
+            .collect()
+    };
+    println!(
+        "memory read bandwidth: {:.1} GB/s (1 thread), {:.1} GB/s (2 threads)",
+        read_bandwidth(1),
+        read_bandwidth(2)
+    );
+    println!("GEMV {ROWS}x{COLS} x 1 row, 1 thread, GB/s of weight bytes (and ms per GEMV)");
+    println!("{:8} {:11} {:>16} {:>16}", "type", "isa", "hot", "dram");
+    let x: Vec<f32> = (0..COLS).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+    for ty in types {
+        let at = vec_dot_type(ty);
+        let mut a = vec![0u8; at.row_bytes(COLS as u64).expect("whole blocks") as usize];
+        quantize_activation(at, &x, &mut a).expect("activation row");
+        let mat_bytes = ROWS * ty.row_bytes(COLS as u64).expect("whole blocks") as usize;
+        let n_cold = DRAM_BYTES.div_ceil(mat_bytes).max(2);
+        let mats: Vec<Vec<u8>> = (0..n_cold as u64).map(|s| weights(ty, s + 1)).collect();
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let f = dot_fn(ty, isa).expect("every weight type has a kernel");
+            let hot = gemv_time(f, ty, &mats[..1], &a);
+            let cold = gemv_time(f, ty, &mats, &a);
+            let gb = mat_bytes as f64 / 1e9;
+            println!(
+                "{:8} {:11} {:>7.2} ({:5.2}ms) {:>7.2} ({:5.2}ms)",
+                ty.name(),
+                isa.name(),
+                gb / hot,
+                hot * 1e3,
+                gb / cold,
+                cold * 1e3
+            );
+        }
+    }
+}
