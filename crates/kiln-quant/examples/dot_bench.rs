@@ -19,7 +19,9 @@ const DRAM_BYTES: usize = 512 << 20;
 /// data realistic).
 fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ2_XXS => &[0],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ2_XXS => {
+            &[0]
+        }
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
@@ -131,7 +133,9 @@ fn main() {
     );
     println!("GEMV {ROWS}x{COLS} x 1 row, 1 thread, GB/s of weight bytes (and ms per GEMV)");
     println!("{:8} {:11} {:>16} {:>16}", "type", "isa", "hot", "dram");
-    let x: Vec<f32> = (0..COLS).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+    let x: Vec<f32> = (0..COLS)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+        .collect();
     for ty in types {
         let at = vec_dot_type(ty);
         let mut a = vec![0u8; at.row_bytes(COLS as u64).expect("whole blocks") as usize];

@@ -1,10 +1,12 @@
 //! x86 kernels for the float types and the 32-element block formats (Q4_0, Q4_1, Q8_0).
 //!
-//! Block kernels: one 32-element block per 256-bit vector (the integer dot of a block fills 8 i32 lanes), scaled
-//! to float and accumulated with FMA into two accumulators (even and odd blocks) so consecutive blocks do not
-//! wait on each other's FMA latency. 512-bit vectors would need the scales of two blocks spread over one vector,
-//! which costs more shuffles than it saves for these small blocks; the VNNI variant instead replaces the
-//! `maddubs + madd + add` triple by one `vpdpbusd`.
+//! Block kernels: one 32-element block per 256-bit vector (the integer dot of a block fills 8 i32 lanes),
+//! scaled to float and accumulated with FMA. Blocks go four at a time, one accumulator each, so consecutive
+//! blocks never wait on each other's FMA; the four blocks' f16 scale pairs (weight `d`,`m`/activation `d`,`s`)
+//! are converted with one `vcvtph2ps` and multiplied with one `vmulps`, because per-block scalar f16
+//! conversions cost more than the integer dot itself. The VNNI variant replaces `maddubs + madd + add` by one
+//! `vpdpbusd`; 512-bit vectors would need two blocks' scales spread over one vector, which costs more
+//! shuffles than it saves for blocks this small.
 
 use super::{dot_kernels, hsum_ps, load_f16, Simd};
 use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
@@ -15,9 +17,11 @@ use std::mem::{offset_of, size_of};
 /// The 32 nibbles of a legacy block as bytes in element order: low nibbles (elements 0..16), then high.
 #[inline(always)]
 unsafe fn nibbles(qs: *const u8) -> __m256i {
-    let q = _mm_loadu_si128(qs.cast());
-    let both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-    _mm256_and_si256(both, _mm256_set1_epi8(0xF))
+    let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs.cast()));
+    // Shifting the upper copy right by 4 brings each byte's high nibble down (the bits shifted in from the
+    // next byte are masked off).
+    let q = _mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    _mm256_and_si256(q, _mm256_set1_epi8(0xF))
 }
 
 /// Signed weight bytes `x` times signed activation bytes `y` via the unsigned × signed instruction:
@@ -32,23 +36,143 @@ unsafe fn dot_i8i8<S: Simd>(x: __m256i, y: __m256i) -> __m256i {
 }
 
 #[inline(always)]
-unsafe fn q4_0_body<S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
+unsafe fn rd32(p: *const u8) -> i32 {
+    std::ptr::read_unaligned(p.cast::<i32>())
+}
+
+/// A legacy weight format against its activation format.
+trait Legacy {
+    /// Weight and activation block bytes.
+    const WB: usize;
+    const AB: usize;
+    /// Whether the second f16 of each header pair (weight `m` × activation `s`) is part of the dot.
+    const MIN: bool;
+    /// The exact integer dot of the weight block at `x` with the activation block at `y`, in 8 i32 lanes.
+    unsafe fn idot<S: Simd>(x: *const u8, y: *const u8) -> __m256i;
+}
+
+struct Q4_0;
+impl Legacy for Q4_0 {
     const WB: usize = size_of::<BlockQ4_0>();
     const AB: usize = size_of::<BlockQ8_0>();
-    let nb = n / QK;
-    let mut acc = [_mm256_setzero_ps(); 2];
-    for i in 0..nb {
-        let (x, y) = (w.add(i * WB), a.add(i * AB));
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn idot<S: Simd>(x: *const u8, y: *const u8) -> __m256i {
         let xq = _mm256_sub_epi8(
             nibbles(x.add(offset_of!(BlockQ4_0, qs))),
             _mm256_set1_epi8(8),
         );
         let yq = _mm256_loadu_si256(y.add(offset_of!(BlockQ8_0, qs)).cast());
-        let d = load_f16(x) * load_f16(y);
-        let p = _mm256_cvtepi32_ps(dot_i8i8::<S>(xq, yq));
-        acc[i & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d), p, acc[i & 1]);
+        dot_i8i8::<S>(xq, yq)
     }
-    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+}
+
+struct Q4_1;
+impl Legacy for Q4_1 {
+    const WB: usize = size_of::<BlockQ4_1>();
+    const AB: usize = size_of::<BlockQ8_1>();
+    const MIN: bool = true;
+    #[inline(always)]
+    unsafe fn idot<S: Simd>(x: *const u8, y: *const u8) -> __m256i {
+        let xq = nibbles(x.add(offset_of!(BlockQ4_1, qs)));
+        let yq = _mm256_loadu_si256(y.add(offset_of!(BlockQ8_1, qs)).cast());
+        S::dot_u8i8(_mm256_setzero_si256(), xq, yq)
+    }
+}
+
+struct Q8_0;
+impl Legacy for Q8_0 {
+    const WB: usize = size_of::<BlockQ8_0>();
+    const AB: usize = size_of::<BlockQ8_0>();
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn idot<S: Simd>(x: *const u8, y: *const u8) -> __m256i {
+        let xq = _mm256_loadu_si256(x.add(offset_of!(BlockQ8_0, qs)).cast());
+        let yq = _mm256_loadu_si256(y.add(offset_of!(BlockQ8_0, qs)).cast());
+        dot_i8i8::<S>(xq, yq)
+    }
+}
+
+/// The header products of blocks `x + k·WB`, `y + k·AB` for k < 4: lanes 2k, 2k+1 hold d_x·d_y and the
+/// product of the second f16s (m·s for Q4_1; meaningless, and unused, for formats whose header is one f16).
+#[inline(always)]
+unsafe fn scales4<L: Legacy>(x: *const u8, y: *const u8) -> __m256 {
+    let xh = _mm_setr_epi32(
+        rd32(x),
+        rd32(x.add(L::WB)),
+        rd32(x.add(2 * L::WB)),
+        rd32(x.add(3 * L::WB)),
+    );
+    let yh = _mm_setr_epi32(
+        rd32(y),
+        rd32(y.add(L::AB)),
+        rd32(y.add(2 * L::AB)),
+        rd32(y.add(3 * L::AB)),
+    );
+    _mm256_mul_ps(_mm256_cvtph_ps(xh), _mm256_cvtph_ps(yh))
+}
+
+#[inline(always)]
+unsafe fn lane(v: __m256, k: i32) -> __m256 {
+    _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(k))
+}
+
+#[inline(always)]
+unsafe fn legacy_body<L: Legacy, S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
+    let nb = n / QK;
+    let (mut acc0, mut acc1, mut acc2, mut acc3) = (
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+    );
+    // Lanes 1, 3, 5, 7: the running sums of m·s (Q4_1).
+    let mut mins = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 4 <= nb {
+        let (x, y) = (w.add(i * L::WB), a.add(i * L::AB));
+        let sc = scales4::<L>(x, y);
+        if L::MIN {
+            mins = _mm256_add_ps(mins, sc);
+        }
+        let p0 = _mm256_cvtepi32_ps(L::idot::<S>(x, y));
+        let p1 = _mm256_cvtepi32_ps(L::idot::<S>(x.add(L::WB), y.add(L::AB)));
+        let p2 = _mm256_cvtepi32_ps(L::idot::<S>(x.add(2 * L::WB), y.add(2 * L::AB)));
+        let p3 = _mm256_cvtepi32_ps(L::idot::<S>(x.add(3 * L::WB), y.add(3 * L::AB)));
+        acc0 = _mm256_fmadd_ps(lane(sc, 0), p0, acc0);
+        acc1 = _mm256_fmadd_ps(lane(sc, 2), p1, acc1);
+        acc2 = _mm256_fmadd_ps(lane(sc, 4), p2, acc2);
+        acc3 = _mm256_fmadd_ps(lane(sc, 6), p3, acc3);
+        i += 4;
+    }
+    // The last nb % 4 blocks, one at a time into the first accumulator.
+    while i < nb {
+        let (x, y) = (w.add(i * L::WB), a.add(i * L::AB));
+        let sc = _mm_mul_ps(
+            _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(x))),
+            _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(y))),
+        );
+        if L::MIN {
+            mins = _mm256_add_ps(mins, _mm256_zextps128_ps256(sc));
+        }
+        let p = _mm256_cvtepi32_ps(L::idot::<S>(x, y));
+        acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(sc), p, acc0);
+        i += 1;
+    }
+    let sum = hsum_ps(_mm256_add_ps(
+        _mm256_add_ps(acc0, acc1),
+        _mm256_add_ps(acc2, acc3),
+    ));
+    if L::MIN {
+        sum + hsum_ps(_mm256_blend_ps(mins, _mm256_setzero_ps(), 0b0101_0101))
+    } else {
+        sum
+    }
+}
+
+#[inline(always)]
+unsafe fn q4_0_body<S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
+    legacy_body::<Q4_0, S>(n, w, a)
 }
 dot_kernels!(
     GgmlType::Q4_0,
@@ -60,23 +184,7 @@ dot_kernels!(
 
 #[inline(always)]
 unsafe fn q4_1_body<S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
-    const WB: usize = size_of::<BlockQ4_1>();
-    const AB: usize = size_of::<BlockQ8_1>();
-    let nb = n / QK;
-    let mut acc = [_mm256_setzero_ps(); 2];
-    // The minimum's contribution m·s is one scalar per block: summed apart, added once at the end.
-    let mut summs = 0.0f32;
-    for i in 0..nb {
-        let (x, y) = (w.add(i * WB), a.add(i * AB));
-        let xq = nibbles(x.add(offset_of!(BlockQ4_1, qs)));
-        let yq = _mm256_loadu_si256(y.add(offset_of!(BlockQ8_1, qs)).cast());
-        let d = load_f16(x) * load_f16(y);
-        summs +=
-            load_f16(x.add(offset_of!(BlockQ4_1, m))) * load_f16(y.add(offset_of!(BlockQ8_1, s)));
-        let p = _mm256_cvtepi32_ps(S::dot_u8i8(_mm256_setzero_si256(), xq, yq));
-        acc[i & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d), p, acc[i & 1]);
-    }
-    hsum_ps(_mm256_add_ps(acc[0], acc[1])) + summs
+    legacy_body::<Q4_1, S>(n, w, a)
 }
 dot_kernels!(
     GgmlType::Q4_1,
@@ -88,18 +196,7 @@ dot_kernels!(
 
 #[inline(always)]
 unsafe fn q8_0_body<S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
-    const B: usize = size_of::<BlockQ8_0>();
-    let nb = n / QK;
-    let mut acc = [_mm256_setzero_ps(); 2];
-    for i in 0..nb {
-        let (x, y) = (w.add(i * B), a.add(i * B));
-        let xq = _mm256_loadu_si256(x.add(offset_of!(BlockQ8_0, qs)).cast());
-        let yq = _mm256_loadu_si256(y.add(offset_of!(BlockQ8_0, qs)).cast());
-        let d = load_f16(x) * load_f16(y);
-        let p = _mm256_cvtepi32_ps(dot_i8i8::<S>(xq, yq));
-        acc[i & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d), p, acc[i & 1]);
-    }
-    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+    legacy_body::<Q8_0, S>(n, w, a)
 }
 dot_kernels!(
     GgmlType::Q8_0,
