@@ -133,3 +133,19 @@ fn other_signals_stay_within_bounds() {
         }
     }
 }
+
+#[test]
+fn non_finite_inputs_never_panic() {
+    // Garbage in, garbage out, but no panic and every output written: a NaN or infinity in an activation
+    // row must not take the process down.
+    let mut x = generate_data(2.0, 512);
+    x[3] = f32::NAN;
+    x[40] = f32::INFINITY;
+    x[300] = f32::NEG_INFINITY;
+    x[301] = f32::MAX;
+    x[302] = f32::MIN_POSITIVE / 4.0;
+    for (ty, _) in BOUNDS {
+        let y = round_trip(ty, &x);
+        assert_eq!(y.len(), x.len(), "{ty}");
+    }
+}
