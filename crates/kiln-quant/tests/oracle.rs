@@ -8,6 +8,10 @@
 //! two) returns it quiet, as does kiln. For F16 the oracle's NaNs are therefore compared with the quiet
 //! bit set ([`ggml_f16_nan`]). Everywhere else the package agrees with ggml's C code on these inputs
 //! (round-half-away for Q8_0, truncating casts for Q4_0..Q5_1, nearest-even f16/bf16).
+//!
+//! In every dequantization formula the products of an f16 scale with small integers are exact in f32, so
+//! only a final add or subtract rounds: these fixtures check the decoding (bit layouts, offsets, tables).
+//! Operation order is observable in the quantizers, and the tie and sign cases below exercise it.
 
 use kiln_quant::{dequantize, quantize, GgmlType};
 
