@@ -1,0 +1,190 @@
+//! The `Backend` trait: the coarse, tensor-resident operations the model definitions are written against.
+//!
+//! A backend owns its activation buffers ([`Backend::Buf`], f32 elements, row-major `rows × width`) and its KV
+//! cache storage ([`Backend::Kv`]); activations stay resident across the ops of a forward pass and only logits
+//! and tapped hidden states are read back ([`Backend::read`]). Arguments come in the order outputs, inputs,
+//! dimensions, parameters; every op returns `Result`. Ops act on the first `n_rows` rows of buffers sized for
+//! the session's largest batch.
+//!
+//! Batch invariance is part of the contract: an op's result for one row must not depend on which other rows
+//! share the call (fixed per-row reduction order in matmuls and attention), so batched decode, a speculative
+//! verify block and a prefill chunk all give each row the bits it would get alone. The CPU backend
+//! ([`crate::cpu::CpuBackend`]) is the reference every other backend is tested against.
+
+use crate::error::Result;
+use crate::weights::Weight;
+
+/// RoPE variant: which element pairs rotate together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Adjacent pairs `(x[2i], x[2i+1])` (llama, on GGUF's permuted Q/K weights).
+    Normal,
+    /// Halves `(x[i], x[i + d/2])` (Qwen3, GPT-NeoX).
+    Neox,
+}
+
+/// Rotary embedding parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    /// Pair layout.
+    pub mode: RopeMode,
+    /// Base frequency.
+    pub theta: f32,
+    /// Multiplier applied to positions (linear scaling; 1.0 for none).
+    pub freq_scale: f32,
+}
+
+/// Attention shape and scale.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnParams {
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (each serves `n_head / n_head_kv` query heads).
+    pub n_head_kv: usize,
+    /// Per-head dimension.
+    pub head_dim: usize,
+    /// Score scale (1/sqrt(head_dim)).
+    pub scale: f32,
+}
+
+/// Where one batch row sits: its KV slot and position. The row's K/V are stored at `(slot, pos)` and its query
+/// attends to positions `0..=pos` of that slot (causal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnRow {
+    /// Sequence slot.
+    pub slot: usize,
+    /// Position within the slot.
+    pub pos: usize,
+}
+
+/// Element type of the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum KvType {
+    /// Half precision (half the memory; llama.cpp's default).
+    #[default]
+    F16,
+    /// Single precision (exact; used by the reference comparisons).
+    F32,
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Ok(KvType::F16),
+            "f32" => Ok(KvType::F32),
+            other => Err(format!("unknown KV cache type '{other}' (f16 or f32)")),
+        }
+    }
+}
+
+/// Geometry of the KV cache: `n_layer × n_slots × slot_ctx × n_head_kv × head_dim` for keys and for values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    /// Layers.
+    pub n_layer: usize,
+    /// Sequence slots.
+    pub n_slots: usize,
+    /// Positions per slot.
+    pub slot_ctx: usize,
+    /// Key/value heads.
+    pub n_head_kv: usize,
+    /// Per-head dimension.
+    pub head_dim: usize,
+    /// Element type.
+    pub ty: KvType,
+}
+
+/// The weights and routing rule of one mixture-of-experts FFN.
+#[derive(Clone, Copy, Debug)]
+pub struct MoeFfn<'a> {
+    /// Router `[n_embd, n_expert]`.
+    pub router: &'a Weight,
+    /// Expert gate projections `[n_embd, n_ff_exp, n_expert]`.
+    pub gate: &'a Weight,
+    /// Expert up projections `[n_embd, n_ff_exp, n_expert]`.
+    pub up: &'a Weight,
+    /// Expert down projections `[n_ff_exp, n_embd, n_expert]`.
+    pub down: &'a Weight,
+    /// Experts per token.
+    pub n_used: usize,
+    /// Renormalise the chosen experts' softmax weights to sum to one.
+    pub norm_topk: bool,
+}
+
+/// The operations a model definition needs. See the module docs for conventions.
+pub trait Backend: Send + Sync {
+    /// An activation buffer of f32 elements.
+    type Buf: Send;
+    /// KV cache storage for all layers and slots.
+    type Kv: Send;
+
+    /// A zeroed buffer of `len` f32 elements.
+    fn alloc(&self, len: usize) -> Result<Self::Buf>;
+    /// KV storage for `layout`.
+    fn alloc_kv(&self, layout: &KvLayout) -> Result<Self::Kv>;
+
+    /// `out[i] = table[tokens[i]]` (rows of the embedding matrix, dequantized).
+    fn embed(&self, out: &mut Self::Buf, table: &Weight, tokens: &[u32]) -> Result<()>;
+    /// Row-wise RMSNorm of `n_rows × width` values, times `weight` (`width` f32 values).
+    fn rms_norm(
+        &self,
+        out: &mut Self::Buf,
+        x: &Self::Buf,
+        weight: &Weight,
+        n_rows: usize,
+        width: usize,
+        eps: f32,
+    ) -> Result<()>;
+    /// [`Backend::rms_norm`] in place (QK-norm: `n_rows` is tokens × heads, `width` the head dimension).
+    fn rms_norm_inplace(
+        &self,
+        x: &mut Self::Buf,
+        weight: &Weight,
+        n_rows: usize,
+        width: usize,
+        eps: f32,
+    ) -> Result<()>;
+    /// `out[r] = W · x[r]` for `n_rows` rows: `x` is `n_rows × w.cols()`, `out` is `n_rows × w.rows`.
+    fn matmul(&self, out: &mut Self::Buf, w: &Weight, x: &Self::Buf, n_rows: usize) -> Result<()>;
+    /// Rotates `n_heads` heads of `head_dim` in each of `positions.len()` rows, in place.
+    fn rope(
+        &self,
+        x: &mut Self::Buf,
+        positions: &[usize],
+        n_heads: usize,
+        head_dim: usize,
+        p: &RopeParams,
+    ) -> Result<()>;
+    /// Stores each row's `k`/`v` at its `(slot, pos)` in layer `layer` of `kv`, then computes causal attention for
+    /// each row's query over positions `0..=pos` of its slot. `out` is `rows.len() × n_head·head_dim`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        out: &mut Self::Buf,
+        q: &Self::Buf,
+        k: &Self::Buf,
+        v: &Self::Buf,
+        kv: &mut Self::Kv,
+        layer: usize,
+        rows: &[AttnRow],
+        p: &AttnParams,
+    ) -> Result<()>;
+    /// `out = silu(gate) * up` over `n` elements.
+    fn swiglu(&self, out: &mut Self::Buf, gate: &Self::Buf, up: &Self::Buf, n: usize)
+        -> Result<()>;
+    /// `x += y` over `n` elements (the residual connection).
+    fn add(&self, x: &mut Self::Buf, y: &Self::Buf, n: usize) -> Result<()>;
+    /// Mixture-of-experts FFN: per row, route over the experts, run the chosen ones, sum weighted outputs.
+    fn moe_ffn(&self, out: &mut Self::Buf, x: &Self::Buf, n_rows: usize, m: &MoeFfn) -> Result<()>;
+    /// `out[i] = x[rows[i]]` for rows of `width` elements.
+    fn gather_rows(
+        &self,
+        out: &mut Self::Buf,
+        x: &Self::Buf,
+        rows: &[usize],
+        width: usize,
+    ) -> Result<()>;
+    /// Copies the first `dst.len()` elements of `x` to the host.
+    fn read(&self, x: &Self::Buf, dst: &mut [f32]) -> Result<()>;
+}

@@ -1,0 +1,186 @@
+//! CPU KV cache storage and causal attention.
+//!
+//! Layout: for each of K and V, one contiguous array indexed `[layer][slot][pos][kv_head][head_dim]`, in f32 or
+//! f16. A slot's positions are contiguous so a query's scan over `0..=pos` reads one linear run per kv head.
+//!
+//! Attention runs one task per (row, query head): scores `q·k_t · scale` for `t = 0..=pos` in order, a max-shifted
+//! softmax summed in order, then `Σ p_t v_t` in order. Nothing depends on the other rows of the batch, so a row
+//! gets the same bits alone, in a decode batch or in a prefill chunk (batch invariance).
+
+use super::{CpuBackend, MAX_HEAD_DIM};
+use crate::backend::{AttnParams, AttnRow, KvLayout, KvType};
+use crate::error::{Error, Result};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// KV element storage.
+enum KvData {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+/// The CPU KV cache (see the module docs for the layout).
+pub struct CpuKv {
+    layout: KvLayout,
+    k: KvData,
+    v: KvData,
+}
+
+impl CpuKv {
+    pub(crate) fn new(layout: &KvLayout) -> Result<CpuKv> {
+        let n = layout
+            .n_layer
+            .checked_mul(layout.n_slots)
+            .and_then(|x| x.checked_mul(layout.slot_ctx))
+            .and_then(|x| x.checked_mul(layout.n_head_kv * layout.head_dim))
+            .ok_or_else(|| Error::Config(format!("KV cache {layout:?} overflows")))?;
+        let make = || match layout.ty {
+            KvType::F32 => KvData::F32(vec![0.0; n]),
+            KvType::F16 => KvData::F16(vec![f16::ZERO; n]),
+        };
+        Ok(CpuKv {
+            layout: *layout,
+            k: make(),
+            v: make(),
+        })
+    }
+
+    /// Element offset of `(layer, slot, pos)`.
+    fn offset(&self, layer: usize, slot: usize, pos: usize) -> usize {
+        let l = &self.layout;
+        ((layer * l.n_slots + slot) * l.slot_ctx + pos) * l.n_head_kv * l.head_dim
+    }
+}
+
+fn store(dst: &mut KvData, off: usize, src: &[f32]) {
+    match dst {
+        KvData::F32(d) => d[off..off + src.len()].copy_from_slice(src),
+        KvData::F16(d) => d[off..off + src.len()].convert_from_f32_slice(src),
+    }
+}
+
+/// Reads `dst.len()` elements at `off` as f32.
+#[inline]
+fn load<'a>(src: &'a KvData, off: usize, buf: &'a mut [f32]) -> &'a [f32] {
+    match src {
+        KvData::F32(d) => &d[off..off + buf.len()],
+        KvData::F16(d) => {
+            d[off..off + buf.len()].convert_to_f32_slice(buf);
+            buf
+        }
+    }
+}
+
+/// A dot product with eight independent accumulators (vectorizes; fixed order).
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = a.len() / 8;
+    for c in 0..chunks {
+        for l in 0..8 {
+            acc[l] += a[c * 8 + l] * b[c * 8 + l];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for i in chunks * 8..a.len() {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+thread_local! {
+    /// Per-thread score buffer, grown to the longest context seen, so attention allocates nothing per token.
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    be: &CpuBackend,
+    out: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    kv: &mut CpuKv,
+    layer: usize,
+    rows: &[AttnRow],
+    p: &AttnParams,
+) -> Result<()> {
+    let l = kv.layout;
+    let hd = p.head_dim;
+    let kvd = p.n_head_kv * hd;
+    let qd = p.n_head * hd;
+    if hd != l.head_dim || p.n_head_kv != l.n_head_kv || layer >= l.n_layer || hd > MAX_HEAD_DIM {
+        return Err(Error::Batch(format!(
+            "attention parameters {p:?} (layer {layer}) do not match the KV cache {l:?}"
+        )));
+    }
+    let n = rows.len();
+    if q.len() < n * qd || k.len() < n * kvd || v.len() < n * kvd || out.len() < n * qd {
+        return Err(Error::Batch("attention buffers too small".into()));
+    }
+    for r in rows {
+        if r.slot >= l.n_slots || r.pos >= l.slot_ctx {
+            return Err(Error::ContextFull {
+                slot: r.slot,
+                pos: r.pos,
+                n_ctx: l.slot_ctx,
+            });
+        }
+    }
+    // 1. Store every row's K and V first, so a row sees the earlier rows of its own chunk.
+    for (i, r) in rows.iter().enumerate() {
+        let off = kv.offset(layer, r.slot, r.pos);
+        store(&mut kv.k, off, &k[i * kvd..(i + 1) * kvd]);
+        store(&mut kv.v, off, &v[i * kvd..(i + 1) * kvd]);
+    }
+    // 2. One task per (row, head).
+    let group = p.n_head / p.n_head_kv;
+    let kv_ref = &*kv;
+    be.pool.install(|| {
+        out[..n * qd]
+            .par_chunks_mut(hd)
+            .enumerate()
+            .for_each(|(i, o)| {
+                let (ri, h) = (i / p.n_head, i % p.n_head);
+                let row = rows[ri];
+                let kh = h / group;
+                let qv = &q[ri * qd + h * hd..ri * qd + (h + 1) * hd];
+                let base = kv_ref.offset(layer, row.slot, 0) + kh * hd;
+                let len = row.pos + 1;
+                let mut tmp = [0f32; MAX_HEAD_DIM];
+                let tmp = &mut tmp[..hd];
+                SCORES.with(|s| {
+                    let mut s = s.borrow_mut();
+                    if s.len() < len {
+                        s.resize(len, 0.0);
+                    }
+                    let scores = &mut s[..len];
+                    let mut max = f32::NEG_INFINITY;
+                    for (t, sc) in scores.iter_mut().enumerate() {
+                        let kt = load(&kv_ref.k, base + t * kvd, tmp);
+                        *sc = dot(qv, kt) * p.scale;
+                        max = max.max(*sc);
+                    }
+                    let mut sum = 0f32;
+                    for sc in scores.iter_mut() {
+                        *sc = (*sc - max).exp();
+                        sum += *sc;
+                    }
+                    o.fill(0.0);
+                    for (t, &w) in scores.iter().enumerate() {
+                        let vt = load(&kv_ref.v, base + t * kvd, tmp);
+                        for (od, &vd) in o.iter_mut().zip(vt) {
+                            *od += w * vd;
+                        }
+                    }
+                    let inv = 1.0 / sum;
+                    for od in o.iter_mut() {
+                        *od *= inv;
+                    }
+                });
+            })
+    });
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! CPU matmul: `out[j][r] = W[r] · x[j]` for every activation row `j` and weight row `r`.
+//!
+//! Fast path: each activation row is quantized once to the weight's dot-product format (`vec_dot_type`), then the
+//! weight rows are split into tiles spread over the thread pool; inside a tile every activation row is multiplied
+//! with every weight row of the tile, so a weight tile is read from memory once per call and stays in L1 while the
+//! activation rows stream past (prefill reads the weights once, not once per token).
+//!
+//! Reference path (`KILN_NO_QUANT_ACT=1`): the tile's weight rows are dequantized to f32 and multiplied with the
+//! f32 activations.
+//!
+//! Batch invariance: every output element is one call of a dot-product kernel on (weight row, activation row), and
+//! an activation row's quantization depends only on that row, so a row's results are the same bits whatever other
+//! rows share the call and however the tiles fall.
+
+use super::CpuBackend;
+use crate::error::{Error, Result};
+use crate::weights::WeightView;
+use kiln_quant::dot::{dot_fn, quantize_activation_isa, vec_dot_type};
+use kiln_quant::GgmlType;
+use rayon::prelude::*;
+
+/// A raw output pointer shared by tiles that write disjoint elements.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: tiles write disjoint index sets of one buffer that outlives the parallel region.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// # Safety
+    /// `i` must be in bounds of the buffer and written by no other thread during the parallel region.
+    #[inline]
+    unsafe fn write(self, i: usize, v: f32) {
+        // SAFETY: guaranteed by the caller.
+        unsafe { *self.0.add(i) = v };
+    }
+}
+
+fn quant_err(name: &str, e: impl std::fmt::Display) -> Error {
+    Error::Quant {
+        name: name.to_string(),
+        error: e.to_string(),
+    }
+}
+
+/// Weight rows per tile: enough tiles to keep every thread busy on a single-row (decode) call, and small tiles
+/// for many rows so a tile stays in L1 while all activation rows pass.
+fn tile_rows(n_w_rows: usize, n_act_rows: usize, threads: usize) -> usize {
+    if n_act_rows == 1 {
+        (n_w_rows / (threads * 8)).clamp(4, 64)
+    } else {
+        16
+    }
+}
+
+/// `out[j * w.rows + r] = w.row(r) · x[j * w.cols ..]` for `j < n_rows`.
+pub(crate) fn matmul(
+    be: &CpuBackend,
+    out: &mut [f32],
+    w: &WeightView,
+    x: &[f32],
+    n_rows: usize,
+) -> Result<()> {
+    let (k, m) = (w.cols, w.rows);
+    if x.len() < n_rows * k || out.len() < n_rows * m {
+        return Err(Error::Batch(format!(
+            "matmul with '{}': buffers too small for {n_rows} rows of {k} -> {m}",
+            w.name
+        )));
+    }
+    if n_rows == 0 {
+        return Ok(());
+    }
+    let act_ty = vec_dot_type(w.ty);
+    let use_quant = be.flags.quant_act || w.ty == GgmlType::F32;
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    let tile = tile_rows(m, n_rows, be.threads);
+    let n_tiles = m.div_ceil(tile);
+
+    if use_quant {
+        let dot = dot_fn(w.ty, be.isa).map_err(|e| quant_err(w.name, e))?;
+        let arb = act_ty
+            .row_bytes(k as u64)
+            .ok_or_else(|| quant_err(w.name, format!("row of {k} is not whole {act_ty} blocks")))?
+            as usize;
+        let mut guard = be.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
+        let acts: &mut Vec<u8> = &mut guard;
+        if acts.len() < n_rows * arb {
+            acts.resize(n_rows * arb, 0);
+        }
+        let isa = be.isa;
+        let quantize = |(xr, ar): (&[f32], &mut [u8])| {
+            quantize_activation_isa(act_ty, isa, xr, ar).map_err(|e| quant_err(w.name, e))
+        };
+        let pairs = x[..n_rows * k]
+            .chunks_exact(k)
+            .zip(acts[..n_rows * arb].chunks_exact_mut(arb));
+        if n_rows >= 4 {
+            be.pool.install(|| {
+                pairs
+                    .collect::<Vec<_>>()
+                    .into_par_iter()
+                    .try_for_each(quantize)
+            })?;
+        } else {
+            pairs.into_iter().try_for_each(quantize)?;
+        }
+        let acts: &[u8] = &acts[..n_rows * arb];
+        be.pool.install(|| {
+            (0..n_tiles).into_par_iter().for_each(|t| {
+                let r0 = t * tile;
+                let r1 = (r0 + tile).min(m);
+                for j in 0..n_rows {
+                    let a = &acts[j * arb..(j + 1) * arb];
+                    for r in r0..r1 {
+                        let v = dot(k, w.row(r), a);
+                        // SAFETY: (j, r) is written by exactly one tile (r in r0..r1); the index is in bounds
+                        // because out.len() >= n_rows * m was checked above.
+                        unsafe { out_ptr.write(j * m + r, v) };
+                    }
+                }
+            })
+        });
+        Ok(())
+    } else {
+        // Reference: f32 activations against dequantized weights, multiplied with the f32 kernel.
+        let dot = dot_fn(GgmlType::F32, be.isa).map_err(|e| quant_err(w.name, e))?;
+        be.pool.install(|| {
+            (0..n_tiles).into_par_iter().try_for_each(|t| {
+                let r0 = t * tile;
+                let r1 = (r0 + tile).min(m);
+                let mut wf = vec![0f32; (r1 - r0) * k];
+                kiln_quant::dequantize(w.ty, &w.bytes[r0 * w.row_bytes..r1 * w.row_bytes], &mut wf)
+                    .map_err(|e| quant_err(w.name, e))?;
+                for j in 0..n_rows {
+                    let a: &[u8] = bytemuck_f32(&x[j * k..(j + 1) * k]);
+                    for r in r0..r1 {
+                        let wr: &[u8] = bytemuck_f32(&wf[(r - r0) * k..(r - r0 + 1) * k]);
+                        let v = dot(k, wr, a);
+                        // SAFETY: as above, disjoint (j, r) per tile, in bounds.
+                        unsafe { out_ptr.write(j * m + r, v) };
+                    }
+                }
+                Ok(())
+            })
+        })
+    }
+}
+
+/// Views f32s as their little-endian bytes (the dot kernels take raw bytes).
+fn bytemuck_f32(x: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and u8 has alignment 1; the length is exact. kiln targets little-endian CPUs,
+    // where the in-memory bytes are the GGUF byte order.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flags::Flags;
+
+    /// Deterministic pseudo-random values in [-1, 1).
+    fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn check_type(ty: GgmlType, k: usize, m: usize, n_rows: usize, tol: f32) {
+        let wf = rand_vec(m * k, 1);
+        let rb = ty.row_bytes(k as u64).unwrap() as usize;
+        let mut wq = vec![0u8; m * rb];
+        kiln_quant::quantize(ty, &wf, &mut wq).unwrap();
+        let mut wd = vec![0f32; m * k];
+        kiln_quant::dequantize(ty, &wq, &mut wd).unwrap();
+        let x = rand_vec(n_rows * k, 2);
+        let view = WeightView {
+            name: "w",
+            ty,
+            cols: k,
+            rows: m,
+            row_bytes: rb,
+            bytes: &wq,
+        };
+        for flags in [Flags::default(), Flags::reference()] {
+            let be = CpuBackend::new(2, flags).unwrap();
+            let mut out = vec![f32::NAN; n_rows * m];
+            matmul(&be, &mut out, &view, &x, n_rows).unwrap();
+            for j in 0..n_rows {
+                for r in 0..m {
+                    let want: f32 = (0..k).map(|i| wd[r * k + i] * x[j * k + i]).sum();
+                    let got = out[j * m + r];
+                    assert!(
+                        (got - want).abs() <= tol,
+                        "{ty} {flags:?} row {j} col {r}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The quantized path equals f32 arithmetic on the dequantized weight and dequantized activation.
+    #[test]
+    fn quantized_path_is_exact_on_quantized_operands() {
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+            GgmlType::Q4_1,
+        ] {
+            let (k, m) = (1536, 40);
+            let wf = rand_vec(m * k, 3);
+            let rb = ty.row_bytes(k as u64).unwrap() as usize;
+            let mut wq = vec![0u8; m * rb];
+            kiln_quant::quantize(ty, &wf, &mut wq).unwrap();
+            let mut wd = vec![0f32; m * k];
+            kiln_quant::dequantize(ty, &wq, &mut wd).unwrap();
+            let mut x = rand_vec(k, 4);
+            x[7] = 300.0; // an outlier, as real activations have
+            let at = vec_dot_type(ty);
+            let mut xq = vec![0u8; at.row_bytes(k as u64).unwrap() as usize];
+            kiln_quant::dot::quantize_activation(at, &x, &mut xq).unwrap();
+            let mut xd = vec![0f32; k];
+            kiln_quant::dequantize(at, &xq, &mut xd).unwrap();
+            let view = WeightView {
+                name: "w",
+                ty,
+                cols: k,
+                rows: m,
+                row_bytes: rb,
+                bytes: &wq,
+            };
+            let be = CpuBackend::new(2, Flags::default()).unwrap();
+            let mut out = vec![f32::NAN; m];
+            matmul(&be, &mut out, &view, &x, 1).unwrap();
+            for r in 0..m {
+                let want: f64 = (0..k).map(|i| wd[r * k + i] as f64 * xd[i] as f64).sum();
+                let scale: f64 = (0..k)
+                    .map(|i| (wd[r * k + i] as f64 * xd[i] as f64).abs())
+                    .sum();
+                // Q8_1 stores its block sum `s` as f16, as ggml does, so Q4_1's min term carries that rounding.
+                let tol = if ty == GgmlType::Q4_1 { 2e-3 } else { 1e-5 };
+                assert!(
+                    (out[r] as f64 - want).abs() <= tol * scale + 1e-4,
+                    "{ty} row {r}: {} vs {want}",
+                    out[r]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn matmul_matches_dequantized_reference() {
+        for ty in [
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+            GgmlType::F32,
+            GgmlType::F16,
+        ] {
+            for (k, m, n_rows) in [
+                (256, 1, 1),
+                (256, 37, 1),
+                (256, 37, 5),
+                (256, 130, 17),
+                (1536, 576, 3),
+            ] {
+                check_type(ty, k, m, n_rows, 0.15 * (k as f32 / 256.0).sqrt());
+            }
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! The CPU backend: the reference implementation of [`Backend`], multithreaded on a rayon pool sized by the
+//! caller (`-t`), with the quantization layer's SIMD dot products in the matmuls.
+//!
+//! Owns: the thread pool, the chosen ISA, the kill switches in effect, and the scratch buffer for quantized
+//! activations (reused across calls: no allocation per token in matmuls or attention).
+
+mod attention;
+mod matmul;
+mod moe;
+
+pub use attention::CpuKv;
+
+use crate::backend::{AttnParams, AttnRow, Backend, KvLayout, MoeFfn, RopeMode, RopeParams};
+use crate::error::{Error, Result};
+use crate::flags::Flags;
+use crate::weights::Weight;
+use kiln_quant::dot::Isa;
+use kiln_quant::GgmlType;
+
+use std::sync::Mutex;
+
+/// The largest head dimension the CPU attention supports (stack buffers are sized by it).
+pub const MAX_HEAD_DIM: usize = 512;
+
+/// The CPU backend.
+pub struct CpuBackend {
+    pool: rayon::ThreadPool,
+    threads: usize,
+    isa: Isa,
+    flags: Flags,
+    act_scratch: Mutex<Vec<u8>>,
+}
+
+impl std::fmt::Debug for CpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CpuBackend({} threads, {}, {:?})",
+            self.threads, self.isa, self.flags
+        )
+    }
+}
+
+impl CpuBackend {
+    /// A backend with `threads` worker threads (0 = one per available core).
+    pub fn new(threads: usize, flags: Flags) -> Result<CpuBackend> {
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("kiln-cpu-{i}"))
+            .build()
+            .map_err(|e| Error::Config(format!("cannot start {threads} threads: {e}")))?;
+        let isa = if flags.simd {
+            Isa::detect()
+        } else {
+            Isa::Scalar
+        };
+        Ok(CpuBackend {
+            pool,
+            threads,
+            isa,
+            flags,
+            act_scratch: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Worker threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The instruction set the dot products run on.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// The kill switches in effect.
+    pub fn flags(&self) -> Flags {
+        self.flags
+    }
+}
+
+/// Reads an f32 norm weight (validated as F32 at load).
+fn f32_at(bytes: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes([
+        bytes[4 * i],
+        bytes[4 * i + 1],
+        bytes[4 * i + 2],
+        bytes[4 * i + 3],
+    ])
+}
+
+fn rms_row(out: &mut [f32], x: &[f32], w: &[u8], eps: f32) {
+    let mut ss = 0f32;
+    for &v in x {
+        ss += v * v;
+    }
+    let scale = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    for (i, (o, &v)) in out.iter_mut().zip(x).enumerate() {
+        *o = v * scale * f32_at(w, i);
+    }
+}
+
+fn check_norm(w: &Weight, width: usize) -> Result<()> {
+    if w.ty != GgmlType::F32 || w.shape.iter().product::<u64>() != width as u64 {
+        return Err(Error::TensorType {
+            name: w.name.clone(),
+            ty: w.ty,
+            usage: "an RMSNorm weight (f32, one value per channel)",
+        });
+    }
+    Ok(())
+}
+
+fn too_small(op: &str) -> Error {
+    Error::Batch(format!("{op}: buffer too small for the batch"))
+}
+
+impl Backend for CpuBackend {
+    type Buf = Vec<f32>;
+    type Kv = CpuKv;
+
+    fn alloc(&self, len: usize) -> Result<Vec<f32>> {
+        Ok(vec![0.0; len])
+    }
+
+    fn alloc_kv(&self, layout: &KvLayout) -> Result<CpuKv> {
+        CpuKv::new(layout)
+    }
+
+    fn embed(&self, out: &mut Vec<f32>, table: &Weight, tokens: &[u32]) -> Result<()> {
+        let view = table.view();
+        let d = view.cols;
+        if out.len() < tokens.len() * d {
+            return Err(too_small("embed"));
+        }
+        for (i, &t) in tokens.iter().enumerate() {
+            if t as usize >= view.rows {
+                return Err(Error::BadToken {
+                    id: t,
+                    n_vocab: view.rows,
+                });
+            }
+            kiln_quant::dequantize(view.ty, view.row(t as usize), &mut out[i * d..(i + 1) * d])
+                .map_err(|e| Error::Quant {
+                    name: table.name.clone(),
+                    error: e.to_string(),
+                })?;
+        }
+        Ok(())
+    }
+
+    fn rms_norm(
+        &self,
+        out: &mut Vec<f32>,
+        x: &Vec<f32>,
+        weight: &Weight,
+        n_rows: usize,
+        width: usize,
+        eps: f32,
+    ) -> Result<()> {
+        check_norm(weight, width)?;
+        if out.len() < n_rows * width || x.len() < n_rows * width {
+            return Err(too_small("rms_norm"));
+        }
+        let w = weight.bytes();
+        for (o, xr) in out
+            .chunks_exact_mut(width)
+            .zip(x.chunks_exact(width))
+            .take(n_rows)
+        {
+            rms_row(o, xr, w, eps);
+        }
+        Ok(())
+    }
+
+    fn rms_norm_inplace(
+        &self,
+        x: &mut Vec<f32>,
+        weight: &Weight,
+        n_rows: usize,
+        width: usize,
+        eps: f32,
+    ) -> Result<()> {
+        check_norm(weight, width)?;
+        if x.len() < n_rows * width {
+            return Err(too_small("rms_norm"));
+        }
+        let w = weight.bytes();
+        let mut tmp = [0f32; MAX_HEAD_DIM];
+        for xr in x.chunks_exact_mut(width).take(n_rows) {
+            if width <= MAX_HEAD_DIM {
+                tmp[..width].copy_from_slice(xr);
+                rms_row(xr, &tmp[..width], w, eps);
+            } else {
+                let copy = xr.to_vec();
+                rms_row(xr, &copy, w, eps);
+            }
+        }
+        Ok(())
+    }
+
+    fn matmul(&self, out: &mut Vec<f32>, w: &Weight, x: &Vec<f32>, n_rows: usize) -> Result<()> {
+        matmul::matmul(self, out, &w.view(), x, n_rows)
+    }
+
+    fn rope(
+        &self,
+        x: &mut Vec<f32>,
+        positions: &[usize],
+        n_heads: usize,
+        head_dim: usize,
+        p: &RopeParams,
+    ) -> Result<()> {
+        let w = n_heads * head_dim;
+        if x.len() < positions.len() * w || head_dim > MAX_HEAD_DIM || !head_dim.is_multiple_of(2) {
+            return Err(too_small("rope"));
+        }
+        let half = head_dim / 2;
+        let mut cos = [0f32; MAX_HEAD_DIM / 2];
+        let mut sin = [0f32; MAX_HEAD_DIM / 2];
+        for (row, &pos) in x.chunks_exact_mut(w).zip(positions) {
+            // Frequencies as transformers computes them in f32: inv_freq_i = 1 / theta^(2i/d).
+            let p_scaled = pos as f32 * p.freq_scale;
+            for i in 0..half {
+                let inv = 1.0 / p.theta.powf((2 * i) as f32 / head_dim as f32);
+                let a = p_scaled * inv;
+                cos[i] = a.cos();
+                sin[i] = a.sin();
+            }
+            for h in row.chunks_exact_mut(head_dim) {
+                for i in 0..half {
+                    let (a, b) = match p.mode {
+                        RopeMode::Normal => (2 * i, 2 * i + 1),
+                        RopeMode::Neox => (i, i + half),
+                    };
+                    let (x0, x1) = (h[a], h[b]);
+                    h[a] = x0 * cos[i] - x1 * sin[i];
+                    h[b] = x0 * sin[i] + x1 * cos[i];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        out: &mut Vec<f32>,
+        q: &Vec<f32>,
+        k: &Vec<f32>,
+        v: &Vec<f32>,
+        kv: &mut CpuKv,
+        layer: usize,
+        rows: &[AttnRow],
+        p: &AttnParams,
+    ) -> Result<()> {
+        attention::attention(self, out, q, k, v, kv, layer, rows, p)
+    }
+
+    fn swiglu(&self, out: &mut Vec<f32>, gate: &Vec<f32>, up: &Vec<f32>, n: usize) -> Result<()> {
+        if out.len() < n || gate.len() < n || up.len() < n {
+            return Err(too_small("swiglu"));
+        }
+        swiglu_slice(&mut out[..n], &gate[..n], &up[..n]);
+        Ok(())
+    }
+
+    fn add(&self, x: &mut Vec<f32>, y: &Vec<f32>, n: usize) -> Result<()> {
+        if x.len() < n || y.len() < n {
+            return Err(too_small("add"));
+        }
+        for (a, &b) in x[..n].iter_mut().zip(&y[..n]) {
+            *a += b;
+        }
+        Ok(())
+    }
+
+    fn moe_ffn(&self, out: &mut Vec<f32>, x: &Vec<f32>, n_rows: usize, m: &MoeFfn) -> Result<()> {
+        moe::moe_ffn(self, out, x, n_rows, m)
+    }
+
+    fn gather_rows(
+        &self,
+        out: &mut Vec<f32>,
+        x: &Vec<f32>,
+        rows: &[usize],
+        width: usize,
+    ) -> Result<()> {
+        if out.len() < rows.len() * width || rows.iter().any(|&r| x.len() < (r + 1) * width) {
+            return Err(too_small("gather_rows"));
+        }
+        for (o, &r) in out.chunks_exact_mut(width).zip(rows) {
+            o.copy_from_slice(&x[r * width..(r + 1) * width]);
+        }
+        Ok(())
+    }
+
+    fn read(&self, x: &Vec<f32>, dst: &mut [f32]) -> Result<()> {
+        if x.len() < dst.len() {
+            return Err(too_small("read"));
+        }
+        dst.copy_from_slice(&x[..dst.len()]);
+        Ok(())
+    }
+}
+
+/// `out = silu(gate) * up`, with silu(g) = g · sigmoid(g) as transformers computes it.
+pub(crate) fn swiglu_slice(out: &mut [f32], gate: &[f32], up: &[f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + (-g).exp()) * u;
+    }
+}

@@ -1,0 +1,156 @@
+//! The kill-switch registry: every optimization that replaces a simpler path is on by default and has a
+//! `KILN_NO_<NAME>=1` environment variable that falls back to the simpler path, so before/after is one binary.
+//!
+//! The environment is read ONCE, by [`Flags::from_env`], into a [`Flags`] value that is passed down to whatever
+//! needs it; nothing else in kiln reads `KILN_*` variables. [`REGISTRY`] is the one table of flags (`kiln info
+//! --flags` prints it). User choices (KV cache type, context size, threads) are CLI options, not flags.
+
+/// One kill switch: its environment variable, what it disables, and its default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlagInfo {
+    /// The environment variable (`KILN_NO_…`); set to `1` to disable the optimization.
+    pub env: &'static str,
+    /// What setting it disables, and what runs instead.
+    pub disables: &'static str,
+    /// Whether the optimization is on when the variable is unset.
+    pub default_on: bool,
+}
+
+/// Every kill switch kiln knows. Adding a flag: a row here, a field in [`Flags`], one line in [`Flags::from_lookup`].
+pub const REGISTRY: &[FlagInfo] = &[
+    FlagInfo {
+        env: "KILN_NO_QUANT_ACT",
+        disables: "8-bit quantized activations in CPU matmuls; every matmul runs with f32 activations against \
+                   dequantized weights (the exact reference mode)",
+        default_on: true,
+    },
+    FlagInfo {
+        env: "KILN_NO_SIMD",
+        disables: "SIMD dot-product kernels; the scalar reference kernels run instead",
+        default_on: true,
+    },
+];
+
+/// The kill switches in effect, read once at start-up. `true` means the optimization is ON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flags {
+    /// Quantize activations to the weight's dot-product format (off: f32 activations, dequantized weights).
+    pub quant_act: bool,
+    /// Use the SIMD dot products (off: scalar reference kernels).
+    pub simd: bool,
+}
+
+impl Default for Flags {
+    /// Every optimization on, regardless of the environment.
+    fn default() -> Self {
+        Flags {
+            quant_act: true,
+            simd: true,
+        }
+    }
+}
+
+impl Flags {
+    /// The exact reference configuration: every optimization off.
+    pub fn reference() -> Self {
+        Flags {
+            quant_act: false,
+            simd: false,
+        }
+    }
+
+    /// Reads the process environment. Returns the flags and one warning per `KILN_*` variable that is not in
+    /// [`REGISTRY`] or whose value is not `0`/`1` (a typo must not silently leave an optimization on).
+    pub fn from_env() -> (Flags, Vec<String>) {
+        let vars: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+            .filter(|(k, _)| k.starts_with("KILN_"))
+            .collect();
+        Self::from_lookup(&vars)
+    }
+
+    /// [`Flags::from_env`] over an explicit list of `(name, value)` pairs (only `KILN_*` names are considered).
+    pub fn from_lookup(vars: &[(String, String)]) -> (Flags, Vec<String>) {
+        let mut flags = Flags::default();
+        let mut warnings = Vec::new();
+        for (name, value) in vars.iter().filter(|(k, _)| k.starts_with("KILN_")) {
+            let Some(info) = REGISTRY.iter().find(|f| f.env == name) else {
+                // Variables that configure tests or tools rather than kernels are not kill switches.
+                if !NON_FLAG_VARS.contains(&name.as_str()) {
+                    warnings.push(format!(
+                        "unknown environment variable {name} ignored (`kiln info --flags` lists kiln's flags)"
+                    ));
+                }
+                continue;
+            };
+            let disabled = match value.trim() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" | "" => false,
+                other => {
+                    warnings.push(format!("{name}={other:?} is not 0 or 1; ignored"));
+                    continue;
+                }
+            };
+            match info.env {
+                "KILN_NO_QUANT_ACT" => flags.quant_act = !disabled,
+                "KILN_NO_SIMD" => flags.simd = !disabled,
+                other => unreachable!("flag {other} is in REGISTRY but not handled here"),
+            }
+        }
+        (flags, warnings)
+    }
+}
+
+/// `KILN_*` variables that are not kill switches and therefore must not be warned about.
+const NON_FLAG_VARS: &[&str] = &["KILN_TEST_ASSETS", "KILN_LOG"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_all_on() {
+        let (f, w) = Flags::from_lookup(&[]);
+        assert_eq!(f, Flags::default());
+        assert!(f.quant_act && f.simd);
+        assert!(w.is_empty());
+        assert!(REGISTRY.iter().all(|r| r.default_on));
+    }
+
+    #[test]
+    fn kill_switches_disable() {
+        let (f, w) =
+            Flags::from_lookup(&vars(&[("KILN_NO_QUANT_ACT", "1"), ("KILN_NO_SIMD", "0")]));
+        assert!(!f.quant_act);
+        assert!(f.simd);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn unknown_and_malformed_are_warned() {
+        let (f, w) = Flags::from_lookup(&vars(&[
+            ("KILN_NO_QANT_ACT", "1"),
+            ("KILN_NO_SIMD", "maybe"),
+            ("KILN_TEST_ASSETS", "/x"),
+            ("PATH", "/bin"),
+        ]));
+        assert_eq!(f, Flags::default());
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("KILN_NO_QANT_ACT"));
+        assert!(w[1].contains("KILN_NO_SIMD"));
+    }
+
+    #[test]
+    fn every_registry_entry_is_handled() {
+        for info in REGISTRY {
+            let (f, _) = Flags::from_lookup(&vars(&[(info.env, "1")]));
+            assert_ne!(f, Flags::default(), "{} changes nothing", info.env);
+        }
+    }
+}

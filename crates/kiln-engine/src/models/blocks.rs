@@ -1,0 +1,285 @@
+//! The shared blocks the architectures are built from: weights of an attention block, a dense SwiGLU FFN and a
+//! MoE FFN (each declared with its expected shapes), and the forward code of each block against [`Backend`].
+//! The per-architecture files combine them; every intermediate lives in a named [`Scratch`] buffer.
+
+use crate::backend::{AttnParams, AttnRow, Backend, MoeFfn, RopeParams};
+use crate::error::Result;
+use crate::hparams::Hparams;
+use crate::weights::{require_f32, Binder, Weight};
+
+/// Per-session activation buffers, sized for the largest batch. Names are the intermediates of a layer.
+pub(crate) struct Scratch<B: Backend> {
+    /// Residual stream, `rows × n_embd`.
+    pub x: B::Buf,
+    /// Normalised input of the current block, `rows × n_embd`.
+    pub xn: B::Buf,
+    /// Queries, `rows × n_head·head_dim`.
+    pub q: B::Buf,
+    /// Keys, `rows × n_head_kv·head_dim`.
+    pub k: B::Buf,
+    /// Values, `rows × n_head_kv·head_dim`.
+    pub v: B::Buf,
+    /// Attention output before the output projection, `rows × n_head·head_dim`.
+    pub attn: B::Buf,
+    /// Block output before the residual add, `rows × n_embd`.
+    pub out: B::Buf,
+    /// FFN gate projection, `rows × n_ff`.
+    pub gate: B::Buf,
+    /// FFN up projection, `rows × n_ff`.
+    pub up: B::Buf,
+    /// silu(gate)·up, `rows × n_ff`.
+    pub act: B::Buf,
+    /// Rows that want logits, gathered and normalised, `rows × n_embd`.
+    pub head_in: B::Buf,
+    /// Logits, `rows × n_vocab`.
+    pub logits: B::Buf,
+}
+
+impl<B: Backend> Scratch<B> {
+    pub(crate) fn new(be: &B, hp: &Hparams, rows: usize, logit_rows: usize) -> Result<Self> {
+        let qd = hp.n_head * hp.head_dim;
+        let kvd = hp.n_head_kv * hp.head_dim;
+        let ff = hp.n_ff.max(hp.n_ff_exp);
+        Ok(Scratch {
+            x: be.alloc(rows * hp.n_embd)?,
+            xn: be.alloc(rows * hp.n_embd)?,
+            q: be.alloc(rows * qd)?,
+            k: be.alloc(rows * kvd)?,
+            v: be.alloc(rows * kvd)?,
+            attn: be.alloc(rows * qd)?,
+            out: be.alloc(rows * hp.n_embd)?,
+            gate: be.alloc(rows * ff)?,
+            up: be.alloc(rows * ff)?,
+            act: be.alloc(rows * ff)?,
+            head_in: be.alloc(logit_rows * hp.n_embd)?,
+            logits: be.alloc(logit_rows * hp.n_vocab)?,
+        })
+    }
+}
+
+/// What a forward pass over one batch needs besides the weights.
+pub(crate) struct Pass<'a, B: Backend> {
+    pub be: &'a B,
+    pub hp: &'a Hparams,
+    pub st: &'a mut Scratch<B>,
+    pub kv: &'a mut B::Kv,
+    pub rows: &'a [AttnRow],
+    pub positions: &'a [usize],
+    /// Layers whose output hidden states (the residual stream after the layer) are read back.
+    pub taps: &'a [usize],
+    /// `(layer, rows × n_embd values)` for each tapped layer, in layer order.
+    pub tapped: &'a mut Vec<(usize, Vec<f32>)>,
+}
+
+impl<B: Backend> Pass<'_, B> {
+    pub(crate) fn n(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Called by each architecture after layer `il`: reads the hidden state back if the layer is tapped.
+    pub(crate) fn after_layer(&mut self, il: usize) -> Result<()> {
+        if self.taps.contains(&il) {
+            let mut h = vec![0f32; self.n() * self.hp.n_embd];
+            self.be.read(&self.st.x, &mut h)?;
+            self.tapped.push((il, h));
+        }
+        Ok(())
+    }
+}
+
+/// Embedding, final norm and output head. With tied embeddings `output` is the embedding matrix.
+pub(crate) struct Head {
+    pub token_embd: Weight,
+    pub output_norm: Weight,
+    pub output: Weight,
+}
+
+impl Head {
+    pub(crate) fn bind(b: &mut Binder, hp: &Hparams) -> Result<Head> {
+        let (d, nv) = (hp.n_embd as u64, hp.n_vocab as u64);
+        let token_embd = b.req("token_embd.weight", &[d, nv])?;
+        let output_norm = b.req("output_norm.weight", &[d])?;
+        require_f32(&output_norm, "an RMSNorm weight (f32)")?;
+        // No output.weight means tied embeddings (SmolLM2, small Qwen3): the head reuses token_embd.
+        let output = b
+            .opt("output.weight", &[d, nv])?
+            .unwrap_or_else(|| token_embd.clone());
+        Ok(Head {
+            token_embd,
+            output_norm,
+            output,
+        })
+    }
+}
+
+/// Self-attention block weights. `q_norm`/`k_norm` are Qwen3's per-head QK-norm.
+pub(crate) struct AttnWeights {
+    pub norm: Weight,
+    pub q: Weight,
+    pub k: Weight,
+    pub v: Weight,
+    pub o: Weight,
+    pub q_norm: Option<Weight>,
+    pub k_norm: Option<Weight>,
+}
+
+impl AttnWeights {
+    pub(crate) fn bind(b: &mut Binder, hp: &Hparams, il: usize, qk_norm: bool) -> Result<Self> {
+        let d = hp.n_embd as u64;
+        let qd = (hp.n_head * hp.head_dim) as u64;
+        let kvd = (hp.n_head_kv * hp.head_dim) as u64;
+        let hd = hp.head_dim as u64;
+        let n = |s: &str| format!("blk.{il}.{s}.weight");
+        let norm = b.req(&n("attn_norm"), &[d])?;
+        require_f32(&norm, "an RMSNorm weight (f32)")?;
+        let (q_norm, k_norm) = if qk_norm {
+            let qn = b.req(&n("attn_q_norm"), &[hd])?;
+            let kn = b.req(&n("attn_k_norm"), &[hd])?;
+            require_f32(&qn, "an RMSNorm weight (f32)")?;
+            require_f32(&kn, "an RMSNorm weight (f32)")?;
+            (Some(qn), Some(kn))
+        } else {
+            (None, None)
+        };
+        Ok(AttnWeights {
+            norm,
+            q: b.req(&n("attn_q"), &[d, qd])?,
+            k: b.req(&n("attn_k"), &[d, kvd])?,
+            v: b.req(&n("attn_v"), &[d, kvd])?,
+            o: b.req(&n("attn_output"), &[qd, d])?,
+            q_norm,
+            k_norm,
+        })
+    }
+
+    /// `x += Wo · attention(rope(norm_qk(Wq·n(x))), rope(norm_qk(Wk·n(x))), Wv·n(x))`.
+    pub(crate) fn forward<B: Backend>(
+        &self,
+        p: &mut Pass<B>,
+        layer: usize,
+        rope: &RopeParams,
+    ) -> Result<()> {
+        let (be, hp, n) = (p.be, p.hp, p.n());
+        let st = &mut *p.st;
+        be.rms_norm(&mut st.xn, &st.x, &self.norm, n, hp.n_embd, hp.rms_eps)?;
+        be.matmul(&mut st.q, &self.q, &st.xn, n)?;
+        be.matmul(&mut st.k, &self.k, &st.xn, n)?;
+        be.matmul(&mut st.v, &self.v, &st.xn, n)?;
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            be.rms_norm_inplace(&mut st.q, qn, n * hp.n_head, hp.head_dim, hp.rms_eps)?;
+            be.rms_norm_inplace(&mut st.k, kn, n * hp.n_head_kv, hp.head_dim, hp.rms_eps)?;
+        }
+        be.rope(&mut st.q, p.positions, hp.n_head, hp.head_dim, rope)?;
+        be.rope(&mut st.k, p.positions, hp.n_head_kv, hp.head_dim, rope)?;
+        let ap = AttnParams {
+            n_head: hp.n_head,
+            n_head_kv: hp.n_head_kv,
+            head_dim: hp.head_dim,
+            scale: 1.0 / (hp.head_dim as f32).sqrt(),
+        };
+        be.attention(&mut st.attn, &st.q, &st.k, &st.v, p.kv, layer, p.rows, &ap)?;
+        be.matmul(&mut st.out, &self.o, &st.attn, n)?;
+        be.add(&mut st.x, &st.out, n * hp.n_embd)
+    }
+}
+
+/// Dense SwiGLU FFN weights.
+pub(crate) struct DenseFfn {
+    pub norm: Weight,
+    pub gate: Weight,
+    pub up: Weight,
+    pub down: Weight,
+}
+
+impl DenseFfn {
+    pub(crate) fn bind(b: &mut Binder, hp: &Hparams, il: usize) -> Result<Self> {
+        let (d, ff) = (hp.n_embd as u64, hp.n_ff as u64);
+        let n = |s: &str| format!("blk.{il}.{s}.weight");
+        let norm = b.req(&n("ffn_norm"), &[d])?;
+        require_f32(&norm, "an RMSNorm weight (f32)")?;
+        Ok(DenseFfn {
+            norm,
+            gate: b.req(&n("ffn_gate"), &[d, ff])?,
+            up: b.req(&n("ffn_up"), &[d, ff])?,
+            down: b.req(&n("ffn_down"), &[ff, d])?,
+        })
+    }
+
+    /// `x += W_down · (silu(W_gate · n(x)) * (W_up · n(x)))`.
+    pub(crate) fn forward<B: Backend>(&self, p: &mut Pass<B>) -> Result<()> {
+        let (be, hp, n) = (p.be, p.hp, p.n());
+        let st = &mut *p.st;
+        be.rms_norm(&mut st.xn, &st.x, &self.norm, n, hp.n_embd, hp.rms_eps)?;
+        be.matmul(&mut st.gate, &self.gate, &st.xn, n)?;
+        be.matmul(&mut st.up, &self.up, &st.xn, n)?;
+        be.swiglu(&mut st.act, &st.gate, &st.up, n * hp.n_ff)?;
+        be.matmul(&mut st.out, &self.down, &st.act, n)?;
+        be.add(&mut st.x, &st.out, n * hp.n_embd)
+    }
+}
+
+/// Mixture-of-experts FFN weights (no shared expert).
+pub(crate) struct MoeWeights {
+    pub norm: Weight,
+    pub router: Weight,
+    pub gate: Weight,
+    pub up: Weight,
+    pub down: Weight,
+}
+
+impl MoeWeights {
+    pub(crate) fn bind(b: &mut Binder, hp: &Hparams, il: usize) -> Result<Self> {
+        let (d, ff, ne) = (hp.n_embd as u64, hp.n_ff_exp as u64, hp.n_expert as u64);
+        let n = |s: &str| format!("blk.{il}.{s}.weight");
+        let norm = b.req(&n("ffn_norm"), &[d])?;
+        require_f32(&norm, "an RMSNorm weight (f32)")?;
+        Ok(MoeWeights {
+            norm,
+            router: b.req(&n("ffn_gate_inp"), &[d, ne])?,
+            gate: b.req(&n("ffn_gate_exps"), &[d, ff, ne])?,
+            up: b.req(&n("ffn_up_exps"), &[d, ff, ne])?,
+            down: b.req(&n("ffn_down_exps"), &[ff, d, ne])?,
+        })
+    }
+
+    /// `x += Σ_e w_e · expert_e(n(x))` over the routed experts.
+    pub(crate) fn forward<B: Backend>(&self, p: &mut Pass<B>) -> Result<()> {
+        let (be, hp, n) = (p.be, p.hp, p.n());
+        let st = &mut *p.st;
+        be.rms_norm(&mut st.xn, &st.x, &self.norm, n, hp.n_embd, hp.rms_eps)?;
+        let m = MoeFfn {
+            router: &self.router,
+            gate: &self.gate,
+            up: &self.up,
+            down: &self.down,
+            n_used: hp.n_expert_used,
+            norm_topk: hp.norm_topk,
+        };
+        be.moe_ffn(&mut st.out, &st.xn, n, &m)?;
+        be.add(&mut st.x, &st.out, n * hp.n_embd)
+    }
+}
+
+/// The final norm and output projection for the rows in `logit_rows` (indices into the batch).
+pub(crate) fn head_forward<B: Backend>(
+    p: &mut Pass<B>,
+    head: &Head,
+    logit_rows: &[usize],
+) -> Result<()> {
+    if logit_rows.is_empty() {
+        return Ok(());
+    }
+    let (be, hp) = (p.be, p.hp);
+    let st = &mut *p.st;
+    let m = logit_rows.len();
+    be.gather_rows(&mut st.xn, &st.x, logit_rows, hp.n_embd)?;
+    be.rms_norm(
+        &mut st.head_in,
+        &st.xn,
+        &head.output_norm,
+        m,
+        hp.n_embd,
+        hp.rms_eps,
+    )?;
+    be.matmul(&mut st.logits, &head.output, &st.head_in, m)
+}

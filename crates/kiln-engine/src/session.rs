@@ -1,0 +1,335 @@
+//! Sessions: the KV cache, split into sequence slots, plus the scratch buffers of one forward pass.
+//!
+//! Context and slots: a session is created with `n_ctx` positions in total and `n_slots` sequence slots; each
+//! slot gets `n_ctx / n_slots` positions (`kiln run`/`chat` use one slot, so `-c` is that sequence's context;
+//! a server with `--parallel P` gives each request `-c / P`). A slot's length is the number of positions holding
+//! valid K/V; rows must extend a slot contiguously, and [`Session::truncate`] rolls a slot back (speculative
+//! rejection, prompt reuse) — later positions are simply overwritten.
+//!
+//! The unit of work is a [`Batch`] of rows `(slot, pos, token, wants_logits)`, possibly from several slots.
+//! Every op computes each row with a fixed per-row reduction order, so a row's logits are the same bits whether it
+//! runs alone, in a batched decode, in a speculative verify block or in a prefill chunk. Prefill of one sequence
+//! is done by [`Session::prefill`] in fixed `batch`-sized chunks of that sequence only.
+
+use crate::backend::{AttnRow, Backend, KvLayout, KvType};
+use crate::cpu::{CpuBackend, CpuKv};
+use crate::error::{Error, Result};
+use crate::models::blocks::{Pass, Scratch};
+use crate::models::Model;
+
+/// Session geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Total KV positions over all slots (`-c`).
+    pub n_ctx: usize,
+    /// Sequence slots; each gets `n_ctx / n_slots` positions.
+    pub n_slots: usize,
+    /// Most rows in one [`Session::forward`] call, and the prefill chunk size (`--batch`).
+    pub batch: usize,
+    /// KV cache element type (`--kv-type`).
+    pub kv_type: KvType,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            n_ctx: 4096,
+            n_slots: 1,
+            batch: 64,
+            kv_type: KvType::F16,
+        }
+    }
+}
+
+/// One row of a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchRow {
+    /// Sequence slot.
+    pub slot: usize,
+    /// Position in the slot; must be the slot's current length (counting earlier rows of the same batch).
+    pub pos: usize,
+    /// Input token.
+    pub token: u32,
+    /// Whether logits are computed for this row.
+    pub logits: bool,
+}
+
+/// A unit of work: rows from one or more slots, plus the layers whose hidden states to read back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// The rows.
+    pub rows: Vec<BatchRow>,
+    /// Layers (0-based) whose output hidden states are returned for every row (speculative drafters tap them).
+    pub taps: Vec<usize>,
+}
+
+/// The result of a forward pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Output {
+    /// Batch row indices that have logits, in batch order.
+    pub rows: Vec<usize>,
+    /// Vocabulary size.
+    pub n_vocab: usize,
+    /// `rows.len() × n_vocab` logits.
+    pub logits: Vec<f32>,
+    /// `(layer, batch rows × n_embd)` hidden states for each tapped layer.
+    pub hidden: Vec<(usize, Vec<f32>)>,
+}
+
+impl Output {
+    /// The logits of the `i`-th row that asked for them.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.logits[i * self.n_vocab..(i + 1) * self.n_vocab]
+    }
+
+    /// The logits of batch row `batch_row`, if it asked for them.
+    pub fn for_batch_row(&self, batch_row: usize) -> Option<&[f32]> {
+        self.rows
+            .iter()
+            .position(|&r| r == batch_row)
+            .map(|i| self.row(i))
+    }
+}
+
+/// A model's KV cache and forward-pass buffers.
+pub struct Session<'m> {
+    model: &'m Model,
+    cfg: SessionConfig,
+    slot_ctx: usize,
+    kv: CpuKv,
+    scratch: Scratch<CpuBackend>,
+    lens: Vec<usize>,
+    // Reused per call, so decoding allocates only the returned logits.
+    attn_rows: Vec<AttnRow>,
+    positions: Vec<usize>,
+    tokens: Vec<u32>,
+    logit_rows: Vec<usize>,
+}
+
+impl<'m> Session<'m> {
+    /// A session over `model` with `cfg`'s context split into slots.
+    pub fn new(model: &'m Model, cfg: SessionConfig) -> Result<Session<'m>> {
+        if cfg.n_slots == 0 || cfg.batch == 0 || cfg.n_ctx < cfg.n_slots {
+            return Err(Error::Config(format!(
+                "context {} with {} slots and batch {} (each must be positive, context ≥ slots)",
+                cfg.n_ctx, cfg.n_slots, cfg.batch
+            )));
+        }
+        let hp = model.hparams();
+        let slot_ctx = cfg.n_ctx / cfg.n_slots;
+        let be = model.backend();
+        let kv = be.alloc_kv(&KvLayout {
+            n_layer: hp.n_layer,
+            n_slots: cfg.n_slots,
+            slot_ctx,
+            n_head_kv: hp.n_head_kv,
+            head_dim: hp.head_dim,
+            ty: cfg.kv_type,
+        })?;
+        let scratch = Scratch::new(be, hp, cfg.batch, cfg.batch)?;
+        Ok(Session {
+            model,
+            cfg,
+            slot_ctx,
+            kv,
+            scratch,
+            lens: vec![0; cfg.n_slots],
+            attn_rows: Vec::with_capacity(cfg.batch),
+            positions: Vec::with_capacity(cfg.batch),
+            tokens: Vec::with_capacity(cfg.batch),
+            logit_rows: Vec::with_capacity(cfg.batch),
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'m Model {
+        self.model
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> SessionConfig {
+        self.cfg
+    }
+
+    /// Positions per slot.
+    pub fn slot_ctx(&self) -> usize {
+        self.slot_ctx
+    }
+
+    /// Valid positions in `slot`.
+    pub fn len(&self, slot: usize) -> usize {
+        self.lens.get(slot).copied().unwrap_or(0)
+    }
+
+    /// Whether `slot` holds no positions.
+    pub fn is_empty(&self, slot: usize) -> bool {
+        self.len(slot) == 0
+    }
+
+    /// Rolls `slot` back to `len` positions (no-op when already shorter).
+    pub fn truncate(&mut self, slot: usize, len: usize) -> Result<()> {
+        let l = self
+            .lens
+            .get_mut(slot)
+            .ok_or_else(|| Error::Batch(format!("slot {slot} does not exist")))?;
+        *l = (*l).min(len);
+        Ok(())
+    }
+
+    /// Runs one batch. Rows must extend their slots contiguously (see [`BatchRow::pos`]).
+    pub fn forward(&mut self, batch: &Batch) -> Result<Output> {
+        let n = batch.rows.len();
+        if n == 0 {
+            return Ok(Output {
+                n_vocab: self.model.n_vocab(),
+                ..Output::default()
+            });
+        }
+        if n > self.cfg.batch {
+            return Err(Error::Batch(format!(
+                "{n} rows exceed the session's batch size {}",
+                self.cfg.batch
+            )));
+        }
+        let hp = self.model.hparams();
+        if let Some(&l) = batch.taps.iter().find(|&&l| l >= hp.n_layer) {
+            return Err(Error::Batch(format!(
+                "tap of layer {l}, but the model has {} layers",
+                hp.n_layer
+            )));
+        }
+        // Validate positions against a copy of the lengths, committing only on success.
+        let mut lens = self.lens.clone();
+        self.attn_rows.clear();
+        self.positions.clear();
+        self.tokens.clear();
+        self.logit_rows.clear();
+        for (i, r) in batch.rows.iter().enumerate() {
+            let len = lens
+                .get_mut(r.slot)
+                .ok_or_else(|| Error::Batch(format!("slot {} does not exist", r.slot)))?;
+            if r.pos >= self.slot_ctx {
+                return Err(Error::ContextFull {
+                    slot: r.slot,
+                    pos: r.pos,
+                    n_ctx: self.slot_ctx,
+                });
+            }
+            if r.pos != *len {
+                return Err(Error::Batch(format!(
+                    "row {i}: slot {} has {} positions, so the next row must be at position {}, not {}",
+                    r.slot, *len, *len, r.pos
+                )));
+            }
+            if r.token as usize >= hp.n_vocab {
+                return Err(Error::BadToken {
+                    id: r.token,
+                    n_vocab: hp.n_vocab,
+                });
+            }
+            *len += 1;
+            self.attn_rows.push(AttnRow {
+                slot: r.slot,
+                pos: r.pos,
+            });
+            self.positions.push(r.pos);
+            self.tokens.push(r.token);
+            if r.logits {
+                self.logit_rows.push(i);
+            }
+        }
+        let mut hidden = Vec::new();
+        let mut pass = Pass {
+            be: self.model.backend(),
+            hp,
+            st: &mut self.scratch,
+            kv: &mut self.kv,
+            rows: &self.attn_rows,
+            positions: &self.positions,
+            taps: &batch.taps,
+            tapped: &mut hidden,
+        };
+        self.model
+            .forward(&mut pass, &self.tokens, &self.logit_rows)?;
+        self.lens = lens;
+        let mut logits = vec![0f32; self.logit_rows.len() * hp.n_vocab];
+        self.model
+            .backend()
+            .read(&self.scratch.logits, &mut logits)?;
+        Ok(Output {
+            rows: self.logit_rows.clone(),
+            n_vocab: hp.n_vocab,
+            logits,
+            hidden,
+        })
+    }
+
+    /// Appends `tokens` to `slot` in chunks of the session's batch size (fixed boundaries, this slot only) and
+    /// returns the logits of the last token (empty when `tokens` is empty).
+    pub fn prefill(&mut self, slot: usize, tokens: &[u32]) -> Result<Vec<f32>> {
+        let all = self.prefill_inner(slot, tokens, false)?;
+        Ok(all)
+    }
+
+    /// Like [`Session::prefill`] but returns the logits of every token (`tokens.len() × n_vocab`).
+    pub fn prefill_all_logits(&mut self, slot: usize, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.prefill_inner(slot, tokens, true)
+    }
+
+    fn prefill_inner(&mut self, slot: usize, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
+        let mut out = Vec::new();
+        let chunk = self.cfg.batch;
+        let n = tokens.len();
+        for (c, toks) in tokens.chunks(chunk).enumerate() {
+            let start = self.len(slot);
+            let batch = Batch {
+                rows: toks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &token)| BatchRow {
+                        slot,
+                        pos: start + i,
+                        token,
+                        logits: all || c * chunk + i + 1 == n,
+                    })
+                    .collect(),
+                taps: Vec::new(),
+            };
+            let o = self.forward(&batch)?;
+            out.extend_from_slice(&o.logits);
+        }
+        Ok(out)
+    }
+
+    /// Appends one token to `slot` and returns its logits.
+    pub fn decode(&mut self, slot: usize, token: u32) -> Result<Vec<f32>> {
+        let pos = self.len(slot);
+        let o = self.forward(&Batch {
+            rows: vec![BatchRow {
+                slot,
+                pos,
+                token,
+                logits: true,
+            }],
+            taps: Vec::new(),
+        })?;
+        Ok(o.logits)
+    }
+}
+
+impl Model {
+    /// Teacher-forced logits of `tokens` from an empty context: `tokens.len() × n_vocab` values, row `i` being the
+    /// prediction after `tokens[..=i]`. Uses an f32 KV cache (exact) and chunks of 64.
+    pub fn teacher_forced_logits(&self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let mut s = Session::new(
+            self,
+            SessionConfig {
+                n_ctx: tokens.len().max(1),
+                n_slots: 1,
+                batch: 64,
+                kv_type: KvType::F32,
+            },
+        )?;
+        s.prefill_all_logits(0, tokens)
+    }
+}
