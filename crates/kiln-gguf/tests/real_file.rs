@@ -46,7 +46,7 @@ fn smollm2_metadata_matches_the_python_reader() {
     assert_eq!(
         md.get_f32("llama.attention.layer_norm_rms_epsilon")
             .unwrap(),
-        9.999_999_747_378_752e-6
+        1e-5 // stored as f32 9.999999747378752e-06
     );
     assert_eq!(md.get_str("tokenizer.ggml.model").unwrap(), "gpt2");
     assert_eq!(md.get_str("tokenizer.ggml.pre").unwrap(), "smollm");
