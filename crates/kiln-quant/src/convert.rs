@@ -65,9 +65,8 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Error
 /// Quantizes `src` into `dst` (whole blocks of `ty`, as stored in GGUF).
 ///
 /// `dst.len()` must equal `ty.row_bytes(src.len())`. Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
-/// Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, each following ggml's `quantize_row_*_ref` (the
-/// importance-matrix-free path) operation for operation. IQ2_XXS and IQ4_NL return
-/// [`Error::Unsupported`].
+/// Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K and IQ4_NL, each following ggml's `quantize_row_*_ref`
+/// (the importance-matrix-free path) operation for operation. IQ2_XXS returns [`Error::Unsupported`].
 pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Error> {
     check_sizes(ty, src.len(), dst.len())?;
     match ty {
@@ -86,7 +85,8 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Error> 
         GgmlType::Q5_K => each_input(src, dst, kquants::quantize_q5_k),
         GgmlType::Q6_K => each_input(src, dst, kquants::quantize_q6_k),
         GgmlType::Q8_K => each_input(src, dst, kquants::quantize_q8_k),
-        GgmlType::IQ2_XXS | GgmlType::IQ4_NL => {
+        GgmlType::IQ4_NL => each_input(src, dst, iquants::quantize_iq4_nl),
+        GgmlType::IQ2_XXS => {
             return Err(Error::Unsupported {
                 ty,
                 op: Op::Quantize,
@@ -173,19 +173,19 @@ mod tests {
 
     #[test]
     fn unsupported_quantization_is_an_error() {
-        for ty in [GgmlType::IQ2_XXS, GgmlType::IQ4_NL] {
-            let n = ty.block_elems();
-            let mut dst = vec![0u8; ty.block_bytes()];
-            let e = quantize(ty, &vec![0.5; n], &mut dst).unwrap_err();
-            assert_eq!(
-                e,
-                Error::Unsupported {
-                    ty,
-                    op: Op::Quantize
-                }
-            );
-            assert!(e.to_string().contains(ty.name()), "{e}");
-        }
+        let ty = GgmlType::IQ2_XXS;
+        let mut dst = vec![0u8; ty.block_bytes()];
+        let e = quantize(ty, &[0.5; 256], &mut dst).unwrap_err();
+        assert_eq!(
+            e,
+            Error::Unsupported {
+                ty,
+                op: Op::Quantize
+            }
+        );
+        assert_eq!(e.to_string(), "iq2_xxs: quantization is not supported");
+        // The output is left untouched.
+        assert!(dst.iter().all(|&b| b == 0));
     }
 
     #[test]

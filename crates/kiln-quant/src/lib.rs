@@ -4,7 +4,7 @@
 //!   in [`blocks`].
 //! - [`dequantize`] / [`quantize`]: whole rows between GGUF bytes and f32, checked against the type's block
 //!   geometry ([`Error`] names the type and the sizes). Dequantization covers every [`GgmlType`];
-//!   quantization covers the float types, the legacy formats and the K-quants (not the i-quants).
+//!   quantization covers the float types, the legacy formats, the K-quants and IQ4_NL (not IQ2_XXS).
 //!   Results are bit-identical to ggml's reference C code, checked against fixtures produced by the
 //!   `gguf` Python package (tools/gen_quant_fixtures.py).
 //! - [`reference`]: the same conversions one block at a time (`dequantize_q4_k(&BlockQ4K, &mut [f32; 256])`,

@@ -10,7 +10,7 @@ const TEST_SIZE: usize = 32 * 128;
 
 /// Per-type bounds, as in test-quantize-fns.cpp: MAX_QUANTIZATION_TOTAL_ERROR (0.002) for every type
 /// except Q2_K (…_2BITS, 0.0075) and Q3_K (…_3BITS, 0.0040).
-const BOUNDS: [(GgmlType, f64); 14] = [
+const BOUNDS: [(GgmlType, f64); 15] = [
     (GgmlType::F16, 0.002),
     (GgmlType::BF16, 0.002),
     (GgmlType::Q4_0, 0.002),
@@ -25,6 +25,7 @@ const BOUNDS: [(GgmlType, f64); 14] = [
     (GgmlType::Q5_K, 0.002),
     (GgmlType::Q6_K, 0.002),
     (GgmlType::Q8_K, 0.002),
+    (GgmlType::IQ4_NL, 0.002),
 ];
 
 /// `generate_data`: the C code evaluates `0.1 + 2*cosf(i + offset)` in double and stores a float.

@@ -1,10 +1,13 @@
 //! The i-quants kiln reads: IQ2_XXS (2.06 bits: an 8-element grid codebook with sign bits) and IQ4_NL
-//! (4-bit indices into a fixed non-linear codebook). Dequantization only: both are produced offline
-//! with an importance matrix, which kiln does not do.
+//! (4-bit indices into a fixed non-linear codebook). IQ2_XXS is dequantize-only (ggml quantizes it only
+//! with an importance matrix and a grid search kiln does not carry); IQ4_NL also has ggml's
+//! importance-free reference quantizer.
 
 pub(crate) mod tables;
 
 use crate::blocks::{BlockIq2Xxs, BlockIq4Nl, QK, QK_K};
+use crate::kquants::GROUP_MAX_EPS;
+use half::f16;
 use tables::{IQ2XXS_GRID, KSIGNS_IQ2XS};
 
 /// IQ4_NL's codebook (ggml's `kvalues_iq4nl`): denser near zero, like the weights it encodes.
@@ -45,10 +48,63 @@ pub fn dequantize_iq4_nl(b: &BlockIq4Nl, y: &mut [f32; QK]) {
     }
 }
 
+/// Index of the codebook entry nearest to `x` (`best_index_int8`): `x` picks entry `i` once it reaches the
+/// midpoint of entries `i - 1` and `i`. Comparing `2x` against the integer sum keeps the midpoint exact, as
+/// current ggml does (older ggml compared `x - a < b - x`, which can round differently next to a midpoint).
+fn best_index_iq4_nl(x: f32) -> u8 {
+    let x2 = x + x;
+    let mut idx = 0usize;
+    let mut step = IQ4_NL_VALUES.len() >> 1;
+    while step > 0 {
+        let j = idx + step;
+        let mid2 = IQ4_NL_VALUES[j - 1] as i32 + IQ4_NL_VALUES[j] as i32;
+        if x2 >= mid2 as f32 {
+            idx = j;
+        }
+        step >>= 1;
+    }
+    idx as u8
+}
+
+/// 32 floats to an IQ4_NL block (`quantize_row_iq4_nl_ref`, i.e. ggml's `quantize_row_iq4_nl_impl` with no
+/// importance weights and no scale search): indices for `d = max / -127`, then the weighted (x²)
+/// least-squares scale for those indices.
+pub fn quantize_iq4_nl(x: &[f32; QK]) -> BlockIq4Nl {
+    let mut b = BlockIq4Nl {
+        d: f16::ZERO,
+        qs: [0; QK / 2],
+    };
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        return b;
+    }
+    let id = 1.0 / (max / IQ4_NL_VALUES[0] as f32);
+    let mut big_l = [0u8; QK];
+    let (mut sumqx, mut sumq2) = (0f32, 0f32);
+    for (l, &v) in big_l.iter_mut().zip(x) {
+        *l = best_index_iq4_nl(id * v);
+        let q = IQ4_NL_VALUES[*l as usize] as f32;
+        let w = v * v;
+        sumqx += w * q * v;
+        sumq2 += w * q * q;
+    }
+    let d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
+    b.d = f16::from_f32(d);
+    for j in 0..QK / 2 {
+        b.qs[j] = big_l[j] | (big_l[j + QK / 2] << 4);
+    }
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use half::f16;
 
     #[test]
     fn ksigns_make_an_even_number_of_minus_signs() {
@@ -89,6 +145,35 @@ mod tests {
         assert_eq!(y[8], 0.875 * 8.0);
         // Sub-block 1 has scale nibble 0: db = 0.125.
         assert_eq!(y[32], 0.125 * 8.0);
+    }
+
+    #[test]
+    fn iq4_nl_best_index_picks_the_nearest_entry() {
+        for (i, &v) in IQ4_NL_VALUES.iter().enumerate() {
+            assert_eq!(best_index_iq4_nl(v as f32) as usize, i);
+            assert_eq!(
+                best_index_iq4_nl(v as f32 + 0.4) as usize,
+                i,
+                "just above {v}"
+            );
+        }
+        // Exactly between -127 and -104 goes up, as in ggml.
+        assert_eq!(best_index_iq4_nl(-115.5), 1);
+        assert_eq!(best_index_iq4_nl(-1000.0), 0);
+        assert_eq!(best_index_iq4_nl(1000.0), 15);
+    }
+
+    #[test]
+    fn iq4_nl_quantizes_codebook_multiples_exactly() {
+        // x = 0.5 * codebook[i % 16]: max = -63.5, so d = max / -127 = 0.5 picks the exact indices, and
+        // the least-squares scale for them is exactly 0.5 (every term scales by a power of two).
+        let x: [f32; QK] = std::array::from_fn(|i| 0.5 * IQ4_NL_VALUES[i % 16] as f32);
+        let b = quantize_iq4_nl(&x);
+        let mut y = [0f32; QK];
+        dequantize_iq4_nl(&b, &mut y);
+        assert_eq!(y, x);
+        let z = quantize_iq4_nl(&[0.0; QK]);
+        assert_eq!(z.d.to_f32(), 0.0);
     }
 
     #[test]

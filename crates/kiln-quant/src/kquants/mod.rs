@@ -24,7 +24,7 @@ pub use q6_k::{dequantize_q6_k, quantize_q6_k};
 pub use q8_k::{dequantize_q8_k, quantize_q8_k};
 
 /// Below this magnitude a group counts as all zeros (ggml's `GROUP_MAX_EPS`).
-const GROUP_MAX_EPS: f32 = 1e-15;
+pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// Round to nearest, ties to even, through the float-add trick ggml uses (`nearest_int`): adding 1.5 * 2^23
 /// leaves the integer in the low mantissa bits. Exact for |x| < 2^22; larger inputs give a wrong but
