@@ -22,6 +22,8 @@ enum Command {
     Info(commands::info::Args),
     /// Tokenize text with a model's tokenizer and print ids and pieces.
     Tokenize(commands::tokenize::Args),
+    /// Write a GGUF with random weights, real shapes and real tokenizer metadata (deterministic by seed).
+    Synth(commands::synth::Args),
 }
 
 fn main() {
@@ -29,6 +31,7 @@ fn main() {
     let result = match cli.command {
         Command::Info(args) => commands::info::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
+        Command::Synth(args) => commands::synth::run(args),
     };
     if let Err(e) = result {
         // A closed stdout (`kiln … | head`) is not an error worth reporting.

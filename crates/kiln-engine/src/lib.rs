@@ -40,6 +40,7 @@ mod models;
 pub mod sampler;
 pub mod scheduler;
 mod session;
+pub mod synth;
 mod weights;
 
 pub use backend::{AttnParams, AttnRow, Backend, KvLayout, KvType, MoeFfn, RopeMode, RopeParams};
