@@ -7,7 +7,7 @@
 //!   quantization covers the float types, the legacy formats, the K-quants and IQ4_NL (not IQ2_XXS).
 //!   Results are bit-identical to ggml's reference C code, checked against fixtures produced by the
 //!   `gguf` Python package (tools/gen_quant_fixtures.py).
-//! - [`reference`]: the same conversions one block at a time (`dequantize_q4_k(&BlockQ4K, &mut [f32; 256])`,
+//! - [`mod@reference`]: the same conversions one block at a time (`dequantize_q4_k(&BlockQ4K, &mut [f32; 256])`,
 //!   `quantize_q8_0(&[f32; 32]) -> BlockQ8_0`, …), the scalar reference every faster path is tested against.
 //! - [`dot`]: the CPU dot-product kernels of matmul (scalar reference for every type, AVX2 and AVX-512 VNNI
 //!   for the common ones, picked at run time) and the activation quantizers they read.
