@@ -6,7 +6,7 @@
 //! `cargo run --release -p kiln-quant --example dot_bench [-- TYPE...]`
 
 use half::f16;
-use kiln_quant::dot::{dot_fn, quantize_activation, vec_dot_type, Isa};
+use kiln_quant::dot::{dot_fn, dot_kernel, quantize_activation, vec_dot_type, Isa};
 use kiln_quant::GgmlType;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -84,6 +84,31 @@ fn gemv_time(f: kiln_quant::dot::DotFn, ty: GgmlType, mats: &[Vec<u8>], a: &[u8]
     best
 }
 
+/// Seconds per GEMV of one matrix against 4 activation rows (`dot_rows`), best of several.
+fn gemm4_time(
+    k: &kiln_quant::dot::DotKernel,
+    ty: GgmlType,
+    m: &[u8],
+    a4: &[u8],
+    stride: usize,
+) -> f64 {
+    let rb = ty.row_bytes(COLS as u64).expect("whole blocks") as usize;
+    let mut out = vec![0f32; 4 * ROWS];
+    let mut best = f64::INFINITY;
+    let start = Instant::now();
+    let mut i = 0;
+    while start.elapsed() < Duration::from_millis(600) || i < 3 {
+        let t = Instant::now();
+        for (r, o) in out.chunks_exact_mut(4).enumerate() {
+            k.dot_rows(COLS, &m[r * rb..(r + 1) * rb], a4, stride, o);
+        }
+        black_box(&out);
+        best = best.min(t.elapsed().as_secs_f64());
+        i += 1;
+    }
+    best
+}
+
 /// Read bandwidth in GB/s of summing a 1 GiB buffer with `threads` threads.
 fn read_bandwidth(threads: usize) -> f64 {
     let buf: Vec<u64> = (0..(1usize << 27)).map(|i| i as u64).collect();
@@ -93,7 +118,16 @@ fn read_bandwidth(threads: usize) -> f64 {
         let t = Instant::now();
         std::thread::scope(|s| {
             for part in buf.chunks(chunk) {
-                s.spawn(move || black_box(part.iter().fold(0u64, |a, &b| a.wrapping_add(b))));
+                s.spawn(move || {
+                    // Eight independent sums so the loop is load-bound, not add-latency-bound.
+                    let mut acc = [0u64; 8];
+                    for c in part.chunks_exact(8) {
+                        for (a, &v) in acc.iter_mut().zip(c) {
+                            *a = a.wrapping_add(v);
+                        }
+                    }
+                    black_box(acc)
+                });
             }
         });
         best = best.min(t.elapsed().as_secs_f64());
@@ -131,8 +165,14 @@ fn main() {
         read_bandwidth(1),
         read_bandwidth(2)
     );
-    println!("GEMV {ROWS}x{COLS} x 1 row, 1 thread, GB/s of weight bytes (and ms per GEMV)");
-    println!("{:8} {:11} {:>16} {:>16}", "type", "isa", "hot", "dram");
+    println!("{ROWS}x{COLS} weights, 1 thread, GB/s of weight bytes (ms per pass); x4: 4 activation rows");
+    println!(
+        "per pass through dot_rows, GB/s counted per activation row (4 x weight bytes / time)"
+    );
+    println!(
+        "{:8} {:11} {:>16} {:>16} {:>16}",
+        "type", "isa", "hot", "dram", "hot x4"
+    );
     let x: Vec<f32> = (0..COLS)
         .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
         .collect();
@@ -140,22 +180,27 @@ fn main() {
         let at = vec_dot_type(ty);
         let mut a = vec![0u8; at.row_bytes(COLS as u64).expect("whole blocks") as usize];
         quantize_activation(at, &x, &mut a).expect("activation row");
+        let a4: Vec<u8> = (0..4).flat_map(|_| a.iter().copied()).collect();
         let mat_bytes = ROWS * ty.row_bytes(COLS as u64).expect("whole blocks") as usize;
         let n_cold = DRAM_BYTES.div_ceil(mat_bytes).max(2);
         let mats: Vec<Vec<u8>> = (0..n_cold as u64).map(|s| weights(ty, s + 1)).collect();
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
             let f = dot_fn(ty, isa).expect("every weight type has a kernel");
+            let k = dot_kernel(ty, isa).expect("every weight type has a kernel");
             let hot = gemv_time(f, ty, &mats[..1], &a);
             let cold = gemv_time(f, ty, &mats, &a);
+            let x4 = gemm4_time(&k, ty, &mats[0], &a4, a.len());
             let gb = mat_bytes as f64 / 1e9;
             println!(
-                "{:8} {:11} {:>7.2} ({:5.2}ms) {:>7.2} ({:5.2}ms)",
+                "{:8} {:11} {:>7.2} ({:5.2}ms) {:>7.2} ({:5.2}ms) {:>7.2} ({:5.2}ms)",
                 ty.name(),
                 isa.name(),
                 gb / hot,
                 hot * 1e3,
                 gb / cold,
-                cold * 1e3
+                cold * 1e3,
+                4.0 * gb / x4,
+                x4 * 1e3
             );
         }
     }

@@ -6,7 +6,7 @@
 
 use half::{bf16, f16};
 use kiln_quant::dot::{
-    dot_fn, quantize_activation, quantize_activation_isa, vec_dot, vec_dot_type, Isa,
+    dot_fn, dot_kernel, quantize_activation, quantize_activation_isa, vec_dot, vec_dot_type, Isa,
 };
 use kiln_quant::{dequantize, quantize, GgmlType};
 use rand::rngs::StdRng;
@@ -279,6 +279,47 @@ fn kernels_read_unaligned_rows_and_are_deterministic() {
                 base.to_bits(),
                 "{ty} {isa} repeat"
             );
+        }
+    }
+}
+
+#[test]
+fn multi_row_results_are_bit_identical_to_single_rows() {
+    // Batch invariance: a row's result must not depend on how many rows share the call or where it sits.
+    let mut rng = StdRng::seed_from_u64(0xba7c);
+    for ty in WEIGHT_TYPES {
+        let at = vec_dot_type(ty);
+        for n in [lengths(ty)[0], lengths(ty)[3], lengths(ty)[7]] {
+            let w = random_weights(&mut rng, ty, n);
+            let row = at.row_bytes(n as u64).unwrap() as usize;
+            // Rows padded apart so a stride mix-up reads the wrong bytes.
+            let stride = row + 3;
+            let rows = 11;
+            let mut a = vec![0u8; rows * stride];
+            for r in 0..rows {
+                let x = random_activations(&mut rng, n);
+                quantize_activation(at, &x, &mut a[r * stride..r * stride + row]).unwrap();
+            }
+            for isa in isas() {
+                let k = dot_kernel(ty, isa).unwrap();
+                let single: Vec<u32> = (0..rows)
+                    .map(|r| k.dot(n, &w, &a[r * stride..]).to_bits())
+                    .collect();
+                for first in 0..3 {
+                    for count in 1..=rows - first {
+                        let mut out = vec![f32::NAN; count];
+                        k.dot_rows(n, &w, &a[first * stride..], stride, &mut out);
+                        for (j, o) in out.iter().enumerate() {
+                            assert_eq!(
+                                o.to_bits(),
+                                single[first + j],
+                                "{ty} {isa} n={n}: row {} of a {count}-row call",
+                                first + j
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 }

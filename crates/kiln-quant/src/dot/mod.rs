@@ -49,6 +49,55 @@ use crate::GgmlType;
 /// once (at model load) and a mismatch here is a bug in the caller, not bad data.
 pub type DotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 
+/// One weight row against four activation rows, each result bit-identical to the [`DotFn`] of the same
+/// type and ISA on that row (same contract and panics).
+pub(crate) type Dot4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
+
+/// A dot kernel chosen once per matmul ([`dot_kernel`]): one weight row against one activation row
+/// ([`DotKernel::dot`]) or against several ([`DotKernel::dot_rows`], which decodes the weights once for up to
+/// four activation rows: the fast path of prefill and batched decode).
+///
+/// Batch invariance: a row's result from [`DotKernel::dot_rows`] is bit-identical to [`DotKernel::dot`] on that
+/// row, whatever the other rows and their number (each row's arithmetic runs in the same order in both).
+#[derive(Clone, Copy, Debug)]
+pub struct DotKernel {
+    single: DotFn,
+    four: Option<Dot4Fn>,
+}
+
+impl DotKernel {
+    /// The dot product of a weight row and an activation row of `n` elements (see [`DotFn`]).
+    #[inline]
+    pub fn dot(&self, n: usize, w: &[u8], a: &[u8]) -> f32 {
+        (self.single)(n, w, a)
+    }
+
+    /// The single-row kernel as a plain function pointer.
+    pub fn dot_fn(&self) -> DotFn {
+        self.single
+    }
+
+    /// `out[j] = dot(w, activation row j)` for every `j < out.len()`, activation row `j` starting at byte
+    /// `j * a_stride` of `a`.
+    ///
+    /// # Panics
+    /// As [`DotFn`], for any row that `a` does not hold.
+    pub fn dot_rows(&self, n: usize, w: &[u8], a: &[u8], a_stride: usize, out: &mut [f32]) {
+        let row = |j: usize| &a[j * a_stride..];
+        let mut j = 0;
+        if let Some(four) = self.four {
+            while j + 4 <= out.len() {
+                let r = four(n, w, [row(j), row(j + 1), row(j + 2), row(j + 3)]);
+                out[j..j + 4].copy_from_slice(&r);
+                j += 4;
+            }
+        }
+        for (k, o) in out.iter_mut().enumerate().skip(j) {
+            *o = (self.single)(n, w, row(k));
+        }
+    }
+}
+
 /// An instruction set a kernel can be compiled for, ordered from the most portable to the fastest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Isa {
@@ -212,17 +261,27 @@ pub(crate) fn rows<'a>(
     (&w[..wl], &a[..al])
 }
 
-/// The kernel for weight type `w` on `isa`, chosen once per matmul. Types without a SIMD kernel get the
-/// scalar reference under every ISA.
+/// The single-row kernel for weight type `w` on `isa`, chosen once per matmul. Types without a SIMD kernel
+/// get the scalar reference under every ISA.
 pub fn dot_fn(w: GgmlType, isa: Isa) -> Result<DotFn, DotError> {
+    Ok(dot_kernel(w, isa)?.single)
+}
+
+/// The kernel for weight type `w` on `isa` with its multi-row form (see [`DotKernel`]).
+pub fn dot_kernel(w: GgmlType, isa: Isa) -> Result<DotKernel, DotError> {
     if !isa.is_available() {
         return Err(DotError::IsaUnavailable(isa));
     }
-    let reference = scalar::kernel(w).ok_or(DotError::UnsupportedWeight(w))?;
+    let reference = DotKernel {
+        single: scalar::kernel(w).ok_or(DotError::UnsupportedWeight(w))?,
+        four: None,
+    };
     match isa {
         Isa::Scalar => Ok(reference),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512Vnni => Ok(x86::kernel(w, isa).unwrap_or(reference)),
+        Isa::Avx2 | Isa::Avx512Vnni => Ok(x86::kernel(w, isa)
+            .map(|(single, four)| DotKernel { single, four })
+            .unwrap_or(reference)),
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 | Isa::Avx512Vnni => Err(DotError::IsaUnavailable(isa)),
     }

@@ -60,116 +60,122 @@ unsafe fn hsum_ps128(v: __m128) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
+/// Q4_K (`FIFTH = false`) and Q5_K (`FIFTH = true`, the fifth bits from `qh`) against `R` activation rows.
+/// The weights of each 64-element chunk are decoded once and shared by the rows; each row's arithmetic is
+/// the same whatever `R` is, so its result is bit-identical alone or in a batch.
 #[inline(always)]
-unsafe fn q4_k_body<S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
-    const WB: usize = size_of::<BlockQ4K>();
+unsafe fn q45_k_body<S: Simd, const FIFTH: bool, const R: usize>(
+    n: usize,
+    w: *const u8,
+    a: [*const u8; R],
+) -> [f32; R] {
+    // Q4_K and Q5_K share d, dmin and scales at the same offsets; only qs moves (after qh in Q5_K).
+    const _: () = assert!(offset_of!(BlockQ4K, scales) == offset_of!(BlockQ5K, scales));
+    const _: () = assert!(offset_of!(BlockQ4K, dmin) == offset_of!(BlockQ5K, dmin));
     const AB: usize = size_of::<BlockQ8K>();
-    let m4 = _mm256_set1_epi8(0xF);
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
-    for i in 0..n / QK_K {
-        let (x, y) = (w.add(i * WB), a.add(i * AB));
-        let yd = load_f32(y);
-        let d = yd * load_f16(x.add(offset_of!(BlockQ4K, d)));
-        let dmin = -yd * load_f16(x.add(offset_of!(BlockQ4K, dmin)));
-        let sm = scales_mins_k4(x.add(offset_of!(BlockQ4K, scales)));
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(sm, y)), acc_m);
-        let scales = _mm256_permute2x128_si256(sm, sm, 0x00);
-        let qs = x.add(offset_of!(BlockQ4K, qs));
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..QK_K / 64 {
-            let bits = _mm256_loadu_si256(qs.add(32 * j).cast());
-            let lo = _mm256_and_si256(bits, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            let ylo = _mm256_loadu_si256(y.add(Y_QS + 64 * j).cast());
-            let yhi = _mm256_loadu_si256(y.add(Y_QS + 64 * j + 32).cast());
-            let sc_lo = _mm256_shuffle_epi8(scales, bcast16(2 * j as i32));
-            let sc_hi = _mm256_shuffle_epi8(scales, bcast16(2 * j as i32 + 1));
-            sumi = S::madd_acc(sumi, sc_lo, _mm256_maddubs_epi16(lo, ylo));
-            sumi = S::madd_acc(sumi, sc_hi, _mm256_maddubs_epi16(hi, yhi));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    hsum_ps(acc) + hsum_ps128(acc_m)
-}
-dot_kernels!(
-    GgmlType::Q4_K,
-    GgmlType::Q8_K,
-    q4_k_body,
-    q4_k_avx2,
-    q4_k_vnni
-);
-
-#[inline(always)]
-unsafe fn q5_k_body<S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
-    const WB: usize = size_of::<BlockQ5K>();
-    const AB: usize = size_of::<BlockQ8K>();
+    let (wb, qs_off) = if FIFTH {
+        (size_of::<BlockQ5K>(), offset_of!(BlockQ5K, qs))
+    } else {
+        (size_of::<BlockQ4K>(), offset_of!(BlockQ4K, qs))
+    };
     let m4 = _mm256_set1_epi8(0xF);
     let sixteen = _mm256_set1_epi8(16);
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc_m = [_mm_setzero_ps(); R];
     for i in 0..n / QK_K {
-        let (x, y) = (w.add(i * WB), a.add(i * AB));
-        let yd = load_f32(y);
-        let d = yd * load_f16(x.add(offset_of!(BlockQ5K, d)));
-        let dmin = -yd * load_f16(x.add(offset_of!(BlockQ5K, dmin)));
-        let sm = scales_mins_k4(x.add(offset_of!(BlockQ5K, scales)));
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mins_dot(sm, y)), acc_m);
+        let x = w.add(i * wb);
+        let xd = load_f16(x.add(offset_of!(BlockQ4K, d)));
+        let xdmin = load_f16(x.add(offset_of!(BlockQ4K, dmin)));
+        let sm = scales_mins_k4(x.add(offset_of!(BlockQ4K, scales)));
         let scales = _mm256_permute2x128_si256(sm, sm, 0x00);
-        let qs = x.add(offset_of!(BlockQ5K, qs));
-        let hbits = _mm256_loadu_si256(x.add(offset_of!(BlockQ5K, qh)).cast());
-        let mut sumi = _mm256_setzero_si256();
+        let qs = x.add(qs_off);
+        let hbits = if FIFTH {
+            _mm256_loadu_si256(x.add(offset_of!(BlockQ5K, qh)).cast())
+        } else {
+            _mm256_setzero_si256()
+        };
+        let mut sumi = [_mm256_setzero_si256(); R];
         for j in 0..QK_K / 64 {
-            // Sub-block s takes its fifth bit from bit s of each qh byte: 16 where set.
-            let fifth = |s: usize| {
-                let bit = _mm256_set1_epi8((1u8 << s) as i8);
-                _mm256_and_si256(
-                    _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), bit),
-                    sixteen,
-                )
-            };
             let bits = _mm256_loadu_si256(qs.add(32 * j).cast());
-            let lo = _mm256_or_si256(_mm256_and_si256(bits, m4), fifth(2 * j));
-            let hi = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
-                fifth(2 * j + 1),
-            );
-            let ylo = _mm256_loadu_si256(y.add(Y_QS + 64 * j).cast());
-            let yhi = _mm256_loadu_si256(y.add(Y_QS + 64 * j + 32).cast());
+            let mut lo = _mm256_and_si256(bits, m4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            if FIFTH {
+                // Sub-block s takes its fifth bit from bit s of each qh byte: 16 where set.
+                let fifth = |s: usize| {
+                    let bit = _mm256_set1_epi8((1u8 << s) as i8);
+                    _mm256_and_si256(
+                        _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), bit),
+                        sixteen,
+                    )
+                };
+                lo = _mm256_or_si256(lo, fifth(2 * j));
+                hi = _mm256_or_si256(hi, fifth(2 * j + 1));
+            }
             let sc_lo = _mm256_shuffle_epi8(scales, bcast16(2 * j as i32));
             let sc_hi = _mm256_shuffle_epi8(scales, bcast16(2 * j as i32 + 1));
-            sumi = S::madd_acc(sumi, sc_lo, _mm256_maddubs_epi16(lo, ylo));
-            sumi = S::madd_acc(sumi, sc_hi, _mm256_maddubs_epi16(hi, yhi));
+            for r in 0..R {
+                let y = a[r].add(i * AB + Y_QS + 64 * j);
+                let ylo = _mm256_loadu_si256(y.cast());
+                let yhi = _mm256_loadu_si256(y.add(32).cast());
+                sumi[r] = S::madd_acc(sumi[r], sc_lo, _mm256_maddubs_epi16(lo, ylo));
+                sumi[r] = S::madd_acc(sumi[r], sc_hi, _mm256_maddubs_epi16(hi, yhi));
+            }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        for r in 0..R {
+            let y = a[r].add(i * AB);
+            let yd = load_f32(y);
+            let mins = _mm_cvtepi32_ps(mins_dot(sm, y));
+            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(-yd * xdmin), mins, acc_m[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(yd * xd), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        }
     }
-    hsum_ps(acc) + hsum_ps128(acc_m)
+    let mut out = [0.0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]) + hsum_ps128(acc_m[r]);
+    }
+    out
 }
-dot_kernels!(
-    GgmlType::Q5_K,
-    GgmlType::Q8_K,
-    q5_k_body,
-    q5_k_avx2,
-    q5_k_vnni
-);
 
 #[inline(always)]
-unsafe fn q6_k_body<S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
+unsafe fn q4_k_body<S: Simd, const R: usize>(
+    n: usize,
+    w: *const u8,
+    a: [*const u8; R],
+) -> [f32; R] {
+    q45_k_body::<S, false, R>(n, w, a)
+}
+dot_kernels!(GgmlType::Q4_K, GgmlType::Q8_K, q4_k_body, q4_k);
+
+#[inline(always)]
+unsafe fn q5_k_body<S: Simd, const R: usize>(
+    n: usize,
+    w: *const u8,
+    a: [*const u8; R],
+) -> [f32; R] {
+    q45_k_body::<S, true, R>(n, w, a)
+}
+dot_kernels!(GgmlType::Q5_K, GgmlType::Q8_K, q5_k_body, q5_k);
+
+/// Q6_K against `R` activation rows, weights decoded once per 128-element half (see [`q45_k_body`]).
+#[inline(always)]
+unsafe fn q6_k_body<S: Simd, const R: usize>(
+    n: usize,
+    w: *const u8,
+    a: [*const u8; R],
+) -> [f32; R] {
     const WB: usize = size_of::<BlockQ6K>();
     const AB: usize = size_of::<BlockQ8K>();
     let m4 = _mm256_set1_epi8(0xF);
     let m2 = _mm256_set1_epi8(3);
-    let mut acc = _mm256_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); R];
     for i in 0..n / QK_K {
-        let (x, y) = (w.add(i * WB), a.add(i * AB));
-        let d = load_f32(y) * load_f16(x.add(offset_of!(BlockQ6K, d)));
+        let x = w.add(i * WB);
+        let xd = load_f16(x.add(offset_of!(BlockQ6K, d)));
         let sc8 = _mm_loadu_si128(x.add(offset_of!(BlockQ6K, scales)).cast());
-        // Quants are stored +32: subtract 32 · Σ scale · bsum once per super-block.
-        let bsums = _mm256_loadu_si256(y.add(Y_BSUMS).cast());
-        let offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(sc8)), 5);
+        let sc16 = _mm256_cvtepi8_epi16(sc8);
         let ql = x.add(offset_of!(BlockQ6K, ql));
         let qh = x.add(offset_of!(BlockQ6K, qh));
-        let mut sumi = _mm256_setzero_si256();
+        let mut sumi = [_mm256_setzero_si256(); R];
         for h in 0..QK_K / 128 {
             let l0 = _mm256_loadu_si256(ql.add(64 * h).cast());
             let l1 = _mm256_loadu_si256(ql.add(64 * h + 32).cast());
@@ -187,24 +193,34 @@ unsafe fn q6_k_body<S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), top(3)),
             ];
             for (k, q) in q.into_iter().enumerate() {
-                let yq = _mm256_loadu_si256(y.add(Y_QS + 128 * h + 32 * k).cast());
                 // 32 elements span sub-blocks s and s+1: their scales in the low and high 128-bit lanes.
                 let s = (8 * h + 2 * k) as i64;
                 let ctrl =
                     _mm_set_epi64x((s + 1) * 0x0101_0101_0101_0101, s * 0x0101_0101_0101_0101);
                 let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, ctrl));
-                sumi = S::madd_acc(sumi, sc, _mm256_maddubs_epi16(q, yq));
+                for r in 0..R {
+                    let yq = _mm256_loadu_si256(a[r].add(i * AB + Y_QS + 128 * h + 32 * k).cast());
+                    sumi[r] = S::madd_acc(sumi[r], sc, _mm256_maddubs_epi16(q, yq));
+                }
             }
         }
-        let sumi = _mm256_sub_epi32(sumi, offset);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        for r in 0..R {
+            let y = a[r].add(i * AB);
+            // Quants are stored +32: subtract 32 · Σ scale · bsum once per super-block.
+            let bsums = _mm256_loadu_si256(y.add(Y_BSUMS).cast());
+            let offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5);
+            let s = _mm256_sub_epi32(sumi[r], offset);
+            acc[r] = _mm256_fmadd_ps(
+                _mm256_set1_ps(load_f32(y) * xd),
+                _mm256_cvtepi32_ps(s),
+                acc[r],
+            );
+        }
     }
-    hsum_ps(acc)
+    let mut out = [0.0f32; R];
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]);
+    }
+    out
 }
-dot_kernels!(
-    GgmlType::Q6_K,
-    GgmlType::Q8_K,
-    q6_k_body,
-    q6_k_avx2,
-    q6_k_vnni
-);
+dot_kernels!(GgmlType::Q6_K, GgmlType::Q8_K, q6_k_body, q6_k);

@@ -24,17 +24,6 @@ unsafe fn nibbles(qs: *const u8) -> __m256i {
     _mm256_and_si256(q, _mm256_set1_epi8(0xF))
 }
 
-/// Signed weight bytes `x` times signed activation bytes `y` via the unsigned × signed instruction:
-/// |x| · (y with x's sign).
-#[inline(always)]
-unsafe fn dot_i8i8<S: Simd>(x: __m256i, y: __m256i) -> __m256i {
-    S::dot_u8i8(
-        _mm256_setzero_si256(),
-        _mm256_sign_epi8(x, x),
-        _mm256_sign_epi8(y, x),
-    )
-}
-
 #[inline(always)]
 unsafe fn rd32(p: *const u8) -> i32 {
     std::ptr::read_unaligned(p.cast::<i32>())
@@ -47,8 +36,21 @@ trait Legacy {
     const AB: usize;
     /// Whether the second f16 of each header pair (weight `m` × activation `s`) is part of the dot.
     const MIN: bool;
-    /// The exact integer dot of the weight block at `x` with the activation block at `y`, in 8 i32 lanes.
-    unsafe fn idot<S: Simd>(x: *const u8, y: *const u8) -> __m256i;
+    /// The weight block at `x` as 32 bytes in element order.
+    unsafe fn weights(x: *const u8) -> __m256i;
+    /// The exact integer dot of prepared weights with the activation quants at `y`, in 8 i32 lanes.
+    unsafe fn idot<S: Simd>(xq: __m256i, y: *const u8) -> __m256i;
+}
+
+/// Signed weight bytes `x` times signed activation bytes `y` via the unsigned × signed instruction:
+/// |x| · (y with x's sign).
+#[inline(always)]
+unsafe fn dot_i8i8<S: Simd>(x: __m256i, y: __m256i) -> __m256i {
+    S::dot_u8i8(
+        _mm256_setzero_si256(),
+        _mm256_sign_epi8(x, x),
+        _mm256_sign_epi8(y, x),
+    )
 }
 
 struct Q4_0;
@@ -57,11 +59,14 @@ impl Legacy for Q4_0 {
     const AB: usize = size_of::<BlockQ8_0>();
     const MIN: bool = false;
     #[inline(always)]
-    unsafe fn idot<S: Simd>(x: *const u8, y: *const u8) -> __m256i {
-        let xq = _mm256_sub_epi8(
+    unsafe fn weights(x: *const u8) -> __m256i {
+        _mm256_sub_epi8(
             nibbles(x.add(offset_of!(BlockQ4_0, qs))),
             _mm256_set1_epi8(8),
-        );
+        )
+    }
+    #[inline(always)]
+    unsafe fn idot<S: Simd>(xq: __m256i, y: *const u8) -> __m256i {
         let yq = _mm256_loadu_si256(y.add(offset_of!(BlockQ8_0, qs)).cast());
         dot_i8i8::<S>(xq, yq)
     }
@@ -73,8 +78,11 @@ impl Legacy for Q4_1 {
     const AB: usize = size_of::<BlockQ8_1>();
     const MIN: bool = true;
     #[inline(always)]
-    unsafe fn idot<S: Simd>(x: *const u8, y: *const u8) -> __m256i {
-        let xq = nibbles(x.add(offset_of!(BlockQ4_1, qs)));
+    unsafe fn weights(x: *const u8) -> __m256i {
+        nibbles(x.add(offset_of!(BlockQ4_1, qs)))
+    }
+    #[inline(always)]
+    unsafe fn idot<S: Simd>(xq: __m256i, y: *const u8) -> __m256i {
         let yq = _mm256_loadu_si256(y.add(offset_of!(BlockQ8_1, qs)).cast());
         S::dot_u8i8(_mm256_setzero_si256(), xq, yq)
     }
@@ -86,30 +94,25 @@ impl Legacy for Q8_0 {
     const AB: usize = size_of::<BlockQ8_0>();
     const MIN: bool = false;
     #[inline(always)]
-    unsafe fn idot<S: Simd>(x: *const u8, y: *const u8) -> __m256i {
-        let xq = _mm256_loadu_si256(x.add(offset_of!(BlockQ8_0, qs)).cast());
+    unsafe fn weights(x: *const u8) -> __m256i {
+        _mm256_loadu_si256(x.add(offset_of!(BlockQ8_0, qs)).cast())
+    }
+    #[inline(always)]
+    unsafe fn idot<S: Simd>(xq: __m256i, y: *const u8) -> __m256i {
         let yq = _mm256_loadu_si256(y.add(offset_of!(BlockQ8_0, qs)).cast());
         dot_i8i8::<S>(xq, yq)
     }
 }
 
-/// The header products of blocks `x + k·WB`, `y + k·AB` for k < 4: lanes 2k, 2k+1 hold d_x·d_y and the
-/// product of the second f16s (m·s for Q4_1; meaningless, and unused, for formats whose header is one f16).
+/// The first 4 header bytes (two f16) of 4 consecutive blocks `stride` bytes apart, as 8 f32.
 #[inline(always)]
-unsafe fn scales4<L: Legacy>(x: *const u8, y: *const u8) -> __m256 {
-    let xh = _mm_setr_epi32(
-        rd32(x),
-        rd32(x.add(L::WB)),
-        rd32(x.add(2 * L::WB)),
-        rd32(x.add(3 * L::WB)),
-    );
-    let yh = _mm_setr_epi32(
-        rd32(y),
-        rd32(y.add(L::AB)),
-        rd32(y.add(2 * L::AB)),
-        rd32(y.add(3 * L::AB)),
-    );
-    _mm256_mul_ps(_mm256_cvtph_ps(xh), _mm256_cvtph_ps(yh))
+unsafe fn headers4(p: *const u8, stride: usize) -> __m256 {
+    _mm256_cvtph_ps(_mm_setr_epi32(
+        rd32(p),
+        rd32(p.add(stride)),
+        rd32(p.add(2 * stride)),
+        rd32(p.add(3 * stride)),
+    ))
 }
 
 #[inline(always)]
@@ -117,94 +120,97 @@ unsafe fn lane(v: __m256, k: i32) -> __m256 {
     _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(k))
 }
 
+/// One weight row against `R` activation rows. Each row's arithmetic (operations, operands, order) is the
+/// same whatever `R` is: the weights are decoded once and shared, nothing else is. That makes a row's result
+/// bit-identical whether it is computed alone or with others (batch invariance).
+///
+/// Blocks go four at a time, one accumulator each; lanes 2k and 2k+1 of the header product hold block k's
+/// d_x·d_y and (Q4_1) m·s. The last nb % 4 blocks go one at a time into the first accumulator.
 #[inline(always)]
-unsafe fn legacy_body<L: Legacy, S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
+unsafe fn legacy_body<L: Legacy, S: Simd, const R: usize>(
+    n: usize,
+    w: *const u8,
+    a: [*const u8; R],
+) -> [f32; R] {
     let nb = n / QK;
-    let (mut acc0, mut acc1, mut acc2, mut acc3) = (
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-    );
+    let z = _mm256_setzero_ps();
+    let mut acc = [[z; 4]; R];
     // Lanes 1, 3, 5, 7: the running sums of m·s (Q4_1).
-    let mut mins = _mm256_setzero_ps();
+    let mut mins = [z; R];
     let mut i = 0;
     while i + 4 <= nb {
-        let (x, y) = (w.add(i * L::WB), a.add(i * L::AB));
-        let sc = scales4::<L>(x, y);
-        if L::MIN {
-            mins = _mm256_add_ps(mins, sc);
+        let x = w.add(i * L::WB);
+        let xh = headers4(x, L::WB);
+        let xq: [__m256i; 4] = std::array::from_fn(|k| L::weights(x.add(k * L::WB)));
+        for r in 0..R {
+            let y = a[r].add(i * L::AB);
+            let sc = _mm256_mul_ps(xh, headers4(y, L::AB));
+            if L::MIN {
+                mins[r] = _mm256_add_ps(mins[r], sc);
+            }
+            for k in 0..4 {
+                let p = _mm256_cvtepi32_ps(L::idot::<S>(xq[k], y.add(k * L::AB)));
+                acc[r][k] = _mm256_fmadd_ps(lane(sc, 2 * k as i32), p, acc[r][k]);
+            }
         }
-        let p0 = _mm256_cvtepi32_ps(L::idot::<S>(x, y));
-        let p1 = _mm256_cvtepi32_ps(L::idot::<S>(x.add(L::WB), y.add(L::AB)));
-        let p2 = _mm256_cvtepi32_ps(L::idot::<S>(x.add(2 * L::WB), y.add(2 * L::AB)));
-        let p3 = _mm256_cvtepi32_ps(L::idot::<S>(x.add(3 * L::WB), y.add(3 * L::AB)));
-        acc0 = _mm256_fmadd_ps(lane(sc, 0), p0, acc0);
-        acc1 = _mm256_fmadd_ps(lane(sc, 2), p1, acc1);
-        acc2 = _mm256_fmadd_ps(lane(sc, 4), p2, acc2);
-        acc3 = _mm256_fmadd_ps(lane(sc, 6), p3, acc3);
         i += 4;
     }
-    // The last nb % 4 blocks, one at a time into the first accumulator.
     while i < nb {
-        let (x, y) = (w.add(i * L::WB), a.add(i * L::AB));
-        let sc = _mm_mul_ps(
-            _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(x))),
-            _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(y))),
-        );
-        if L::MIN {
-            mins = _mm256_add_ps(mins, _mm256_zextps128_ps256(sc));
+        let x = w.add(i * L::WB);
+        let xh = _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(x)));
+        let xq = L::weights(x);
+        for r in 0..R {
+            let y = a[r].add(i * L::AB);
+            let sc = _mm_mul_ps(xh, _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(y))));
+            if L::MIN {
+                mins[r] = _mm256_add_ps(mins[r], _mm256_zextps128_ps256(sc));
+            }
+            let p = _mm256_cvtepi32_ps(L::idot::<S>(xq, y));
+            acc[r][0] = _mm256_fmadd_ps(_mm256_broadcastss_ps(sc), p, acc[r][0]);
         }
-        let p = _mm256_cvtepi32_ps(L::idot::<S>(x, y));
-        acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(sc), p, acc0);
         i += 1;
     }
-    let sum = hsum_ps(_mm256_add_ps(
-        _mm256_add_ps(acc0, acc1),
-        _mm256_add_ps(acc2, acc3),
-    ));
-    if L::MIN {
-        sum + hsum_ps(_mm256_blend_ps(mins, _mm256_setzero_ps(), 0b0101_0101))
-    } else {
-        sum
+    // A loop, not a closure: a closure borrowing the accumulators keeps them in memory (a store per FMA).
+    let mut out = [0.0f32; R];
+    for r in 0..R {
+        let [a0, a1, a2, a3] = acc[r];
+        out[r] = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        if L::MIN {
+            out[r] += hsum_ps(_mm256_blend_ps(mins[r], z, 0b0101_0101));
+        }
     }
+    out
 }
 
 #[inline(always)]
-unsafe fn q4_0_body<S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
-    legacy_body::<Q4_0, S>(n, w, a)
+unsafe fn q4_0_body<S: Simd, const R: usize>(
+    n: usize,
+    w: *const u8,
+    a: [*const u8; R],
+) -> [f32; R] {
+    legacy_body::<Q4_0, S, R>(n, w, a)
 }
-dot_kernels!(
-    GgmlType::Q4_0,
-    GgmlType::Q8_0,
-    q4_0_body,
-    q4_0_avx2,
-    q4_0_vnni
-);
+dot_kernels!(GgmlType::Q4_0, GgmlType::Q8_0, q4_0_body, q4_0);
 
 #[inline(always)]
-unsafe fn q4_1_body<S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
-    legacy_body::<Q4_1, S>(n, w, a)
+unsafe fn q4_1_body<S: Simd, const R: usize>(
+    n: usize,
+    w: *const u8,
+    a: [*const u8; R],
+) -> [f32; R] {
+    legacy_body::<Q4_1, S, R>(n, w, a)
 }
-dot_kernels!(
-    GgmlType::Q4_1,
-    GgmlType::Q8_1,
-    q4_1_body,
-    q4_1_avx2,
-    q4_1_vnni
-);
+dot_kernels!(GgmlType::Q4_1, GgmlType::Q8_1, q4_1_body, q4_1);
 
 #[inline(always)]
-unsafe fn q8_0_body<S: Simd>(n: usize, w: *const u8, a: *const u8) -> f32 {
-    legacy_body::<Q8_0, S>(n, w, a)
+unsafe fn q8_0_body<S: Simd, const R: usize>(
+    n: usize,
+    w: *const u8,
+    a: [*const u8; R],
+) -> [f32; R] {
+    legacy_body::<Q8_0, S, R>(n, w, a)
 }
-dot_kernels!(
-    GgmlType::Q8_0,
-    GgmlType::Q8_0,
-    q8_0_body,
-    q8_0_avx2,
-    q8_0_vnni
-);
+dot_kernels!(GgmlType::Q8_0, GgmlType::Q8_0, q8_0_body, q8_0);
 
 /// Float rows: `$load` turns a pointer to `$lanes` weights into f32 lanes; four accumulators hide FMA latency;
 /// the tail (n % (4 · lanes)) is summed in scalar order.

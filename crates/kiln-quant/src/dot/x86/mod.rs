@@ -12,7 +12,7 @@
 mod kquants;
 mod legacy;
 
-use super::{DotFn, Isa};
+use super::{Dot4Fn, DotFn, Isa};
 use crate::GgmlType;
 use std::arch::x86_64::*;
 
@@ -30,28 +30,33 @@ pub(crate) fn has_avx512vnni() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
-/// The SIMD kernel for `w` on `isa`, or `None` when the type only has the scalar reference.
-pub(crate) fn kernel(w: GgmlType, isa: Isa) -> Option<DotFn> {
+/// The SIMD kernel for `w` on `isa` with its four-row variant when it has one, or `None` when the type
+/// only has the scalar reference.
+pub(crate) fn kernel(w: GgmlType, isa: Isa) -> Option<(DotFn, Option<Dot4Fn>)> {
     let vnni = isa == Isa::Avx512Vnni;
+    macro_rules! pick {
+        ($m:path) => {{
+            use $m as k;
+            if vnni {
+                (k::vnni as DotFn, Some(k::vnni_x4 as Dot4Fn))
+            } else {
+                (k::avx2 as DotFn, Some(k::avx2_x4 as Dot4Fn))
+            }
+        }};
+    }
     Some(match w {
-        GgmlType::F32 if vnni => legacy::f32_avx512,
-        GgmlType::F32 => legacy::f32_avx2,
-        GgmlType::F16 if vnni => legacy::f16_avx512,
-        GgmlType::F16 => legacy::f16_avx2,
-        GgmlType::BF16 if vnni => legacy::bf16_avx512,
-        GgmlType::BF16 => legacy::bf16_avx2,
-        GgmlType::Q4_0 if vnni => legacy::q4_0_vnni,
-        GgmlType::Q4_0 => legacy::q4_0_avx2,
-        GgmlType::Q4_1 if vnni => legacy::q4_1_vnni,
-        GgmlType::Q4_1 => legacy::q4_1_avx2,
-        GgmlType::Q8_0 if vnni => legacy::q8_0_vnni,
-        GgmlType::Q8_0 => legacy::q8_0_avx2,
-        GgmlType::Q4_K if vnni => kquants::q4_k_vnni,
-        GgmlType::Q4_K => kquants::q4_k_avx2,
-        GgmlType::Q5_K if vnni => kquants::q5_k_vnni,
-        GgmlType::Q5_K => kquants::q5_k_avx2,
-        GgmlType::Q6_K if vnni => kquants::q6_k_vnni,
-        GgmlType::Q6_K => kquants::q6_k_avx2,
+        GgmlType::F32 if vnni => (legacy::f32_avx512 as DotFn, None),
+        GgmlType::F32 => (legacy::f32_avx2 as DotFn, None),
+        GgmlType::F16 if vnni => (legacy::f16_avx512 as DotFn, None),
+        GgmlType::F16 => (legacy::f16_avx2 as DotFn, None),
+        GgmlType::BF16 if vnni => (legacy::bf16_avx512 as DotFn, None),
+        GgmlType::BF16 => (legacy::bf16_avx2 as DotFn, None),
+        GgmlType::Q4_0 => pick!(legacy::q4_0),
+        GgmlType::Q4_1 => pick!(legacy::q4_1),
+        GgmlType::Q8_0 => pick!(legacy::q8_0),
+        GgmlType::Q4_K => pick!(kquants::q4_k),
+        GgmlType::Q5_K => pick!(kquants::q5_k),
+        GgmlType::Q6_K => pick!(kquants::q6_k),
         GgmlType::Q5_0
         | GgmlType::Q5_1
         | GgmlType::IQ4_NL
@@ -122,28 +127,57 @@ pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// Generates the safe [`DotFn`] wrappers of a kernel body for both ISAs: `$avx2` and `$vnni` slice the rows
-/// (panicking per the [`DotFn`] contract) and call `$body::<Avx2|Vnni>` inside a `#[target_feature]` function.
+/// Generates module `$name` with the safe wrappers of a kernel body `$body::<Simd, R>` for both ISAs:
+/// `avx2`/`vnni` (one activation row, a [`DotFn`]) and `avx2_x4`/`vnni_x4` (four rows, a [`Dot4Fn`]). Each
+/// slices the rows (panicking per the [`DotFn`] contract) and calls the body inside a `#[target_feature]` fn.
 macro_rules! dot_kernels {
-    ($wt:expr, $at:expr, $body:ident, $avx2:ident, $vnni:ident) => {
-        pub(crate) fn $avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    ($wt:expr, $at:expr, $body:ident, $name:ident) => {
+        pub(crate) mod $name {
+            use super::*;
+            use crate::dot::rows;
+
             #[target_feature(enable = "avx2,fma,f16c")]
-            unsafe fn imp(n: usize, w: *const u8, a: *const u8) -> f32 {
-                $body::<super::Avx2>(n, w, a)
+            unsafe fn imp_avx2<const R: usize>(
+                n: usize,
+                w: *const u8,
+                a: [*const u8; R],
+            ) -> [f32; R] {
+                $body::<crate::dot::x86::Avx2, R>(n, w, a)
             }
-            let (w, a) = crate::dot::rows($wt, $at, n, w, a);
-            // SAFETY: `rows` checked both rows hold n elements; this fn is only reachable through
-            // `dot_fn`, which checked that the CPU has AVX2, FMA and F16C.
-            unsafe { imp(n, w.as_ptr(), a.as_ptr()) }
-        }
-        pub(crate) fn $vnni(n: usize, w: &[u8], a: &[u8]) -> f32 {
+
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-            unsafe fn imp(n: usize, w: *const u8, a: *const u8) -> f32 {
-                $body::<super::Vnni>(n, w, a)
+            unsafe fn imp_vnni<const R: usize>(
+                n: usize,
+                w: *const u8,
+                a: [*const u8; R],
+            ) -> [f32; R] {
+                $body::<crate::dot::x86::Vnni, R>(n, w, a)
             }
-            let (w, a) = crate::dot::rows($wt, $at, n, w, a);
-            // SAFETY: as above, for the AVX-512 VNNI feature set.
-            unsafe { imp(n, w.as_ptr(), a.as_ptr()) }
+
+            pub(crate) fn avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                let (w, a) = rows($wt, $at, n, w, a);
+                // SAFETY: `rows` checked both rows hold n elements; this fn is only reachable through
+                // `dot_fn`/`dot_kernel`, which checked that the CPU has AVX2, FMA and F16C.
+                unsafe { imp_avx2(n, w.as_ptr(), [a.as_ptr()])[0] }
+            }
+
+            pub(crate) fn vnni(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                let (w, a) = rows($wt, $at, n, w, a);
+                // SAFETY: as in `avx2`, for the AVX-512 VNNI feature set.
+                unsafe { imp_vnni(n, w.as_ptr(), [a.as_ptr()])[0] }
+            }
+
+            pub(crate) fn avx2_x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+                let a = a.map(|a| rows($wt, $at, n, w, a).1.as_ptr());
+                // SAFETY: as in `avx2`, for each of the four activation rows.
+                unsafe { imp_avx2(n, w.as_ptr(), a) }
+            }
+
+            pub(crate) fn vnni_x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+                let a = a.map(|a| rows($wt, $at, n, w, a).1.as_ptr());
+                // SAFETY: as in `vnni`, for each of the four activation rows.
+                unsafe { imp_vnni(n, w.as_ptr(), a) }
+            }
         }
     };
 }
