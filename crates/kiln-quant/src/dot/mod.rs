@@ -10,14 +10,17 @@
 //! | F32, F16, BF16 | F32 (kiln's choice: half activations would add a rounding for no bandwidth gain, since the activation row sits in cache) |
 //!
 //! The caller quantizes an activation row once with [`quantize_activation`], picks a kernel once per matmul with
-//! [`dot_fn`] and calls it for every weight row. Every type has a scalar reference kernel ([`Isa::Scalar`]) that
-//! follows ggml's `ggml_vec_dot_*` reference semantics (integer dot products per (sub-)block, then float scaling);
-//! the SIMD kernels are tested against it. SIMD kernels exist for the types real models use (F32, F16, BF16,
-//! Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K); the other types run the reference kernel under every [`Isa`].
+//! [`dot_kernel`] (or [`dot_fn`]) and calls it for every weight row, for one activation row ([`DotKernel::dot`])
+//! or several ([`DotKernel::dot_rows`]: the weights are decoded once for up to four activation rows). Every type
+//! has a scalar reference kernel ([`Isa::Scalar`]) that follows ggml's `ggml_vec_dot_*` reference semantics
+//! (integer dot products per (sub-)block, then float scaling); the SIMD kernels are tested against it. SIMD
+//! kernels (AVX2, and AVX-512 VNNI) exist for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K
+//! and Q6_K, with a four-row form for the block types; Q2_K, Q3_K and IQ2_XXS run the reference kernel under
+//! every [`Isa`].
 //!
 //! A kernel's result for a given (weight row, activation row) depends only on those two rows, the type and the
-//! [`Isa`]: the reduction order is fixed, so the result is bit-identical from call to call (the engine's batch
-//! invariance rests on this).
+//! [`Isa`]: the reduction order is fixed, so the result is bit-identical from call to call and between
+//! [`DotKernel::dot`] and [`DotKernel::dot_rows`] (the engine's batch invariance rests on this).
 //!
 //! ```
 //! use kiln_quant::dot::{dot_fn, quantize_activation, vec_dot_type, Isa};

@@ -1,4 +1,4 @@
-//! x86 kernels for the float types and the 32-element block formats (Q4_0, Q4_1, Q8_0).
+//! x86 kernels for the float types and the 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL).
 //!
 //! Block kernels: one 32-element block per 256-bit vector (the integer dot of a block fills 8 i32 lanes),
 //! scaled to float and accumulated with FMA. Blocks go four at a time, one accumulator each, so consecutive
@@ -9,7 +9,10 @@
 //! shuffles than it saves for blocks this small.
 
 use super::{dot_kernels, hsum_ps, load_f16, Simd};
-use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
+use crate::blocks::{
+    BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK,
+};
+use crate::iquants::IQ4_NL_VALUES;
 use crate::GgmlType;
 use std::arch::x86_64::*;
 use std::mem::{offset_of, size_of};
@@ -96,6 +99,88 @@ impl Legacy for Q8_0 {
     #[inline(always)]
     unsafe fn weights(x: *const u8) -> __m256i {
         _mm256_loadu_si256(x.add(offset_of!(BlockQ8_0, qs)).cast())
+    }
+    #[inline(always)]
+    unsafe fn idot<S: Simd>(xq: __m256i, y: *const u8) -> __m256i {
+        let yq = _mm256_loadu_si256(y.add(offset_of!(BlockQ8_0, qs)).cast());
+        dot_i8i8::<S>(xq, yq)
+    }
+}
+
+/// The 32 bits of a Q5 block's `qh` (at `p`) as bytes: 0xFF for a set bit, 0 for a clear one.
+#[inline(always)]
+unsafe fn fifth_bits(p: *const u8) -> __m256i {
+    let v = _mm256_set1_epi32(rd32(p));
+    // Byte j takes byte j / 8 of qh (each 128-bit lane holds the word), then tests bit j % 8.
+    let spread = _mm256_shuffle_epi8(
+        v,
+        _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
+}
+
+struct Q5_0;
+impl Legacy for Q5_0 {
+    const WB: usize = size_of::<BlockQ5_0>();
+    const AB: usize = size_of::<BlockQ8_0>();
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn weights(x: *const u8) -> __m256i {
+        let lo = nibbles(x.add(offset_of!(BlockQ5_0, qs)));
+        // q - 16 as a signed byte: the nibble with 0xF0 or'ed in where the fifth bit is clear.
+        let hi = _mm256_andnot_si256(
+            fifth_bits(x.add(offset_of!(BlockQ5_0, qh))),
+            _mm256_set1_epi8(0xF0u8 as i8),
+        );
+        _mm256_or_si256(lo, hi)
+    }
+    #[inline(always)]
+    unsafe fn idot<S: Simd>(xq: __m256i, y: *const u8) -> __m256i {
+        let yq = _mm256_loadu_si256(y.add(offset_of!(BlockQ8_0, qs)).cast());
+        dot_i8i8::<S>(xq, yq)
+    }
+}
+
+struct Q5_1;
+impl Legacy for Q5_1 {
+    const WB: usize = size_of::<BlockQ5_1>();
+    const AB: usize = size_of::<BlockQ8_1>();
+    const MIN: bool = true;
+    #[inline(always)]
+    unsafe fn weights(x: *const u8) -> __m256i {
+        let lo = nibbles(x.add(offset_of!(BlockQ5_1, qs)));
+        let hi = _mm256_and_si256(
+            fifth_bits(x.add(offset_of!(BlockQ5_1, qh))),
+            _mm256_set1_epi8(0x10),
+        );
+        _mm256_or_si256(lo, hi)
+    }
+    #[inline(always)]
+    unsafe fn idot<S: Simd>(xq: __m256i, y: *const u8) -> __m256i {
+        let yq = _mm256_loadu_si256(y.add(offset_of!(BlockQ8_1, qs)).cast());
+        S::dot_u8i8(_mm256_setzero_si256(), xq, yq)
+    }
+}
+
+struct Iq4Nl;
+impl Legacy for Iq4Nl {
+    const WB: usize = size_of::<BlockIq4Nl>();
+    const AB: usize = size_of::<BlockQ8_0>();
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn weights(x: *const u8) -> __m256i {
+        // The nibbles index the 16-entry codebook: one byte shuffle looks all 32 up.
+        let table = _mm_loadu_si128(IQ4_NL_VALUES.as_ptr().cast());
+        _mm256_shuffle_epi8(
+            _mm256_set_m128i(table, table),
+            nibbles(x.add(offset_of!(BlockIq4Nl, qs))),
+        )
     }
     #[inline(always)]
     unsafe fn idot<S: Simd>(xq: __m256i, y: *const u8) -> __m256i {
@@ -211,6 +296,36 @@ unsafe fn q8_0_body<S: Simd, const R: usize>(
     legacy_body::<Q8_0, S, R>(n, w, a)
 }
 dot_kernels!(GgmlType::Q8_0, GgmlType::Q8_0, q8_0_body, q8_0);
+
+#[inline(always)]
+unsafe fn q5_0_body<S: Simd, const R: usize>(
+    n: usize,
+    w: *const u8,
+    a: [*const u8; R],
+) -> [f32; R] {
+    legacy_body::<Q5_0, S, R>(n, w, a)
+}
+dot_kernels!(GgmlType::Q5_0, GgmlType::Q8_0, q5_0_body, q5_0);
+
+#[inline(always)]
+unsafe fn q5_1_body<S: Simd, const R: usize>(
+    n: usize,
+    w: *const u8,
+    a: [*const u8; R],
+) -> [f32; R] {
+    legacy_body::<Q5_1, S, R>(n, w, a)
+}
+dot_kernels!(GgmlType::Q5_1, GgmlType::Q8_1, q5_1_body, q5_1);
+
+#[inline(always)]
+unsafe fn iq4_nl_body<S: Simd, const R: usize>(
+    n: usize,
+    w: *const u8,
+    a: [*const u8; R],
+) -> [f32; R] {
+    legacy_body::<Iq4Nl, S, R>(n, w, a)
+}
+dot_kernels!(GgmlType::IQ4_NL, GgmlType::Q8_0, iq4_nl_body, iq4_nl);
 
 /// Float rows: `$load` turns a pointer to `$lanes` weights into f32 lanes; four accumulators hide FMA latency;
 /// the tail (n % (4 · lanes)) is summed in scalar order.

@@ -54,17 +54,15 @@ pub(crate) fn kernel(w: GgmlType, isa: Isa) -> Option<(DotFn, Option<Dot4Fn>)> {
         GgmlType::Q4_0 => pick!(legacy::q4_0),
         GgmlType::Q4_1 => pick!(legacy::q4_1),
         GgmlType::Q8_0 => pick!(legacy::q8_0),
+        GgmlType::Q5_0 => pick!(legacy::q5_0),
+        GgmlType::Q5_1 => pick!(legacy::q5_1),
+        GgmlType::IQ4_NL => pick!(legacy::iq4_nl),
         GgmlType::Q4_K => pick!(kquants::q4_k),
         GgmlType::Q5_K => pick!(kquants::q5_k),
         GgmlType::Q6_K => pick!(kquants::q6_k),
-        GgmlType::Q5_0
-        | GgmlType::Q5_1
-        | GgmlType::IQ4_NL
-        | GgmlType::Q2_K
-        | GgmlType::Q3_K
-        | GgmlType::IQ2_XXS
-        | GgmlType::Q8_1
-        | GgmlType::Q8_K => return None,
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ2_XXS | GgmlType::Q8_1 | GgmlType::Q8_K => {
+            return None
+        }
     })
 }
 
