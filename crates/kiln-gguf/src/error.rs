@@ -130,7 +130,7 @@ pub enum ErrorKind {
     BadAlignment(u64),
     /// A tensor has more than 4 dimensions.
     #[error("{0} dimensions (at most 4 are allowed)")]
-    TooManyDims(u32),
+    TooManyDims(u64),
     /// A tensor dimension is zero or above `i64::MAX` (ggml stores dims as int64).
     #[error("dimension {index} is {value} (must be 1..=2^63-1)")]
     BadDim {

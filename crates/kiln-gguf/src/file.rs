@@ -201,3 +201,33 @@ impl std::fmt::Debug for GgufFile {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_can_be_shared_across_threads() {
+        // Model weights are read by worker threads through one GgufFile.
+        fn shareable<T: Send + Sync>() {}
+        shareable::<GgufFile>();
+        shareable::<crate::Error>();
+    }
+
+    #[test]
+    fn open_reports_the_path_and_reads_empty_files_as_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.gguf");
+        let e = GgufFile::open(&missing).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::Io { .. }));
+        assert!(e
+            .to_string()
+            .starts_with(&format!("{}: ", missing.display())));
+        let empty = dir.path().join("empty.gguf");
+        std::fs::write(&empty, b"").unwrap();
+        assert_eq!(
+            GgufFile::open(&empty).unwrap_err().to_string(),
+            "magic at offset 0 needs 4 bytes, but the file ends at 0"
+        );
+    }
+}

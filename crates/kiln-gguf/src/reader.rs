@@ -317,7 +317,7 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Parsed> {
 fn tensor_info(c: &mut Cursor<'_>, name: String) -> Result<TensorInfo> {
     let n_dims = c.u32("tensor dimension count")?;
     if n_dims as usize > MAX_DIMS {
-        return Err(Error::new(ErrorKind::TooManyDims(n_dims)));
+        return Err(Error::new(ErrorKind::TooManyDims(n_dims.into())));
     }
     let mut shape = Vec::with_capacity(n_dims as usize);
     for _ in 0..n_dims {
@@ -340,7 +340,7 @@ fn tensor_info(c: &mut Cursor<'_>, name: String) -> Result<TensorInfo> {
 /// and returns its byte size. Shared by the reader and the writer so both accept exactly the same tensors.
 pub(crate) fn tensor_size(ty: GgmlType, shape: &[u64]) -> Result<u64> {
     if shape.len() > MAX_DIMS {
-        return Err(Error::new(ErrorKind::TooManyDims(shape.len() as u32)));
+        return Err(Error::new(ErrorKind::TooManyDims(shape.len() as u64)));
     }
     for (index, &value) in shape.iter().enumerate() {
         // Zero-sized tensors are rejected: no model needs one, and an empty range has no place in the

@@ -3,7 +3,8 @@
 //!
 //! Two phases: declare metadata and every tensor (name, type, shape) on a [`GgufWriter`]; then
 //! [`GgufWriter::begin`] writes the header and hands back a [`TensorDataWriter`] that takes each tensor's bytes
-//! in declaration order, checks their size, and pads to the alignment.
+//! in declaration order (whole, or in pieces for tensors that should never be whole in memory), checks their
+//! size, and pads to the alignment.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::TensorInfo;
@@ -146,6 +147,7 @@ impl GgufWriter {
             out,
             tensors: self.tensors,
             next: 0,
+            written: 0,
             alignment,
         })
     }
@@ -156,6 +158,8 @@ pub struct TensorDataWriter<W: Write> {
     out: W,
     tensors: Vec<TensorInfo>,
     next: usize,
+    /// Bytes of tensor `next` written so far by [`TensorDataWriter::write_tensor_part`].
+    written: u64,
     alignment: u64,
 }
 
@@ -168,6 +172,44 @@ impl<W: Write> TensorDataWriter<W> {
     /// Writes the data of tensor `name`, which must be the next declared tensor and exactly its size, followed
     /// by zero padding to the alignment.
     pub fn write_tensor_data(&mut self, name: &str, data: &[u8]) -> Result<()> {
+        self.check_next(name)?;
+        let t = &self.tensors[self.next];
+        if self.written != 0 || data.len() as u64 != t.size {
+            return Err(self.size_error(name, self.written + data.len() as u64));
+        }
+        self.write_tensor_part(name, data)
+    }
+
+    /// Writes the next piece of tensor `name`'s data, for tensors produced in pieces (a row block at a time)
+    /// that should never be whole in memory. Pieces must add up to exactly the tensor's size; the padding is
+    /// written after the last one.
+    pub fn write_tensor_part(&mut self, name: &str, data: &[u8]) -> Result<()> {
+        self.check_next(name)?;
+        let size = self.tensors[self.next].size;
+        let total = self.written + data.len() as u64;
+        if total > size {
+            return Err(self.size_error(name, total));
+        }
+        let pad = if total == size {
+            size.next_multiple_of(self.alignment) - size
+        } else {
+            0
+        };
+        let write = |out: &mut W| -> std::io::Result<()> {
+            out.write_all(data)?;
+            out.write_all(&vec![0u8; pad as usize])
+        };
+        write(&mut self.out).map_err(|e| Error::new(ErrorKind::Write(e)).with_tensor(name))?;
+        if total == size {
+            self.next += 1;
+            self.written = 0;
+        } else {
+            self.written = total;
+        }
+        Ok(())
+    }
+
+    fn check_next(&self, name: &str) -> Result<()> {
         let Some(t) = self.tensors.get(self.next) else {
             return Err(Error::new(ErrorKind::Writer(
                 "all declared tensors are already written".into(),
@@ -181,31 +223,23 @@ impl<W: Write> TensorDataWriter<W> {
             )))
             .with_tensor(name));
         }
-        if data.len() as u64 != t.size {
-            return Err(Error::new(ErrorKind::Writer(format!(
-                "got {} bytes of data, expected {} ({} {:?})",
-                data.len(),
-                t.size,
-                t.ty,
-                t.shape
-            )))
-            .with_tensor(name));
-        }
-        let pad = t.size.next_multiple_of(self.alignment) - t.size;
-        let write = |out: &mut W| -> std::io::Result<()> {
-            out.write_all(data)?;
-            out.write_all(&vec![0u8; pad as usize])
-        };
-        write(&mut self.out).map_err(|e| Error::new(ErrorKind::Write(e)).with_tensor(name))?;
-        self.next += 1;
         Ok(())
+    }
+
+    fn size_error(&self, name: &str, got: u64) -> Error {
+        let t = &self.tensors[self.next];
+        Error::new(ErrorKind::Writer(format!(
+            "got {got} bytes of data, expected {} ({} {:?})",
+            t.size, t.ty, t.shape
+        )))
+        .with_tensor(name)
     }
 
     /// Checks that every declared tensor was written, flushes, and returns the output.
     pub fn finish(mut self) -> Result<W> {
         if let Some(t) = self.tensors.get(self.next) {
             return Err(Error::new(ErrorKind::Writer(format!(
-                "finished with {} of {} tensors' data written",
+                "finished with {} of {} tensors' data complete",
                 self.next,
                 self.tensors.len()
             )))
@@ -356,8 +390,33 @@ mod tests {
         let d2 = d;
         assert_eq!(
             d2.finish().unwrap_err().to_string(),
-            "tensor 'b': finished with 1 of 2 tensors' data written"
+            "tensor 'b': finished with 1 of 2 tensors' data complete"
         );
+    }
+
+    #[test]
+    fn tensors_can_be_written_in_parts() {
+        let mut w = GgufWriter::new();
+        w.add_tensor("a", GgmlType::F32, &[3]).unwrap();
+        w.add_tensor("b", GgmlType::F32, &[1]).unwrap();
+        let mut d = w.begin(Vec::new()).unwrap();
+        d.write_tensor_part("a", &[1; 5]).unwrap();
+        assert_eq!(
+            d.write_tensor_data("a", &[1; 12]).unwrap_err().to_string(),
+            "tensor 'a': got 17 bytes of data, expected 12 (f32 [3])"
+        );
+        assert_eq!(
+            d.write_tensor_part("a", &[1; 8]).unwrap_err().to_string(),
+            "tensor 'a': got 13 bytes of data, expected 12 (f32 [3])"
+        );
+        d.write_tensor_part("a", &[2; 7]).unwrap();
+        d.write_tensor_part("b", &[3; 4]).unwrap();
+        let f = GgufFile::from_bytes(d.finish().unwrap()).unwrap();
+        assert_eq!(
+            f.tensor_bytes("a").unwrap(),
+            [1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2]
+        );
+        assert_eq!(f.tensor_bytes("b").unwrap(), [3; 4]);
     }
 
     #[test]
