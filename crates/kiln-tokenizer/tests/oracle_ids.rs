@@ -1,0 +1,115 @@
+//! Token ids against independent oracles (fixtures from tools/gen_tokenizer_fixtures.py):
+//! Qwen3 = HF tokenizers on the real tokenizer.json (kiln goes through a converted GGUF), SmolLM2 = transformers'
+//! GGUF conversion, Gemma 3 = HF tokenizers on the real tokenizer.json (kiln reads the GGUF).
+
+mod common;
+
+use common::{fixture, ids_of};
+use kiln_tokenizer::Tokenizer;
+
+/// Every corpus string: plain ids equal the oracle's, and decoding gives the string back.
+fn check(tok: &Tokenizer, name: &str) {
+    let fx = fixture(name);
+    let corpus = fixture("corpus.json");
+    let plain = fx["plain"].as_array().expect("plain");
+    assert_eq!(
+        plain.len(),
+        corpus.as_array().expect("corpus").len(),
+        "{name}: fixture out of date"
+    );
+    let mut failures = Vec::new();
+    for case in plain {
+        let text = case["text"].as_str().expect("text");
+        let want = ids_of(&case["ids"]);
+        let got = tok.encode(text, false, false).expect("encode");
+        if got != want {
+            failures.push(format!("{text:?}\n  kiln   {got:?}\n  oracle {want:?}"));
+            continue;
+        }
+        let back = tok.decode(&got, false).expect("decode");
+        if back != text {
+            failures.push(format!("{text:?}: round trip gave {back:?}"));
+        }
+    }
+    for case in fx["special"].as_array().expect("special") {
+        let text = case["text"].as_str().expect("text");
+        let want = ids_of(&case["ids"]);
+        let got = tok.encode(text, false, true).expect("encode");
+        if got != want {
+            failures.push(format!(
+                "parse_special {text:?}\n  kiln   {got:?}\n  oracle {want:?}"
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{name}: {} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn qwen3_ids_match_hf_tokenizers() {
+    let tok = common::qwen3();
+    check(&tok, "ids_qwen3.json");
+    // Qwen: no BOS added, EOS is <|im_end|>, and <|endoftext|> also ends generation.
+    assert!(!tok.add_bos());
+    assert_eq!(
+        tok.encode("hi", true, false).unwrap(),
+        tok.encode("hi", false, false).unwrap()
+    );
+    let im_end = tok.token_id("<|im_end|>").unwrap();
+    let eot = tok.token_id("<|endoftext|>").unwrap();
+    assert_eq!(tok.eos_id(), Some(im_end));
+    assert!(tok.eos_ids().contains(&im_end) && tok.eos_ids().contains(&eot));
+    assert_eq!(tok.vocab_size(), 151_669);
+}
+
+#[test]
+fn smollm2_ids_match_transformers_gguf_conversion() {
+    let tok = common::smollm2();
+    check(&tok, "ids_smollm2.json");
+    assert!(!tok.add_bos(), "SmolLM2's GGUF says add_bos_token = false");
+    assert_eq!(tok.bos_id(), Some(1));
+    assert_eq!(tok.eos_id(), Some(2));
+    assert_eq!(tok.eos_ids(), &[0, 2], "<|endoftext|> and <|im_end|>");
+}
+
+#[test]
+fn gemma3_ids_match_hf_tokenizers() {
+    let tok = common::gemma3();
+    check(&tok, "ids_gemma3.json");
+    // Gemma's GGUF asks for BOS (id 2); <end_of_turn> ends generation besides <eos>.
+    assert!(tok.add_bos());
+    let ids = tok.encode("Hello", true, false).unwrap();
+    assert_eq!(ids[0], 2);
+    assert_eq!(
+        &ids[1..],
+        tok.encode("Hello", false, false).unwrap().as_slice()
+    );
+    assert_eq!(tok.decode(&ids, true).unwrap(), "Hello");
+    assert_eq!(tok.decode(&ids, false).unwrap(), "<bos>Hello");
+    let eot = tok.token_id("<end_of_turn>").unwrap();
+    assert!(tok.is_eog(eot) && tok.is_eog(1));
+}
+
+#[test]
+fn control_text_is_plain_text_unless_parse_special() {
+    for (tok, marker) in [
+        (common::smollm2(), "<|im_start|>"),
+        (common::qwen3(), "<|im_start|>"),
+        (common::gemma3(), "<start_of_turn>"),
+    ] {
+        let id = tok.token_id(marker).unwrap();
+        let text = format!("a {marker} b");
+        assert!(
+            !tok.encode(&text, false, false).unwrap().contains(&id),
+            "{marker} produced from plain text"
+        );
+        assert!(
+            tok.encode(&text, false, true).unwrap().contains(&id),
+            "{marker} not parsed with parse_special"
+        );
+    }
+}
