@@ -1,0 +1,293 @@
+//! kiln-server: `kiln serve`, an OpenAI-compatible HTTP server with continuous batching.
+//!
+//! Data path of one request: HTTP body (size limit, read timeout) → [`params`] validation → chat template and
+//! tokenizer → the engine's [`kiln_engine::scheduler`] (one engine thread, one forward batch per step for
+//! every running request, chunked prefill, prefix reuse) → token events → [`generation`] (UTF-8-safe streaming
+//! detokenization, stop strings) → JSON or server-sent events.
+//!
+//! Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`, `GET /health` (503 while the
+//! model loads — the socket is bound first), `GET /metrics` (Prometheus), `POST /tokenize`, `POST /detokenize`.
+//! Errors use OpenAI's JSON shape ([`ApiError`]).
+//!
+//! ```no_run
+//! let cfg = kiln_server::ServerConfig::new("model.gguf");
+//! kiln_server::serve(cfg)?; // blocks until SIGINT/SIGTERM
+//! # Ok::<(), kiln_server::Error>(())
+//! ```
+#![deny(missing_docs)]
+
+mod error;
+pub mod generation;
+mod metrics;
+pub mod params;
+mod routes;
+mod state;
+
+pub use error::{ApiError, Error};
+pub use metrics::Metrics;
+pub use routes::router;
+pub use state::{AppState, Ready};
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use kiln_engine::scheduler::{Scheduler, SchedulerConfig};
+use kiln_engine::{Flags, LoadOptions, Model, Session, SessionConfig};
+use kiln_tokenizer::Tokenizer;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// Everything `kiln serve` is configured with.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The GGUF model.
+    pub model: PathBuf,
+    /// Address to bind.
+    pub host: String,
+    /// Port to bind (0 = any free port; the chosen one is printed).
+    pub port: u16,
+    /// When set, every route but /health and /metrics needs `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Total context over all slots; each request gets `ctx / parallel`.
+    pub ctx: usize,
+    /// Sequence slots (requests decoded together).
+    pub parallel: usize,
+    /// CPU threads for the engine (0 = all cores).
+    pub threads: usize,
+    /// Kill switches.
+    pub flags: Flags,
+    /// Scheduler settings (prefill chunk, queue capacity, prefix reuse).
+    pub scheduler: SchedulerConfig,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// Time allowed to send a request's headers, and separately its body (slow clients are cut off).
+    pub read_timeout: Duration,
+    /// On SIGINT/SIGTERM, how long running requests may take to finish before they are cancelled.
+    pub shutdown_grace: Duration,
+}
+
+impl ServerConfig {
+    /// Defaults: 127.0.0.1:8080, 4 slots sharing 8192 positions, no API key.
+    pub fn new(model: impl Into<PathBuf>) -> ServerConfig {
+        ServerConfig {
+            model: model.into(),
+            host: "127.0.0.1".into(),
+            port: 8080,
+            api_key: None,
+            ctx: 8192,
+            parallel: 4,
+            threads: 0,
+            flags: Flags::default(),
+            scheduler: SchedulerConfig::default(),
+            max_body_bytes: 8 << 20,
+            read_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+
+    /// The model's name in the API: its file name without `.gguf`.
+    pub fn model_id(&self) -> String {
+        let name = self
+            .model
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        name.strip_suffix(".gguf").unwrap_or(&name).to_string()
+    }
+}
+
+/// Runs the server until SIGINT/SIGTERM (blocking; owns its async runtime).
+pub fn serve(cfg: ServerConfig) -> Result<(), Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        // HTTP work is light; the cores belong to the engine.
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(run(cfg))
+}
+
+/// Loads the model, then runs the scheduler until the handle is closed. Reports load success or failure on
+/// `loaded` (the server answers 503 until then).
+fn engine_main(state: Arc<AppState>, loaded: oneshot::Sender<Result<(), String>>) {
+    let cfg = &state.cfg;
+    let setup = || -> Result<(Model, Tokenizer), String> {
+        let model = Model::load(
+            &cfg.model,
+            LoadOptions {
+                threads: cfg.threads,
+                flags: cfg.flags,
+                progress: None,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let tok = Tokenizer::from_gguf(model.gguf()).map_err(|e| e.to_string())?;
+        Ok((model, tok))
+    };
+    let (model, tok) = match setup() {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = loaded.send(Err(e));
+            return;
+        }
+    };
+    let scfg = SessionConfig {
+        n_ctx: cfg.ctx,
+        n_slots: cfg.parallel,
+        batch: cfg.scheduler.session_batch(cfg.parallel),
+        ..SessionConfig::default()
+    };
+    let mut session = match Session::new(&model, scfg) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = loaded.send(Err(e.to_string()));
+            return;
+        }
+    };
+    let (sched, handle) = match Scheduler::new(&mut session, cfg.scheduler) {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = loaded.send(Err(e.to_string()));
+            return;
+        }
+    };
+    let _ = state.ready.set(Ready {
+        handle,
+        tok: Arc::new(tok),
+        model_id: cfg.model_id(),
+        created: state::unix_time(),
+    });
+    let _ = loaded.send(Ok(()));
+    if let Err(e) = sched.run() {
+        eprintln!("kiln serve: engine stopped: {e}");
+        state.engine_failed.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+/// The server: binds first (so /health can say "loading"), loads the model on the engine thread, serves until a
+/// signal, then stops accepting, lets running requests finish (up to the grace period, then cancels them) and
+/// returns.
+pub async fn run(cfg: ServerConfig) -> Result<(), Error> {
+    if cfg.parallel == 0 || cfg.ctx < cfg.parallel * 2 {
+        return Err(Error::Config(format!(
+            "--ctx {} with --parallel {}: need at least one slot and 2 positions per slot",
+            cfg.ctx, cfg.parallel
+        )));
+    }
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let listener = TcpListener::bind(&addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    let local = listener.local_addr()?;
+    eprintln!(
+        "kiln serve: listening on http://{local} (loading {})",
+        cfg.model.display()
+    );
+    let model_path = cfg.model.display().to_string();
+    let read_timeout = cfg.read_timeout;
+    let grace = cfg.shutdown_grace;
+    let state = Arc::new(AppState::new(cfg));
+    let (loaded_tx, mut loaded_rx) = oneshot::channel();
+    let engine_state = state.clone();
+    let engine = std::thread::Builder::new()
+        .name("kiln-engine".into())
+        .spawn(move || engine_main(engine_state, loaded_tx))?;
+    let app = routes::router(state.clone());
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(read_timeout)
+        .keep_alive(true);
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    let mut loading = true;
+    let mut load_error = None;
+    loop {
+        tokio::select! {
+            conn = listener.accept() => {
+                let Ok((stream, _)) = conn else {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let svc = TowerToHyperService::new(app.clone());
+                let conn = http.serve_connection(TokioIo::new(stream), svc);
+                let watched = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = watched.await;
+                });
+            }
+            r = &mut loaded_rx, if loading => {
+                loading = false;
+                match r {
+                    Ok(Ok(())) => eprintln!("kiln serve: model loaded, ready on http://{local}"),
+                    Ok(Err(e)) => { load_error = Some(e); break; }
+                    Err(_) => { load_error = Some("the engine thread ended while loading".into()); break; }
+                }
+            }
+            _ = &mut signal => {
+                eprintln!("kiln serve: shutting down");
+                break;
+            }
+        }
+    }
+    drop(listener);
+    if let Some(message) = load_error {
+        return Err(Error::Load {
+            path: model_path,
+            message,
+        });
+    }
+    if let Some(r) = state.ready.get() {
+        r.handle.close();
+    }
+    let drained = graceful.shutdown();
+    tokio::pin!(drained);
+    if tokio::time::timeout(grace, &mut drained).await.is_err() {
+        eprintln!("kiln serve: cancelling requests still running after {grace:?}");
+        if let Some(r) = state.ready.get() {
+            r.handle.abort();
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), &mut drained).await;
+    }
+    if state.ready.get().is_some() {
+        // The scheduler returns once its queue is closed and empty; give it a moment, never hang.
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::task::spawn_blocking(move || engine.join()),
+        )
+        .await;
+    }
+    Ok(())
+}
