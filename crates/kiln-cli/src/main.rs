@@ -24,6 +24,8 @@ enum Command {
     Tokenize(commands::tokenize::Args),
     /// Write a GGUF with random weights, real shapes and real tokenizer metadata (deterministic by seed).
     Synth(commands::synth::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API with continuous batching.
+    Serve(commands::serve::Args),
 }
 
 fn main() {
@@ -32,6 +34,7 @@ fn main() {
         Command::Info(args) => commands::info::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Synth(args) => commands::synth::run(args),
+        Command::Serve(args) => commands::serve::run(args),
     };
     if let Err(e) = result {
         // A closed stdout (`kiln … | head`) is not an error worth reporting.

@@ -3,3 +3,4 @@
 pub mod info;
 pub mod tokenize;
 pub mod synth;
+pub mod serve;

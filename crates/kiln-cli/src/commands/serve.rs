@@ -1,0 +1,97 @@
+//! `kiln serve`: the OpenAI-compatible server (kiln-server) with continuous batching over `--parallel` slots.
+
+use anyhow::{bail, Context, Result};
+use kiln_engine::scheduler::SchedulerConfig;
+use kiln_engine::Flags;
+use kiln_server::ServerConfig;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Arguments of `kiln serve`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Model file (GGUF).
+    #[arg(short = 'm', long)]
+    pub model: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 = any free port, printed at start).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on every route but /health and /metrics.
+    #[arg(long = "api-key")]
+    pub api_key: Option<String>,
+    /// Total context in tokens, shared by the slots (each request gets ctx / parallel).
+    #[arg(
+        short = 'c',
+        long = "ctx",
+        visible_alias = "ctx-size",
+        default_value_t = 8192
+    )]
+    pub ctx: usize,
+    /// Requests decoded together (sequence slots).
+    #[arg(long, visible_alias = "np", default_value_t = 4)]
+    pub parallel: usize,
+    /// Compute device (only `cpu` for now).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Worker threads (0 = all cores).
+    #[arg(short = 't', long, default_value_t = 0)]
+    pub threads: usize,
+    /// Prefill chunk length: prompt tokens per sequence per step (also the most prefill rows in one step).
+    #[arg(long, default_value_t = 64)]
+    pub chunk: usize,
+    /// Most requests waiting for a slot before new ones get 503.
+    #[arg(long = "queue", default_value_t = 64)]
+    pub queue: usize,
+    /// Run every prompt in full instead of reusing a slot's cached prefix.
+    #[arg(long = "no-prefix-reuse")]
+    pub no_prefix_reuse: bool,
+    /// Largest request body in bytes.
+    #[arg(long = "max-body", default_value_t = 8 << 20)]
+    pub max_body: usize,
+    /// Seconds a client has to send a request's headers, and then its body.
+    #[arg(long = "read-timeout", default_value_t = 10.0)]
+    pub read_timeout: f64,
+    /// Seconds running requests may take to finish on SIGINT/SIGTERM before they are cancelled.
+    #[arg(long = "shutdown-grace", default_value_t = 10.0)]
+    pub shutdown_grace: f64,
+}
+
+fn seconds(name: &str, s: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(s)
+        .with_context(|| format!("--{name} {s}: not a valid number of seconds"))
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.device != "cpu" {
+        bail!(
+            "--device {}: only cpu is available in this build",
+            args.device
+        );
+    }
+    let (flags, warnings) = Flags::from_env();
+    for w in warnings {
+        eprintln!("kiln: warning: {w}");
+    }
+    let cfg = ServerConfig {
+        api_key: args.api_key.filter(|k| !k.is_empty()),
+        host: args.host,
+        port: args.port,
+        ctx: args.ctx,
+        parallel: args.parallel,
+        threads: args.threads,
+        flags,
+        scheduler: SchedulerConfig {
+            chunk: args.chunk,
+            queue_capacity: args.queue,
+            prefix_reuse: !args.no_prefix_reuse,
+        },
+        max_body_bytes: args.max_body,
+        read_timeout: seconds("read-timeout", args.read_timeout)?,
+        shutdown_grace: seconds("shutdown-grace", args.shutdown_grace)?,
+        ..ServerConfig::new(args.model)
+    };
+    kiln_server::serve(cfg).context("kiln serve")
+}
