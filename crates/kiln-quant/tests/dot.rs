@@ -324,6 +324,33 @@ fn multi_row_results_are_bit_identical_to_single_rows() {
     }
 }
 
+#[test]
+fn block_kernels_are_bit_identical_across_simd_isas() {
+    // AVX2 and VNNI compute the same exact integers and the same float operations for the block types, so a
+    // quantized model's output does not depend on which of the two the CPU has.
+    if !Isa::Avx512Vnni.is_available() {
+        return; // nothing to compare on this CPU: Isa::Avx2 is the only SIMD path
+    }
+    let mut rng = StdRng::seed_from_u64(0x15a);
+    for ty in WEIGHT_TYPES.into_iter().filter(|t| !t.is_float()) {
+        for n in lengths(ty) {
+            let c = case(&mut rng, ty, n);
+            let avx2 = dot_fn(ty, Isa::Avx2).unwrap()(n, &c.w, &c.a);
+            let vnni = dot_fn(ty, Isa::Avx512Vnni).unwrap()(n, &c.w, &c.a);
+            assert_eq!(avx2.to_bits(), vnni.to_bits(), "{ty} n={n}");
+            let mut out = [0f32; 4];
+            let a4: Vec<u8> = c.a.iter().copied().cycle().take(4 * c.a.len()).collect();
+            dot_kernel(ty, Isa::Avx2)
+                .unwrap()
+                .dot_rows(n, &c.w, &a4, c.a.len(), &mut out);
+            assert!(
+                out.iter().all(|o| o.to_bits() == avx2.to_bits()),
+                "{ty} n={n} x4"
+            );
+        }
+    }
+}
+
 /// Inputs that hit the quantizers' edge cases: exact .5 ties after scaling, all-zero blocks, a negative
 /// maximum, equal magnitudes of both signs, tiny and huge magnitudes.
 fn tricky_rows(rng: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
