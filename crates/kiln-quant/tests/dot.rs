@@ -12,6 +12,22 @@ use kiln_quant::{dequantize, quantize, GgmlType};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// A fresh random generator per run (the seed is printed, and shown when a test fails), or the one of
+/// `KILN_TEST_SEED` to replay a failure; `salt` keeps the tests' streams apart.
+fn rng(salt: u64) -> StdRng {
+    let seed = std::env::var("KILN_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        });
+    eprintln!("random seed {seed} (replay with KILN_TEST_SEED={seed})");
+    StdRng::seed_from_u64(seed ^ salt)
+}
+
 /// Every type with a dot product.
 const WEIGHT_TYPES: [GgmlType; 15] = [
     GgmlType::F32,
@@ -172,7 +188,7 @@ fn min_term(ty: GgmlType, c: &Case) -> f64 {
 
 #[test]
 fn simd_kernels_match_the_scalar_reference() {
-    let mut rng = StdRng::seed_from_u64(0x05ee_dd07);
+    let mut rng = rng(0x05ee_dd07);
     let simd: Vec<Isa> = isas().into_iter().filter(|&i| i != Isa::Scalar).collect();
     assert!(!simd.is_empty() || !cfg!(target_arch = "x86_64") || !is_x86_feature_detected!("avx2"));
     for ty in WEIGHT_TYPES {
@@ -199,7 +215,7 @@ fn simd_kernels_match_the_scalar_reference() {
 
 #[test]
 fn scalar_kernels_match_an_f64_dot_of_the_dequantized_rows() {
-    let mut rng = StdRng::seed_from_u64(0xf64);
+    let mut rng = rng(0xf64);
     for ty in WEIGHT_TYPES {
         let dot = dot_fn(ty, Isa::Scalar).unwrap();
         for n in lengths(ty) {
@@ -226,7 +242,7 @@ fn scalar_kernels_match_an_f64_dot_of_the_dequantized_rows() {
 fn scalar_dot_of_real_quantization_is_close_to_the_f32_dot() {
     // End to end with real quantizers: weights quantized from smooth f32 data, activations too; the dot must
     // land within the quantization error of the exact f32 dot (a loose bound that a wrong layout breaks).
-    let mut rng = StdRng::seed_from_u64(7);
+    let mut rng = rng(7);
     let n = 4096;
     for ty in WEIGHT_TYPES {
         if matches!(ty, GgmlType::IQ4_NL | GgmlType::IQ2_XXS) {
@@ -255,7 +271,7 @@ fn scalar_dot_of_real_quantization_is_close_to_the_f32_dot() {
 
 #[test]
 fn kernels_read_unaligned_rows_and_are_deterministic() {
-    let mut rng = StdRng::seed_from_u64(11);
+    let mut rng = rng(11);
     for ty in WEIGHT_TYPES {
         let n = lengths(ty)[3];
         let c = case(&mut rng, ty, n);
@@ -286,7 +302,7 @@ fn kernels_read_unaligned_rows_and_are_deterministic() {
 #[test]
 fn multi_row_results_are_bit_identical_to_single_rows() {
     // Batch invariance: a row's result must not depend on how many rows share the call or where it sits.
-    let mut rng = StdRng::seed_from_u64(0xba7c);
+    let mut rng = rng(0xba7c);
     for ty in WEIGHT_TYPES {
         let at = vec_dot_type(ty);
         for n in [lengths(ty)[0], lengths(ty)[3], lengths(ty)[7]] {
@@ -331,7 +347,7 @@ fn block_kernels_are_bit_identical_across_simd_isas() {
     if !Isa::Avx512Vnni.is_available() {
         return; // nothing to compare on this CPU: Isa::Avx2 is the only SIMD path
     }
-    let mut rng = StdRng::seed_from_u64(0x15a);
+    let mut rng = rng(0x15a);
     for ty in WEIGHT_TYPES.into_iter().filter(|t| !t.is_float()) {
         for n in lengths(ty) {
             let c = case(&mut rng, ty, n);
@@ -383,7 +399,7 @@ fn tricky_rows(rng: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
 
 #[test]
 fn activation_quantizers_are_bit_identical_to_the_reference_on_every_isa() {
-    let mut rng = StdRng::seed_from_u64(0xac7);
+    let mut rng = rng(0xac7);
     for at in [
         GgmlType::F32,
         GgmlType::Q8_0,
