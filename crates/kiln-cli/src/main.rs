@@ -24,6 +24,10 @@ enum Command {
     Tokenize(commands::tokenize::Args),
     /// Write a GGUF with random weights, real shapes and real tokenizer metadata (deterministic by seed).
     Synth(commands::synth::Args),
+    /// Measure prompt and generation speed (llama-bench's tests, ds4-bench's frontiers, A/B of kill switches).
+    Bench(commands::bench::Args),
+    /// Perplexity of a text (llama-perplexity's method), logit dumps and comparison against a reference dump.
+    Score(commands::score::Args),
     /// Serve the model over an OpenAI-compatible HTTP API with continuous batching.
     Serve(commands::serve::Args),
 }
@@ -34,6 +38,8 @@ fn main() {
         Command::Info(args) => commands::info::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Synth(args) => commands::synth::run(args),
+        Command::Bench(args) => commands::bench::run(args),
+        Command::Score(args) => commands::score::run(args),
         Command::Serve(args) => commands::serve::run(args),
     };
     if let Err(e) = result {

@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+pub mod bench;
 pub mod cpu;
 mod error;
 pub mod fidelity;

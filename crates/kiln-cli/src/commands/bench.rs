@@ -1,0 +1,507 @@
+//! `kiln bench`: prompt-processing and generation speed, in llama-bench's terms (`-p -n -d -r -t -o`), ds4-bench's
+//! frontier mode (`--ctx-start/--ctx-max`), and interleaved A/B runs of a kill switch (`--ab KILN_NO_X=1`).
+//! The measuring and rendering live in `kiln_engine::bench`; this module parses flags, loads models and prints.
+
+use anyhow::{bail, Context, Result};
+use kiln_engine::bench::{
+    bench_tokens, frontiers, kv_bytes, prompt_tokens_needed, render_bench, render_frontiers,
+    run_frontiers, run_test, test_matrix, BenchRecord, Format, FrontierLogits, FrontierOptions,
+    ModelInfo, Stats,
+};
+use kiln_engine::{Flags, KvType, LoadOptions, Model, Session, SessionConfig};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where the model runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Device {
+    /// The CPU backend.
+    Cpu,
+    /// NVIDIA GPUs (needs a build with the `cuda` feature).
+    Cuda,
+}
+
+impl Device {
+    /// Fails for a device this binary cannot drive.
+    pub fn check(self) -> Result<&'static str> {
+        match self {
+            Device::Cpu => Ok("CPU"),
+            Device::Cuda => {
+                bail!("--device cuda: this kiln binary has no CUDA backend; use --device cpu")
+            }
+        }
+    }
+}
+
+/// Arguments of `kiln bench`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// GGUF models (comma-separated, or the flag repeated).
+    #[arg(short = 'm', long = "model", value_delimiter = ',', required = true)]
+    pub models: Vec<PathBuf>,
+    /// Prompt sizes: one `pp<N>` test each (0 = none).
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    pub n_prompt: Vec<usize>,
+    /// Generation lengths: one `tg<N>` test each (0 = none).
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    pub n_gen: Vec<usize>,
+    /// Depths: tokens already in the KV cache before each test (prefilled untimed).
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub depth: Vec<usize>,
+    /// Timed repetitions of each test (after one untimed warm-up run).
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub reps: usize,
+    /// CPU threads (comma-separated list to compare; 0 = all cores).
+    #[arg(
+        short = 't',
+        long = "threads",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub threads: Vec<usize>,
+    /// Prefill chunk: rows per forward pass.
+    #[arg(short = 'b', long = "batch", default_value_t = SessionConfig::default().batch)]
+    pub batch: usize,
+    /// KV cache element type (f16 or f32).
+    #[arg(long = "kv-type", default_value = "f16")]
+    pub kv_type: KvType,
+    /// Device to run on.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: Device,
+    /// Output format: md, csv or json.
+    #[arg(short = 'o', long = "output", default_value = "md")]
+    pub output: Format,
+    /// Frontier mode: the first context frontier.
+    #[arg(long)]
+    pub ctx_start: Option<usize>,
+    /// Frontier mode: the last context frontier.
+    #[arg(long)]
+    pub ctx_max: Option<usize>,
+    /// Frontier mode: each frontier is the previous one times this.
+    #[arg(long, default_value_t = 4)]
+    pub step_mul: usize,
+    /// Frontier mode: tokens decoded at each frontier.
+    #[arg(long, default_value_t = 128)]
+    pub gen_tokens: usize,
+    /// Frontier mode: text whose tokens are the prompt (repeated to length); default pseudo-random tokens.
+    #[arg(long)]
+    pub prompt_file: Option<PathBuf>,
+    /// Frontier mode: decode the prompt's next tokens instead of the argmax (the same work every run).
+    #[arg(long)]
+    pub teacher_forced_decode: bool,
+    /// Frontier mode: write the full logits at each frontier to DIR/frontier-<ctx>.logits.
+    #[arg(long, value_name = "DIR")]
+    pub dump_frontier_logits_dir: Option<PathBuf>,
+    /// A/B: run the baseline and a variant with these environment assignments (`KILN_NO_X=1`, several separated
+    /// by spaces or commas) interleaved, each run in its own process, and print medians and the ratio.
+    #[arg(long, value_name = "VAR=VALUE")]
+    pub ab: Option<String>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let backend = args.device.check()?;
+    if args.reps == 0 {
+        bail!("-r must be at least 1");
+    }
+    if let Some(spec) = &args.ab {
+        return run_ab(&args, spec);
+    }
+    let (flags, warnings) = Flags::from_env();
+    for w in warnings {
+        eprintln!("kiln: warning: {w}");
+    }
+    if args.ctx_start.is_some() || args.ctx_max.is_some() {
+        return run_frontier_mode(&args, flags);
+    }
+    let tests = test_matrix(&args.n_prompt, &args.n_gen, &args.depth);
+    if tests.is_empty() {
+        bail!("no tests: every -p and -n size is 0");
+    }
+    let n_ctx = tests
+        .iter()
+        .map(|t| t.ctx_needed())
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut records = Vec::new();
+    for path in &args.models {
+        for &threads in &args.threads {
+            let model = load(path, threads, flags)?;
+            let info = ModelInfo::of(&model, path);
+            let mut session = Session::new(&model, session_config(&args, n_ctx))?;
+            let n_threads = model.backend().threads();
+            for (i, t) in tests.iter().enumerate() {
+                let seconds = run_test(&mut session, t, args.reps, i as u64 + 1)
+                    .with_context(|| format!("{}: {}", path.display(), t.name()))?;
+                let r = BenchRecord {
+                    model: info.clone(),
+                    backend: backend.into(),
+                    threads: n_threads,
+                    batch: args.batch,
+                    test: *t,
+                    seconds,
+                };
+                if args.output == Format::Md {
+                    // Progress for long runs; the table itself is printed at the end.
+                    let s = r.tps_stats();
+                    eprintln!(
+                        "kiln bench: {} {}: {:.2} ± {:.2} t/s",
+                        info.filename,
+                        t.name(),
+                        s.mean,
+                        s.sd
+                    );
+                }
+                records.push(r);
+            }
+        }
+    }
+    print!("{}", render_bench(&records, args.output));
+    Ok(())
+}
+
+fn session_config(args: &Args, n_ctx: usize) -> SessionConfig {
+    SessionConfig {
+        n_ctx,
+        n_slots: 1,
+        batch: args.batch,
+        kv_type: args.kv_type,
+    }
+}
+
+fn load(path: &Path, threads: usize, flags: Flags) -> Result<Model> {
+    Model::load(
+        path,
+        LoadOptions {
+            threads,
+            flags,
+            progress: None,
+        },
+    )
+    .with_context(|| format!("loading {}", path.display()))
+}
+
+fn run_frontier_mode(args: &Args, flags: Flags) -> Result<()> {
+    if args.models.len() != 1 || args.threads.len() != 1 {
+        bail!("frontier mode measures one model with one thread count");
+    }
+    let ctx_max = args.ctx_max.or(args.ctx_start).unwrap_or(0);
+    let ctx_start = args.ctx_start.unwrap_or(ctx_max.min(2048));
+    let fr = frontiers(ctx_start, ctx_max, args.step_mul)?;
+    let path = &args.models[0];
+    let model = load(path, args.threads[0], flags)?;
+    let need = prompt_tokens_needed(&fr, args.gen_tokens, args.teacher_forced_decode);
+    let prompt = match &args.prompt_file {
+        Some(f) => prompt_from_file(&model, f, need)?,
+        None => bench_tokens(model.n_vocab(), need, 1),
+    };
+    let mut session = Session::new(&model, session_config(args, ctx_max + args.gen_tokens))?;
+    if let Some(dir) = &args.dump_frontier_logits_dir {
+        std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    }
+    let opts = FrontierOptions {
+        frontiers: fr,
+        gen_tokens: args.gen_tokens,
+        teacher_forced: args.teacher_forced_decode,
+        kv_bytes_per_pos: kv_bytes(&model, args.kv_type, 1),
+    };
+    let dump_dir = args.dump_frontier_logits_dir.clone();
+    let mut on_logits = |ctx: usize, logits: &[f32]| -> kiln_engine::Result<()> {
+        if let Some(dir) = &dump_dir {
+            let p = dir.join(FrontierLogits::file_name(ctx));
+            let bytes = FrontierLogits {
+                ctx_tokens: ctx as u64,
+                logits: logits.to_vec(),
+            }
+            .to_bytes()?;
+            std::fs::write(&p, bytes)
+                .map_err(|e| kiln_engine::Error::Config(format!("{}: {e}", p.display())))?;
+        }
+        Ok(())
+    };
+    let records = run_frontiers(&mut session, &prompt, &opts, &mut on_logits)?;
+    print!("{}", render_frontiers(&records, args.output));
+    Ok(())
+}
+
+/// The text's tokens (with BOS when the model adds one), repeated without the BOS until `need` tokens.
+fn prompt_from_file(model: &Model, file: &Path, need: usize) -> Result<Vec<u32>> {
+    let text = std::fs::read_to_string(file).with_context(|| file.display().to_string())?;
+    let tok = kiln_tokenizer::Tokenizer::from_gguf(model.gguf())
+        .context("building the model's tokenizer")?;
+    let mut ids = tok.encode(&text, true, false)?;
+    let body = tok.encode(&text, false, false)?;
+    if body.is_empty() {
+        bail!("{}: the prompt file holds no tokens", file.display());
+    }
+    if ids.len() < need {
+        eprintln!(
+            "kiln bench: {} holds {} tokens; repeating it to {need}",
+            file.display(),
+            body.len()
+        );
+    }
+    while ids.len() < need {
+        ids.extend_from_slice(&body);
+    }
+    ids.truncate(need);
+    Ok(ids)
+}
+
+/// `KILN_NO_X=1 KILN_NO_Y=1` or `A=1,B=0` → pairs.
+pub fn parse_assignments(spec: &str) -> Result<Vec<(String, String)>> {
+    let mut v = Vec::new();
+    for part in spec.split([',', ' ']).filter(|s| !s.is_empty()) {
+        let Some((k, val)) = part.split_once('=') else {
+            bail!("--ab expects VAR=VALUE assignments, got '{part}'");
+        };
+        if k.is_empty() {
+            bail!("--ab: empty variable name in '{part}'");
+        }
+        v.push((k.to_string(), val.to_string()));
+    }
+    if v.is_empty() {
+        bail!("--ab needs at least one VAR=VALUE assignment");
+    }
+    Ok(v)
+}
+
+/// The command line of one A/B child: this invocation without `--ab`, `-o` and `-r`, plus `-o json -r 1`.
+pub fn child_args(argv: &[OsString]) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut skip_value = false;
+    for a in argv {
+        if skip_value {
+            skip_value = false;
+            continue;
+        }
+        let s = a.to_string_lossy();
+        let takes_value = ["--ab", "-o", "--output", "-r", "--repetitions"];
+        if takes_value.contains(&s.as_ref()) {
+            skip_value = true;
+            continue;
+        }
+        let joined = ["--ab=", "--output=", "--repetitions="]
+            .iter()
+            .any(|p| s.starts_with(p))
+            || ((s.starts_with("-o") || s.starts_with("-r"))
+                && !s.starts_with("--")
+                && s.len() > 2);
+        if !joined {
+            out.push(a.clone());
+        }
+    }
+    out.extend(["-o", "json", "-r", "1"].map(OsString::from));
+    out
+}
+
+/// `(metric name, t/s)` pairs of one child's JSON output (standard or frontier records).
+pub fn metrics_of(json: &serde_json::Value) -> Result<Vec<(String, f64)>> {
+    let arr = json
+        .as_array()
+        .context("A/B child output is not a JSON array")?;
+    let mut v = Vec::new();
+    for o in arr {
+        let num = |k: &str| o.get(k).and_then(serde_json::Value::as_f64);
+        if let Some(ctx) = o.get("ctx_tokens").and_then(serde_json::Value::as_u64) {
+            v.push((
+                format!("prefill @ ctx {ctx}"),
+                num("prefill_tps").unwrap_or(f64::NAN),
+            ));
+            v.push((
+                format!("gen @ ctx {ctx}"),
+                num("gen_tps").unwrap_or(f64::NAN),
+            ));
+        } else {
+            let s = |k: &str| o.get(k).and_then(serde_json::Value::as_str).unwrap_or("?");
+            let name = format!(
+                "{} t{} {}",
+                s("model_filename"),
+                o.get("n_threads")
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0),
+                s("test")
+            );
+            v.push((
+                name,
+                num("avg_ts").context("A/B child record without avg_ts")?,
+            ));
+        }
+    }
+    Ok(v)
+}
+
+fn run_ab(args: &Args, spec: &str) -> Result<()> {
+    let vars = parse_assignments(spec)?;
+    let exe = std::env::current_exe().context("locating the kiln binary for the A/B children")?;
+    let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let cargs = child_args(&argv);
+    // metric → (A samples, B samples), in first-seen order.
+    let mut table: Vec<(String, Vec<f64>, Vec<f64>)> = Vec::new();
+    for rep in 0..args.reps {
+        for arm in 0..2 {
+            let mut cmd = Command::new(&exe);
+            cmd.args(&cargs);
+            for (k, v) in &vars {
+                if arm == 0 {
+                    cmd.env_remove(k);
+                } else {
+                    cmd.env(k, v);
+                }
+            }
+            let label = if arm == 0 { "A" } else { "B" };
+            eprintln!("kiln bench: A/B run {}/{} arm {label}", rep + 1, args.reps);
+            let out = cmd.output().context("starting an A/B child")?;
+            if !out.status.success() {
+                bail!(
+                    "A/B child (arm {label}) failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+            let json: serde_json::Value =
+                serde_json::from_slice(&out.stdout).context("parsing an A/B child's JSON")?;
+            for (name, tps) in metrics_of(&json)? {
+                let i = match table.iter().position(|r| r.0 == name) {
+                    Some(i) => i,
+                    None => {
+                        table.push((name, Vec::new(), Vec::new()));
+                        table.len() - 1
+                    }
+                };
+                if arm == 0 {
+                    table[i].1.push(tps);
+                } else {
+                    table[i].2.push(tps);
+                }
+            }
+        }
+    }
+    let variant = vars
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let rows: Vec<(String, f64, f64)> = table
+        .iter()
+        .map(|(n, a, b)| (n.clone(), Stats::of(a).median, Stats::of(b).median))
+        .collect();
+    match args.output {
+        Format::Json => {
+            use kiln_engine::bench::{json_num, json_str};
+            let objs: Vec<String> = rows
+                .iter()
+                .map(|(n, a, b)| {
+                    format!(
+                        "{{\"metric\": {}, \"a_median_ts\": {}, \"b_median_ts\": {}, \"ratio_b_over_a\": {}, \"runs\": {}}}",
+                        json_str(n),
+                        json_num(*a),
+                        json_num(*b),
+                        json_num(b / a),
+                        args.reps
+                    )
+                })
+                .collect();
+            println!(
+                "{{\"baseline\": \"A\", \"variant\": {}, \"results\": [{}]}}",
+                json_str(&variant),
+                objs.join(", ")
+            );
+        }
+        Format::Md | Format::Csv => {
+            println!(
+                "A = baseline (without {}), B = {variant}; {} runs of each, interleaved A B A B …, one process per run; medians in t/s",
+                vars.iter().map(|v| v.0.as_str()).collect::<Vec<_>>().join(", "),
+                args.reps
+            );
+            let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(6).max(6);
+            println!(
+                "| {:<w$} | {:>10} | {:>10} | {:>7} |",
+                "metric", "A t/s", "B t/s", "B/A"
+            );
+            println!("| {:-<w$} | {:->10}: | {:->9}: | {:->6}: |", "", "", "", "");
+            for (n, a, b) in rows {
+                println!("| {n:<w$} | {a:>10.2} | {b:>10.2} | {:>7.3} |", b / a);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn child_args_drop_ab_output_and_reps() {
+        let a = os(&[
+            "bench",
+            "-m",
+            "x.gguf",
+            "--ab",
+            "KILN_NO_SIMD=1",
+            "-o",
+            "md",
+            "-r3",
+            "-p",
+            "8",
+            "--output=csv",
+            "--repetitions",
+            "4",
+            "-t",
+            "2",
+        ]);
+        assert_eq!(
+            child_args(&a),
+            os(&["bench", "-m", "x.gguf", "-p", "8", "-t", "2", "-o", "json", "-r", "1"])
+        );
+    }
+
+    #[test]
+    fn assignments() {
+        assert_eq!(
+            parse_assignments("KILN_NO_A=1, KILN_NO_B=0").unwrap(),
+            vec![
+                ("KILN_NO_A".into(), "1".into()),
+                ("KILN_NO_B".into(), "0".into())
+            ]
+        );
+        assert!(parse_assignments("KILN_NO_A").is_err());
+        assert!(parse_assignments(" ").is_err());
+        assert!(parse_assignments("=1").is_err());
+    }
+
+    #[test]
+    fn metrics_from_both_record_kinds() {
+        let j: serde_json::Value = serde_json::from_str(
+            r#"[{"model_filename":"m.gguf","n_threads":2,"test":"pp8","avg_ts":10.5},
+                {"ctx_tokens":64,"prefill_tps":100.0,"gen_tps":null}]"#,
+        )
+        .unwrap();
+        let m = metrics_of(&j).unwrap();
+        assert_eq!(m[0], ("m.gguf t2 pp8".to_string(), 10.5));
+        assert_eq!(m[1], ("prefill @ ctx 64".to_string(), 100.0));
+        assert_eq!(m[2].0, "gen @ ctx 64");
+        assert!(m[2].1.is_nan());
+        assert!(metrics_of(&serde_json::json!({"a": 1})).is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! `kiln bench` end to end on the real SmolLM2 with tiny sizes: JSON and CSV shapes, frontier mode with logit
+//! dumps, and an A/B run (two child processes). No timing is asserted, only that rates were measured.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn smollm2() -> PathBuf {
+    let dir = std::env::var_os("KILN_TEST_ASSETS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.test-assets"))
+        });
+    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.exists(),
+        "test asset {} is missing: run tools/fetch-test-assets.sh",
+        p.display()
+    );
+    p
+}
+
+fn kiln(args: &[&str]) -> (String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .env_remove("KILN_NO_SIMD")
+        .env_remove("KILN_NO_QUANT_ACT")
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "kiln {args:?} failed:\n{stdout}\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kiln-bench-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn bench_json_has_one_record_per_test() {
+    let m = smollm2();
+    let (out, _) = kiln(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-d",
+        "0,8",
+        "-r",
+        "2",
+        "-t",
+        "2",
+        "-o",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let recs = v.as_array().unwrap();
+    let tests: Vec<&str> = recs.iter().map(|r| r["test"].as_str().unwrap()).collect();
+    assert_eq!(tests, ["pp16", "tg4", "pp16 @ d8", "tg4 @ d8"]);
+    for r in recs {
+        assert_eq!(r["model_filename"], "SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert!(
+            r["model_type"]
+                .as_str()
+                .unwrap()
+                .starts_with("llama 135M Q4_1"),
+            "{r}"
+        );
+        assert_eq!(r["n_threads"], 2);
+        assert_eq!(r["backend"], "CPU");
+        assert!(r["model_size"].as_u64().unwrap() > 80 << 20);
+        assert_eq!(r["samples_ts"].as_array().unwrap().len(), 2);
+        assert!(r["avg_ts"].as_f64().unwrap() > 0.0);
+        assert!(r["stddev_ts"].as_f64().unwrap() >= 0.0);
+    }
+    assert_eq!(recs[2]["n_depth"], 8);
+    assert_eq!(recs[1]["n_gen"], 4);
+}
+
+#[test]
+fn bench_markdown_table() {
+    let m = smollm2();
+    let (out, _) = kiln(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        "8",
+        "-n",
+        "0",
+        "-r",
+        "1",
+        "-t",
+        "2",
+    ]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[0].starts_with("| model") && lines[0].contains("| t/s |"));
+    assert!(
+        lines[2].contains("| llama 135M Q4_1 |") && lines[2].contains("| pp8 |"),
+        "{out}"
+    );
+}
+
+#[test]
+fn frontier_csv_and_logit_dumps() {
+    let m = smollm2();
+    let dir = tmpdir("frontier");
+    let text = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/data/stdlib-docs.txt"
+    );
+    let (out, _) = kiln(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "-t",
+        "2",
+        "--ctx-start",
+        "16",
+        "--ctx-max",
+        "40",
+        "--step-mul",
+        "2",
+        "--gen-tokens",
+        "3",
+        "--prompt-file",
+        text,
+        "--teacher-forced-decode",
+        "-o",
+        "csv",
+        "--dump-frontier-logits-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(
+        rows[0],
+        [
+            "ctx_tokens",
+            "prefill_tokens",
+            "prefill_tps",
+            "gen_tokens",
+            "gen_tps",
+            "gen_first_ms",
+            "gen_steady_tokens",
+            "gen_steady_tps",
+            "kvcache_bytes"
+        ]
+    );
+    let ctx: Vec<&str> = rows[1..].iter().map(|r| r[0]).collect();
+    assert_eq!(ctx, ["16", "32", "40"]);
+    // SmolLM2: 30 layers × 3 KV heads × 64 × f16 × (K and V) = 23040 bytes per position.
+    assert_eq!(rows[1][8], "368640");
+    assert_eq!(rows[2][1], "16");
+    for r in &rows[1..] {
+        assert_eq!(r[3], "3");
+        assert!(r[2].parse::<f64>().unwrap() > 0.0 && r[7].parse::<f64>().unwrap() > 0.0);
+    }
+    for f in ["16", "32", "40"] {
+        let b = std::fs::read(dir.join(format!("frontier-{f}.logits"))).unwrap();
+        assert_eq!(b.len(), 24 + 4 * 49152);
+        assert_eq!(&b[..8], b"KILNFLOG");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ab_runs_both_arms_and_prints_the_ratio() {
+    let m = smollm2();
+    let (out, err) = kiln(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "-p",
+        "8",
+        "-n",
+        "2",
+        "-r",
+        "2",
+        "-t",
+        "2",
+        "--ab",
+        "KILN_NO_SIMD=1",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(err.matches("arm A").count(), 2, "{err}");
+    assert_eq!(err.matches("arm B").count(), 2, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["variant"], "KILN_NO_SIMD=1");
+    let res = v["results"].as_array().unwrap();
+    assert_eq!(res.len(), 2);
+    assert!(res[0]["metric"].as_str().unwrap().ends_with("pp8"));
+    for r in res {
+        let (a, b) = (
+            r["a_median_ts"].as_f64().unwrap(),
+            r["b_median_ts"].as_f64().unwrap(),
+        );
+        assert!((r["ratio_b_over_a"].as_f64().unwrap() - b / a).abs() < 1e-9);
+    }
+}
+
+#[test]
+fn bench_rejects_cuda_without_a_cuda_build() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["bench", "-m", "x.gguf", "--device", "cuda"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CUDA"));
+}
