@@ -153,7 +153,7 @@ pub enum ErrorKind {
     PartialBlock {
         /// The type.
         ty: GgmlType,
-        /// The row length (ne[0]).
+        /// The row length (`ne[0]`).
         ne0: u64,
         /// Elements per block.
         block: u64,

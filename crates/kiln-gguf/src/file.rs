@@ -19,7 +19,7 @@ pub struct TensorInfo {
     pub name: String,
     /// Element type.
     pub ty: GgmlType,
-    /// Dimensions in ggml order: `shape[0]` (ne[0]) is the row length, the contiguous one. 0 to 4 entries,
+    /// Dimensions in ggml order: `shape[0]` (`ne[0]`) is the row length, the contiguous one. 0 to 4 entries,
     /// each ≥ 1; an empty shape is a scalar.
     pub shape: Vec<u64>,
     /// Absolute byte offset of the data in the file.
@@ -34,7 +34,7 @@ impl TensorInfo {
         self.shape.iter().fold(1u64, |a, &d| a.saturating_mul(d))
     }
 
-    /// The row length, ne[0] (1 for a scalar).
+    /// The row length, `ne[0]` (1 for a scalar).
     pub fn row_len(&self) -> u64 {
         self.shape.first().copied().unwrap_or(1)
     }
