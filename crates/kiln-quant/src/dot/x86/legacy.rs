@@ -275,7 +275,7 @@ unsafe fn q4_0_body<S: Simd, const R: usize>(
 ) -> [f32; R] {
     legacy_body::<Q4_0, S, R>(n, w, a)
 }
-dot_kernels!(GgmlType::Q4_0, GgmlType::Q8_0, q4_0_body, q4_0);
+dot_kernels!(GgmlType::Q4_0, GgmlType::Q8_0, q4_0_body, q4_0, 1);
 
 #[inline(always)]
 unsafe fn q4_1_body<S: Simd, const R: usize>(
@@ -285,7 +285,7 @@ unsafe fn q4_1_body<S: Simd, const R: usize>(
 ) -> [f32; R] {
     legacy_body::<Q4_1, S, R>(n, w, a)
 }
-dot_kernels!(GgmlType::Q4_1, GgmlType::Q8_1, q4_1_body, q4_1);
+dot_kernels!(GgmlType::Q4_1, GgmlType::Q8_1, q4_1_body, q4_1, 1);
 
 #[inline(always)]
 unsafe fn q8_0_body<S: Simd, const R: usize>(
@@ -295,7 +295,7 @@ unsafe fn q8_0_body<S: Simd, const R: usize>(
 ) -> [f32; R] {
     legacy_body::<Q8_0, S, R>(n, w, a)
 }
-dot_kernels!(GgmlType::Q8_0, GgmlType::Q8_0, q8_0_body, q8_0);
+dot_kernels!(GgmlType::Q8_0, GgmlType::Q8_0, q8_0_body, q8_0, 1);
 
 #[inline(always)]
 unsafe fn q5_0_body<S: Simd, const R: usize>(
@@ -305,7 +305,7 @@ unsafe fn q5_0_body<S: Simd, const R: usize>(
 ) -> [f32; R] {
     legacy_body::<Q5_0, S, R>(n, w, a)
 }
-dot_kernels!(GgmlType::Q5_0, GgmlType::Q8_0, q5_0_body, q5_0);
+dot_kernels!(GgmlType::Q5_0, GgmlType::Q8_0, q5_0_body, q5_0, 1);
 
 #[inline(always)]
 unsafe fn q5_1_body<S: Simd, const R: usize>(
@@ -315,7 +315,7 @@ unsafe fn q5_1_body<S: Simd, const R: usize>(
 ) -> [f32; R] {
     legacy_body::<Q5_1, S, R>(n, w, a)
 }
-dot_kernels!(GgmlType::Q5_1, GgmlType::Q8_1, q5_1_body, q5_1);
+dot_kernels!(GgmlType::Q5_1, GgmlType::Q8_1, q5_1_body, q5_1, 1);
 
 #[inline(always)]
 unsafe fn iq4_nl_body<S: Simd, const R: usize>(
@@ -325,7 +325,7 @@ unsafe fn iq4_nl_body<S: Simd, const R: usize>(
 ) -> [f32; R] {
     legacy_body::<Iq4Nl, S, R>(n, w, a)
 }
-dot_kernels!(GgmlType::IQ4_NL, GgmlType::Q8_0, iq4_nl_body, iq4_nl);
+dot_kernels!(GgmlType::IQ4_NL, GgmlType::Q8_0, iq4_nl_body, iq4_nl, 1);
 
 /// Float rows: `$load` turns a pointer to `$lanes` weights into f32 lanes; four accumulators hide FMA latency;
 /// the tail (n % (4 · lanes)) is summed in scalar order.

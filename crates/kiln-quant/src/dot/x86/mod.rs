@@ -140,8 +140,15 @@ pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
 /// Generates module `$name` with the safe wrappers of a kernel body `$body::<Simd, R>` for both ISAs:
 /// `avx2`/`vnni` (one activation row, a [`DotFn`]) and `avx2_x4`/`vnni_x4` (four rows, a [`Dot4Fn`]). Each
 /// slices the rows (panicking per the [`DotFn`] contract) and calls the body inside a `#[target_feature]` fn.
+///
+/// `$avx2_rows` (1 or 4) is how many activation rows one AVX2 call carries: AVX2 has 16 vector registers, too
+/// few for several rows of the legacy kernels' four accumulators each (they spill: measured slower than one
+/// row at a time even for two rows), so those run row by row. AVX-512 VL's 32 registers hold four rows.
 macro_rules! dot_kernels {
     ($wt:expr, $at:expr, $body:ident, $name:ident) => {
+        dot_kernels!($wt, $at, $body, $name, 4);
+    };
+    ($wt:expr, $at:expr, $body:ident, $name:ident, $avx2_rows:literal) => {
         pub(crate) mod $name {
             use super::*;
             use crate::dot::rows;
@@ -182,7 +189,13 @@ macro_rules! dot_kernels {
             pub(crate) fn avx2_x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
                 let a = a.map(|a| rows($wt, $at, n, w, a).1.as_ptr());
                 // SAFETY: as in `avx2`, for each of the four activation rows.
-                unsafe { imp_avx2(n, w.as_ptr(), a) }
+                unsafe {
+                    if $avx2_rows == 4 {
+                        imp_avx2::<4>(n, w.as_ptr(), a)
+                    } else {
+                        a.map(|a| imp_avx2::<1>(n, w.as_ptr(), [a])[0])
+                    }
+                }
             }
 
             pub(crate) fn vnni_x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
