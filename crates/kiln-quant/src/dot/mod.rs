@@ -20,20 +20,37 @@
 //!
 //! A kernel's result for a given (weight row, activation row) depends only on those two rows, the type and the
 //! [`Isa`]: the reduction order is fixed, so the result is bit-identical from call to call and between
-//! [`DotKernel::dot`] and [`DotKernel::dot_rows`] (the engine's batch invariance rests on this).
+//! [`DotKernel::dot`] and [`DotKernel::dot_rows`] (the engine's batch invariance rests on this). For the block
+//! types it is also the same on AVX2 and AVX-512 VNNI (same integers, same float operations); only the float
+//! types round differently per ISA (8 vs 16 lanes).
 //!
 //! ```
-//! use kiln_quant::dot::{dot_fn, quantize_activation, vec_dot_type, Isa};
-//! use kiln_quant::GgmlType;
+//! use kiln_quant::dot::{dot_kernel, quantize_activation, vec_dot_type, Isa};
+//! use kiln_quant::{quantize, GgmlType};
 //!
-//! let n = 64;
-//! let w = vec![0u8; GgmlType::Q8_0.row_bytes(n as u64).unwrap() as usize];
-//! let x: Vec<f32> = (0..n).map(|i| i as f32 / 8.0).collect();
-//! let act_ty = vec_dot_type(GgmlType::Q8_0);
-//! let mut a = vec![0u8; act_ty.row_bytes(n as u64).unwrap() as usize];
-//! quantize_activation(act_ty, &x, &mut a).unwrap();
-//! let dot = dot_fn(GgmlType::Q8_0, Isa::detect()).unwrap();
-//! assert_eq!(dot(n, &w, &a), 0.0);
+//! let n = 256;
+//! let wf: Vec<f32> = (0..n).map(|i| ((i * 7 % 17) as f32 - 8.0) / 8.0).collect();
+//! let mut w = vec![0u8; GgmlType::Q4_K.row_bytes(n as u64).unwrap() as usize];
+//! quantize(GgmlType::Q4_K, &wf, &mut w)?;
+//!
+//! // Two activation rows, quantized once to Q4_K's activation format (Q8_K).
+//! let act_ty = vec_dot_type(GgmlType::Q4_K);
+//! let row = act_ty.row_bytes(n as u64).unwrap() as usize;
+//! let mut a = vec![0u8; 2 * row];
+//! for (r, chunk) in a.chunks_exact_mut(row).enumerate() {
+//!     let x: Vec<f32> = (0..n).map(|i| ((i + r) % 5) as f32 - 2.0).collect();
+//!     quantize_activation(act_ty, &x, chunk)?;
+//! }
+//!
+//! let k = dot_kernel(GgmlType::Q4_K, Isa::detect())?;
+//! let mut out = [0f32; 2];
+//! k.dot_rows(n, &w, &a, row, &mut out);
+//! let prods: Vec<f32> = wf.iter().enumerate().map(|(i, v)| v * ((i % 5) as f32 - 2.0)).collect();
+//! let (exact, scale) = (prods.iter().sum::<f32>(), prods.iter().map(|p| p.abs()).sum::<f32>());
+//! assert!((out[0] - exact).abs() < 0.02 * scale, "{} vs {exact}", out[0]);
+//! // Batch invariance: the second row alone gives the same bits as in the two-row call.
+//! assert_eq!(k.dot(n, &w, &a[row..]).to_bits(), out[1].to_bits());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod act;
