@@ -139,9 +139,15 @@ impl GgufWriter {
             head.extend_from_slice(&t.ty.id().to_le_bytes());
             head.extend_from_slice(&t.offset.to_le_bytes());
         }
-        let data_offset = (head.len() as u64).next_multiple_of(alignment);
-        head.resize(data_offset as usize, 0);
+        // A file without tensors ends after its metadata: padding to a (possibly huge) alignment would only add
+        // zeros that nothing reads.
+        let pad = if self.tensors.is_empty() {
+            0
+        } else {
+            (head.len() as u64).next_multiple_of(alignment) - head.len() as u64
+        };
         out.write_all(&head)
+            .and_then(|()| write_zeros(&mut out, pad))
             .map_err(|e| Error::new(ErrorKind::Write(e)))?;
         Ok(TensorDataWriter {
             out,
@@ -197,7 +203,7 @@ impl<W: Write> TensorDataWriter<W> {
         };
         let write = |out: &mut W| -> std::io::Result<()> {
             out.write_all(data)?;
-            out.write_all(&vec![0u8; pad as usize])
+            write_zeros(out, pad)
         };
         write(&mut self.out).map_err(|e| Error::new(ErrorKind::Write(e)).with_tensor(name))?;
         if total == size {
@@ -250,6 +256,17 @@ impl<W: Write> TensorDataWriter<W> {
             .map_err(|e| Error::new(ErrorKind::Write(e)))?;
         Ok(self.out)
     }
+}
+
+/// Writes `n` zero bytes without allocating `n` bytes (alignments may be as large as 2^31).
+fn write_zeros<W: Write>(out: &mut W, mut n: u64) -> std::io::Result<()> {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    while n > 0 {
+        let k = n.min(ZEROS.len() as u64);
+        out.write_all(&ZEROS[..k as usize])?;
+        n -= k;
+    }
+    Ok(())
 }
 
 /// Nesting depth: 0 for a scalar, 1 for an array of scalars, …
@@ -417,6 +434,18 @@ mod tests {
             [1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2]
         );
         assert_eq!(f.tensor_bytes("b").unwrap(), [3; 4]);
+    }
+
+    #[test]
+    fn files_without_tensors_are_not_padded() {
+        // Found by the round-trip fuzz target: a 1 GiB alignment made the writer allocate 1 GiB of padding.
+        let mut w = GgufWriter::new();
+        w.add("general.alignment", 1i32 << 30).unwrap();
+        let bytes = w.begin(Vec::new()).unwrap().finish().unwrap();
+        assert_eq!(bytes.len(), 24 + 8 + 17 + 4 + 4);
+        let f = GgufFile::from_bytes(bytes).unwrap();
+        assert_eq!(f.alignment(), 1 << 30);
+        assert!(f.tensors().is_empty());
     }
 
     #[test]
