@@ -18,6 +18,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Generate text from a prompt (only the text goes to stdout; speeds and diagnostics to stderr).
+    Run(commands::run::Args),
+    /// Chat interactively with the model's chat template (Ctrl-C stops a reply, Ctrl-D exits).
+    Chat(commands::chat::Args),
     /// Print a GGUF file's architecture, hyperparameters, tokenizer and quantization mix.
     Info(commands::info::Args),
     /// Tokenize text with a model's tokenizer and print ids and pieces.
@@ -35,6 +39,8 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => commands::run::run(args),
+        Command::Chat(args) => commands::chat::run(args),
         Command::Info(args) => commands::info::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Synth(args) => commands::synth::run(args),

@@ -1,4 +1,5 @@
 //! Greedy decoding from token ids given on the command line: `greedy MODEL N ID...`; prints ids and timings.
+//! `THREADS=n` sets the worker threads (example-only knob; the CLI has `-t`).
 use kiln_engine::{Flags, LoadOptions, Model, Session, SessionConfig};
 use std::time::Instant;
 
@@ -12,6 +13,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &args[1],
         LoadOptions {
             flags,
+            threads: std::env::var("THREADS")
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0),
             ..LoadOptions::default()
         },
     )?;

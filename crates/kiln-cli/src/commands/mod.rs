@@ -1,8 +1,10 @@
 //! One module per subcommand: `Args` (clap) and `run(args)`.
 
 pub mod bench;
+pub mod chat;
 pub mod info;
+pub mod run;
 pub mod score;
-pub mod tokenize;
-pub mod synth;
 pub mod serve;
+pub mod synth;
+pub mod tokenize;

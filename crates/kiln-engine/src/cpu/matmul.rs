@@ -15,7 +15,7 @@
 use super::CpuBackend;
 use crate::error::{Error, Result};
 use crate::weights::WeightView;
-use kiln_quant::dot::{dot_fn, quantize_activation_isa, vec_dot_type};
+use kiln_quant::dot::{dot_fn, dot_kernel, quantize_activation_isa, vec_dot_type};
 use kiln_quant::GgmlType;
 use rayon::prelude::*;
 
@@ -42,6 +42,9 @@ fn quant_err(name: &str, e: impl std::fmt::Display) -> Error {
         error: e.to_string(),
     }
 }
+
+/// Activation rows multiplied with a weight row per kernel call group.
+const ACT_GROUP: usize = 32;
 
 /// Weight rows per tile: enough tiles to keep every thread busy on a single-row (decode) call, and small tiles
 /// for many rows so a tile stays in L1 while all activation rows pass.
@@ -78,7 +81,7 @@ pub(crate) fn matmul(
     let n_tiles = m.div_ceil(tile);
 
     if use_quant {
-        let dot = dot_fn(w.ty, be.isa).map_err(|e| quant_err(w.name, e))?;
+        let kernel = dot_kernel(w.ty, be.isa).map_err(|e| quant_err(w.name, e))?;
         let arb = act_ty
             .row_bytes(k as u64)
             .ok_or_else(|| quant_err(w.name, format!("row of {k} is not whole {act_ty} blocks")))?
@@ -110,13 +113,19 @@ pub(crate) fn matmul(
             (0..n_tiles).into_par_iter().for_each(|t| {
                 let r0 = t * tile;
                 let r1 = (r0 + tile).min(m);
-                for j in 0..n_rows {
-                    let a = &acts[j * arb..(j + 1) * arb];
+                // Activation rows in groups small enough to stay in L1/L2 while the tile's weight rows pass;
+                // `dot_rows` decodes each weight row once per group (same bits as one row at a time).
+                let mut tmp = [0f32; ACT_GROUP];
+                for j0 in (0..n_rows).step_by(ACT_GROUP) {
+                    let nj = (n_rows - j0).min(ACT_GROUP);
+                    let a = &acts[j0 * arb..(j0 + nj) * arb];
                     for r in r0..r1 {
-                        let v = dot(k, w.row(r), a);
-                        // SAFETY: (j, r) is written by exactly one tile (r in r0..r1); the index is in bounds
-                        // because out.len() >= n_rows * m was checked above.
-                        unsafe { out_ptr.write(j * m + r, v) };
+                        kernel.dot_rows(k, w.row(r), a, arb, &mut tmp[..nj]);
+                        for (jj, &v) in tmp[..nj].iter().enumerate() {
+                            // SAFETY: (j, r) is written by exactly one tile (r in r0..r1); the index is in
+                            // bounds because out.len() >= n_rows * m was checked above.
+                            unsafe { out_ptr.write((j0 + jj) * m + r, v) };
+                        }
                     }
                 }
             })

@@ -27,7 +27,6 @@ pub struct LoadOptions<'a> {
     pub progress: Option<&'a mut dyn FnMut(u64, u64)>,
 }
 
-
 /// The architecture-specific weights.
 pub(crate) enum Net {
     Llama(llama::Llama),
