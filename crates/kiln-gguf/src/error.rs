@@ -42,7 +42,7 @@ pub enum ErrorKind {
     #[error("write failed: {0}")]
     Write(std::io::Error),
     /// The first four bytes are not `GGUF`.
-    #[error("not a gguf file: magic is {found:02x?}, expected \"GGUF\"")]
+    #[error("not a gguf file: it starts with \"{}\", not \"GGUF\"", .found.escape_ascii())]
     BadMagic {
         /// The first four bytes.
         found: [u8; 4],

@@ -119,7 +119,7 @@ fn bad_magic_and_versions() {
     b[0] = b'X';
     assert_eq!(
         GgufFile::from_bytes(b).unwrap_err().to_string(),
-        "not a gguf file: magic is [58, 47, 55, 46], expected \"GGUF\""
+        "not a gguf file: it starts with \"XGUF\", not \"GGUF\""
     );
     assert_eq!(
         Raw::header(1, 0, 0).err(),
@@ -134,6 +134,12 @@ fn bad_magic_and_versions() {
         "big-endian gguf files are not supported"
     );
     assert_eq!(Raw::header(2, 0, 0).open().unwrap().version(), 2);
+    let mut b = small_valid_file();
+    b[..4].copy_from_slice(&[0, 0xff, b'\n', b'"']);
+    assert_eq!(
+        GgufFile::from_bytes(b).unwrap_err().to_string(),
+        "not a gguf file: it starts with \"\\x00\\xff\\n\\\"\", not \"GGUF\""
+    );
     assert_eq!(
         GgufFile::from_bytes(Vec::new()).unwrap_err().to_string(),
         "magic at offset 0 needs 4 bytes, but the file ends at 0"
