@@ -142,12 +142,23 @@ def ids_fixture(plain, special, source):
     }
 
 
+# llama.cpp (llama-vocab.cpp) makes every token with one of these texts a control token that ends generation,
+# whatever its type in the file; e.g. Gemma 3's user-defined "</s>".
+LLAMA_CPP_EOG_TEXTS = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
+}
+
+
 def gguf_control_ids(path):
+    """Ids that are control (or unknown) tokens in llama.cpp's reading of a GGUF."""
     from gguf import GGUFReader
 
     r = GGUFReader(path)
     types = r.fields["tokenizer.ggml.token_type"].contents()
-    return {i for i, t in enumerate(types) if t in (2, 3)}
+    tokens = r.fields["tokenizer.ggml.tokens"].contents()
+    return {i for i, (t, text) in enumerate(zip(types, tokens)) if t in (2, 3) or text in LLAMA_CPP_EOG_TEXTS}
 
 
 CONVERSATIONS = [

@@ -7,20 +7,32 @@ use crate::error::{Error, Result};
 use crate::vocab::{keys, GgufVocab, TokenType};
 use kiln_gguf::{GgufFile, Metadata};
 
-/// Token texts llama.cpp treats as end of generation wherever they appear in a vocabulary.
+/// Token texts llama.cpp treats as end of generation wherever they appear in a vocabulary. llama.cpp also
+/// makes each of them a control token, whatever the file says (so `</s>` in Gemma 3, a user-defined token in
+/// the file, is not matched in plain text).
 const EOG_TEXTS: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
     "<|return|>",
     "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
     "<end_of_turn>",
     "<|endoftext|>",
+    "</s>",
     "<|eom_id|>",
     "<EOT>",
     "_<EOT>",
+    "[EOT]",
+    "[EOS]",
     "<|end_of_text|>",
     "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\u{FF5C}end\u{2581}of\u{2581}sentence\u{FF5C}>",
+    "[e~[",
 ];
 
 /// Token texts llama.cpp takes as the end-of-turn token when `tokenizer.ggml.eot_token_id` is absent, in the
@@ -34,7 +46,58 @@ const EOT_TEXTS: &[&str] = &[
     "<|end_of_text|>",
     "<EOT>",
     "_<EOT>",
+    "[EOT]",
+    "<\u{FF5C}end\u{2581}of\u{2581}sentence\u{FF5C}>",
     "<end_of_utterance>",
+];
+
+/// Fill-in-the-middle pad, repository and file-separator texts: llama.cpp makes the first one found of each
+/// group a control token that ends generation.
+const FIM_EOG_GROUPS: &[&[&str]] = &[
+    &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
+    &[
+        "<|fim_repo|>",
+        "<|repo_name|>",
+        "<fim-repo>",
+        "<REPO>",
+        "<reponame>",
+    ],
+    &["<|file_sep|>"],
+];
+
+/// Fill-in-the-middle prefix/suffix/middle texts: llama.cpp makes the first one found of each group a control
+/// token.
+const FIM_GROUPS: &[&[&str]] = &[
+    &[
+        "<|fim_prefix|>",
+        "<fim-prefix>",
+        "<fim_prefix>",
+        "<\u{FF5C}fim\u{2581}begin\u{FF5C}>",
+        "<PRE>",
+        "\u{2581}<PRE>",
+        "<|code_prefix|>",
+        "<|prefix|>",
+    ],
+    &[
+        "<|fim_suffix|>",
+        "<fim-suffix>",
+        "<fim_suffix>",
+        "<\u{FF5C}fim\u{2581}hole\u{FF5C}>",
+        "<SUF>",
+        "\u{2581}<SUF>",
+        "<|code_suffix|>",
+        "<|suffix|>",
+    ],
+    &[
+        "<|fim_middle|>",
+        "<fim-middle>",
+        "<fim_middle>",
+        "<\u{FF5C}fim\u{2581}end\u{FF5C}>",
+        "<MID>",
+        "\u{2581}<MID>",
+        "<|code_middle|>",
+        "<|middle|>",
+    ],
 ];
 
 /// The kind of vocabulary.
@@ -135,11 +198,54 @@ impl Tokenizer {
         check(keys::UNK_ID, v.unk_id)?;
         check(keys::PAD_ID, v.pad_id)?;
 
-        let types: Vec<TokenType> = (0..n).map(|i| v.token_type(i)).collect();
-        let find = |text: &str| v.tokens.iter().rposition(|t| t == text).map(|i| i as u32);
+        let mut types: Vec<TokenType> = (0..n).map(|i| v.token_type(i)).collect();
+        let by_text: std::collections::HashMap<&str, u32> = v
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.as_str(), i as u32))
+            .collect();
+        let find = |text: &str| by_text.get(text).copied();
         let eot = eot_meta.or_else(|| EOT_TEXTS.iter().find_map(|t| find(t)));
-        let mut eog: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
-        eog.extend(EOG_TEXTS.iter().filter_map(|t| find(t)));
+        let mut eog: Vec<u32> = EOG_TEXTS.iter().filter_map(|t| find(t)).collect();
+        let fim_eog: Vec<u32> = FIM_EOG_GROUPS
+            .iter()
+            .filter_map(|g| g.iter().find_map(|t| find(t)))
+            .collect();
+        let fim: Vec<u32> = FIM_GROUPS
+            .iter()
+            .filter_map(|g| g.iter().find_map(|t| find(t)))
+            .collect();
+        // llama.cpp's exceptions: with harmony-style <|return|>/<|call|>, <|end|> is an ordinary (user-defined)
+        // token; with gemma4/plamo markers, </s> is a normal token.
+        let has = |t: &str| find(t).is_some();
+        let mut demote = Vec::new();
+        if (has("<|return|>") && has("<|call|>")) || (has("<|calls|>") && has("<|flush|>")) {
+            demote.extend(find("<|end|>").map(|i| (i, TokenType::UserDefined)));
+        }
+        if has("<|tool_response>") || has("<|plamo:eos|>") {
+            demote.extend(find("</s>").map(|i| (i, TokenType::Normal)));
+        }
+        for &id in eog
+            .iter()
+            .chain(&fim_eog)
+            .chain(&fim)
+            .chain(eot.iter())
+            .chain(eom.iter())
+        {
+            if !matches!(types[id as usize], TokenType::Control | TokenType::Unknown) {
+                types[id as usize] = TokenType::Control;
+            }
+        }
+        for t in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+            demote.extend(find(t).map(|i| (i, TokenType::UserDefined)));
+        }
+        for &(id, ty) in &demote {
+            types[id as usize] = ty;
+        }
+        eog.retain(|id| !demote.iter().any(|d| d.0 == *id));
+        eog.extend(fim_eog);
+        eog.extend([eos, eot, eom].into_iter().flatten());
         eog.sort_unstable();
         eog.dedup();
 
@@ -404,9 +510,9 @@ impl Tokenizer {
         self.eot
     }
 
-    /// Every token that ends generation, sorted: EOS, EOT, EOM and the tokens llama.cpp recognises by their
-    /// text (`<|im_end|>`, `<|endoftext|>`, `<end_of_turn>`, `<|eot_id|>`, …). llama.cpp also counts FIM
-    /// padding/repo/separator tokens; kiln does not, as they only matter for infilling.
+    /// Every token that ends generation, sorted, as llama.cpp determines them: EOS, EOT, EOM, the tokens it
+    /// recognises by their text (`<|im_end|>`, `<|endoftext|>`, `<end_of_turn>`, `<|eot_id|>`, `</s>`, …) and
+    /// the fill-in-the-middle pad/repository/file-separator tokens.
     pub fn eos_ids(&self) -> &[u32] {
         &self.eog
     }

@@ -73,7 +73,8 @@ fn smollm2_ids_match_transformers_gguf_conversion() {
     assert!(!tok.add_bos(), "SmolLM2's GGUF says add_bos_token = false");
     assert_eq!(tok.bos_id(), Some(1));
     assert_eq!(tok.eos_id(), Some(2));
-    assert_eq!(tok.eos_ids(), &[0, 2], "<|endoftext|> and <|im_end|>");
+    // <|endoftext|>, <|im_end|>, and <reponame> (a FIM repository marker, which llama.cpp also stops on).
+    assert_eq!(tok.eos_ids(), &[0, 2, 4]);
 }
 
 #[test]
