@@ -3,7 +3,7 @@
 //! Layout: for each of K and V, one contiguous array indexed `[layer][slot][pos][kv_head][head_dim]`, in f32 or
 //! f16. A slot's positions are contiguous so a query's scan over `0..=pos` reads one linear run per kv head.
 //!
-//! Attention runs one task per (row, query head): scores `q·k_t · scale` for `t = 0..=pos` in order, a max-shifted
+//! Attention runs one task per (row, kv head), covering the query heads that share it; per query head: scores `q·k_t · scale` for `t = 0..=pos` in order, a max-shifted
 //! softmax summed in order, then `Σ p_t v_t` in order. Nothing depends on the other rows of the batch, so a row
 //! gets the same bits alone, in a decode batch or in a prefill chunk (batch invariance).
 
@@ -61,8 +61,8 @@ fn store(dst: &mut KvData, off: usize, src: &[f32]) {
     }
 }
 
-/// Reads `dst.len()` elements at `off` as f32.
-#[inline]
+/// Reads `buf.len()` elements at `off` as f32.
+#[inline(always)]
 fn load<'a>(src: &'a KvData, off: usize, buf: &'a mut [f32]) -> &'a [f32] {
     match src {
         KvData::F32(d) => &d[off..off + buf.len()],
@@ -73,22 +73,37 @@ fn load<'a>(src: &'a KvData, off: usize, buf: &'a mut [f32]) -> &'a [f32] {
     }
 }
 
-/// A dot product with eight independent accumulators (vectorizes; fixed order).
-#[inline]
+/// A dot product with sixteen independent accumulators (vectorizes to two AVX registers or one AVX-512
+/// register; fixed order, so the same inputs always give the same bits).
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let chunks = a.len() / 8;
-    for c in 0..chunks {
-        for l in 0..8 {
-            acc[l] += a[c * 8 + l] * b[c * 8 + l];
+    const L: usize = 16;
+    let mut acc = [0f32; L];
+    let ca = a.chunks_exact(L);
+    let cb = b.chunks_exact(L);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..L {
+            acc[l] += x[l] * y[l];
         }
     }
-    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for i in chunks * 8..a.len() {
-        s += a[i] * b[i];
+    let mut s = 0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
     }
-    s
+    // Pairwise tree over the lanes.
+    let mut w = L;
+    while w > 1 {
+        w /= 2;
+        for l in 0..w {
+            acc[l] += acc[l + w];
+        }
+    }
+    acc[0] + s
 }
+
+/// Most query heads per kv head (GQA group) the CPU attention supports.
+pub(crate) const MAX_GROUP: usize = 64;
 
 thread_local! {
     /// Per-thread score buffer, grown to the longest context seen, so attention allocates nothing per token.
@@ -111,7 +126,13 @@ pub(crate) fn attention(
     let hd = p.head_dim;
     let kvd = p.n_head_kv * hd;
     let qd = p.n_head * hd;
-    if hd != l.head_dim || p.n_head_kv != l.n_head_kv || layer >= l.n_layer || hd > MAX_HEAD_DIM {
+    if hd != l.head_dim
+        || p.n_head_kv != l.n_head_kv
+        || layer >= l.n_layer
+        || hd > MAX_HEAD_DIM
+        || !p.n_head.is_multiple_of(p.n_head_kv)
+        || p.n_head / p.n_head_kv > MAX_GROUP
+    {
         return Err(Error::Batch(format!(
             "attention parameters {p:?} (layer {layer}) do not match the KV cache {l:?}"
         )));
@@ -135,49 +156,62 @@ pub(crate) fn attention(
         store(&mut kv.k, off, &k[i * kvd..(i + 1) * kvd]);
         store(&mut kv.v, off, &v[i * kvd..(i + 1) * kvd]);
     }
-    // 2. One task per (row, head).
+    // 2. One task per (row, kv head): the query heads sharing that kv head are computed together, so each
+    //    K/V row is loaded (and converted from f16) once per group instead of once per query head. Each query
+    //    head's arithmetic is the same as if it ran alone.
     let group = p.n_head / p.n_head_kv;
     let kv_ref = &*kv;
     be.pool.install(|| {
         out[..n * qd]
-            .par_chunks_mut(hd)
+            .par_chunks_mut(group * hd)
             .enumerate()
             .for_each(|(i, o)| {
-                let (ri, h) = (i / p.n_head, i % p.n_head);
+                let (ri, kh) = (i / p.n_head_kv, i % p.n_head_kv);
                 let row = rows[ri];
-                let kh = h / group;
-                let qv = &q[ri * qd + h * hd..ri * qd + (h + 1) * hd];
+                let q0 = ri * qd + kh * group * hd;
+                let qs = &q[q0..q0 + group * hd];
                 let base = kv_ref.offset(layer, row.slot, 0) + kh * hd;
                 let len = row.pos + 1;
                 let mut tmp = [0f32; MAX_HEAD_DIM];
                 let tmp = &mut tmp[..hd];
                 SCORES.with(|s| {
                     let mut s = s.borrow_mut();
-                    if s.len() < len {
-                        s.resize(len, 0.0);
+                    if s.len() < group * len {
+                        s.resize(group * len, 0.0);
                     }
-                    let scores = &mut s[..len];
-                    let mut max = f32::NEG_INFINITY;
-                    for (t, sc) in scores.iter_mut().enumerate() {
+                    // scores[g * len + t]: query head g of the group against position t.
+                    let scores = &mut s[..group * len];
+                    for t in 0..len {
                         let kt = load(&kv_ref.k, base + t * kvd, tmp);
-                        *sc = dot(qv, kt) * p.scale;
-                        max = max.max(*sc);
-                    }
-                    let mut sum = 0f32;
-                    for sc in scores.iter_mut() {
-                        *sc = (*sc - max).exp();
-                        sum += *sc;
-                    }
-                    o.fill(0.0);
-                    for (t, &w) in scores.iter().enumerate() {
-                        let vt = load(&kv_ref.v, base + t * kvd, tmp);
-                        for (od, &vd) in o.iter_mut().zip(vt) {
-                            *od += w * vd;
+                        for g in 0..group {
+                            scores[g * len + t] = dot(&qs[g * hd..(g + 1) * hd], kt) * p.scale;
                         }
                     }
-                    let inv = 1.0 / sum;
-                    for od in o.iter_mut() {
-                        *od *= inv;
+                    let mut inv = [0f32; MAX_GROUP];
+                    for g in 0..group {
+                        let sg = &mut scores[g * len..(g + 1) * len];
+                        let max = sg.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                        let mut sum = 0f32;
+                        for sc in sg.iter_mut() {
+                            *sc = (*sc - max).exp();
+                            sum += *sc;
+                        }
+                        inv[g] = 1.0 / sum;
+                    }
+                    o.fill(0.0);
+                    for t in 0..len {
+                        let vt = load(&kv_ref.v, base + t * kvd, tmp);
+                        for g in 0..group {
+                            let w = scores[g * len + t];
+                            for (od, &vd) in o[g * hd..(g + 1) * hd].iter_mut().zip(vt) {
+                                *od += w * vd;
+                            }
+                        }
+                    }
+                    for g in 0..group {
+                        for od in o[g * hd..(g + 1) * hd].iter_mut() {
+                            *od *= inv[g];
+                        }
                     }
                 });
             })
