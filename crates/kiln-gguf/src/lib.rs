@@ -7,7 +7,9 @@
 //!   ([`MAX_NESTING`]), dims (at most [`MAX_DIMS`], each ≥ 1: zero-sized tensors are rejected), element-count and
 //!   size overflow, known tensor types, whole blocks per row, alignment (`general.alignment`, default 32, a
 //!   power of two), data ranges inside the file and not overlapping, unique keys and names. A bad file is an
-//!   [`Error`] naming the key or tensor and the offset, never a panic.
+//!   [`Error`] naming the key or tensor and the offset, never a panic. Memory for parsed metadata is bounded by a
+//!   small multiple of the metadata's bytes in the file (at most ~3× for arrays of empty strings), whatever the
+//!   counts claim.
 //! - [`Metadata`] holds the key/value table in file order with typed accessors (`get_u32`, `opt_str`,
 //!   `get_arr_str`, …); integer accessors accept any integer type whose value fits.
 //! - [`GgufWriter`] writes v3 files in one forward pass: declare metadata and tensors, then stream each

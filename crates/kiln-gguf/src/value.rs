@@ -716,6 +716,14 @@ mod tests {
     }
 
     #[test]
+    fn parsed_elements_are_at_most_3x_their_file_size() {
+        // The bound the crate docs promise: the smallest array elements in a file are an empty string (8 bytes)
+        // and an empty array (12 bytes: type + count).
+        assert!(std::mem::size_of::<String>() <= 3 * 8);
+        assert!(std::mem::size_of::<Array>() <= 3 * 12);
+    }
+
+    #[test]
     fn display_is_short_for_long_arrays() {
         assert_eq!(
             Value::Array(Array::String(vec!["en".into()])).to_string(),
