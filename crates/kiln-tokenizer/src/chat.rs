@@ -56,6 +56,7 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
         env.add_template_owned(NAME, src.to_string())?;
         Ok(ChatTemplate {
             env,
@@ -91,6 +92,133 @@ impl ChatTemplate {
         let tmpl = self.env.get_template(NAME)?;
         Ok(tmpl.render(Value::from_serialize(&ctx))?)
     }
+}
+
+/// transformers' `tojson`: Python's `json.dumps(x, ensure_ascii=False, indent=indent)`: `", "`/`": "`
+/// separators, no HTML escaping, keys in the map's order (insertion order needs serde_json's `preserve_order`
+/// where the caller builds the kwargs; without it keys arrive sorted).
+fn tojson(
+    value: &Value,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let mut out = String::new();
+    py_json(value, indent, 0, &mut out)?;
+    Ok(Value::from_safe_string(out))
+}
+
+fn py_json(
+    v: &Value,
+    indent: Option<usize>,
+    depth: usize,
+    out: &mut String,
+) -> std::result::Result<(), minijinja::Error> {
+    use minijinja::value::ValueKind;
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    };
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => match v.as_i64() {
+            Some(i) if !v.to_string().contains('.') => out.push_str(&i.to_string()),
+            _ => out.push_str(&py_float(f64::try_from(v.clone()).unwrap_or(f64::NAN))),
+        },
+        ValueKind::String => py_string(v.as_str().unwrap_or_default(), out),
+        ValueKind::Map => {
+            let keys: Vec<Value> = v.try_iter()?.collect();
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(if indent.is_some() { "," } else { ", " });
+                }
+                newline(out, depth + 1);
+                match k.as_str() {
+                    Some(s) => py_string(s, out),
+                    None => py_string(&k.to_string(), out),
+                }
+                out.push_str(": ");
+                py_json(&v.get_item(k)?, indent, depth + 1, out)?;
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(if indent.is_some() { "," } else { ", " });
+                }
+                newline(out, depth + 1);
+                py_json(item, indent, depth + 1, out)?;
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        _ => py_string(&v.to_string(), out),
+    }
+    Ok(())
+}
+
+/// Python's float repr: shortest round-trip digits, `.0` on integral values, exponent below 1e-4 and from
+/// 1e16 on, written `e-05`/`e+16`.
+fn py_float(f: f64) -> String {
+    if !f.is_finite() {
+        return if f.is_nan() {
+            "NaN"
+        } else if f > 0.0 {
+            "Infinity"
+        } else {
+            "-Infinity"
+        }
+        .to_string();
+    }
+    let a = f.abs();
+    if a != 0.0 && !(1e-4..1e16).contains(&a) {
+        let s = format!("{f:e}");
+        let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
+        let exp: i32 = exp.parse().unwrap_or(0);
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mant}e{sign}{:02}", exp.abs());
+    }
+    let s = format!("{f}");
+    if s.contains('.') {
+        s
+    } else {
+        format!("{s}.0")
+    }
+}
+
+/// A JSON string as Python writes it with `ensure_ascii=False`.
+fn py_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 fn raise_exception(msg: String) -> std::result::Result<Value, minijinja::Error> {
@@ -183,10 +311,11 @@ fn strftime(secs: u64, fmt: &str) -> String {
 
 /// Renders the model's chat template and tokenizes the result so that only the TEMPLATE's own markers become
 /// control tokens: control-token text inside a message (a user typing `<|im_end|>`) is tokenized as plain text
-/// and cannot open or close turns. No BOS/EOS is added beyond what the template writes (as transformers'
+/// and cannot open or close turns (kwargs such as `tools` are trusted template input and are not
+/// neutralized). No BOS/EOS is added beyond what the template writes (as transformers'
 /// `apply_chat_template(tokenize=True)` does).
 ///
-/// How: before rendering, every control-token text inside message contents (and string kwargs) gets a
+/// How: before rendering, every control-token text inside message contents gets a
 /// noncharacter sentinel after its first character, so the rendered text's special-token split cannot match
 /// it; the sentinels are removed from the text fragments before they reach the model.
 pub fn apply_chat_template_ids(
@@ -283,6 +412,23 @@ mod tests {
             t.render(&[], false, &serde_json::Value::Null).unwrap(),
             "x\ny"
         );
+    }
+
+    #[test]
+    fn tojson_writes_like_python_json_dumps() {
+        let t = ChatTemplate::new("{{ x | tojson }}|{{ y | tojson(indent=2) }}", "", "").unwrap();
+        let kw = serde_json::json!({
+            "x": {"a": [1, 2.5, null, true, 1e-9, 3.0], "b": "é <'q'>\n\"\\\u{1}", "c": {}},
+            "y": {"k": [1]},
+        });
+        let out = t.render(&[], false, &kw).unwrap();
+        // Python: json.dumps(x, ensure_ascii=False) and json.dumps(y, ensure_ascii=False, indent=2)
+        let want = r#"{"a": [1, 2.5, null, true, 1e-09, 3.0], "b": "é <'q'>\n\"\\\u0001", "c": {}}|{
+  "k": [
+    1
+  ]
+}"#;
+        assert_eq!(out, want);
     }
 
     #[test]
