@@ -719,6 +719,67 @@ mod tests {
     }
 
     #[test]
+    fn every_pre_tokenizer_family_builds_and_round_trips() {
+        let text = "It's 2024: 12345 apples,\n\n  ok?  ";
+        for pre in [
+            None,
+            Some("default"),
+            Some("gpt2"),
+            Some("gpt-2"),
+            Some("llama-bpe"),
+            Some("qwen2"),
+            Some("smollm"),
+        ] {
+            let mut v = toy_bpe("qwen2");
+            v.pre = pre.map(String::from);
+            let t = Tokenizer::from_vocab(v).unwrap_or_else(|e| panic!("{pre:?}: {e}"));
+            let ids = t.encode(text, false, false).unwrap();
+            assert_eq!(
+                t.decode(&ids, false).unwrap().replace(" ?", "?"),
+                text.replace(" ?", "?"),
+                "{pre:?}"
+            );
+        }
+        // Llama 3 family adds BOS by default; the others do not.
+        let mut v = toy_bpe("llama-bpe");
+        v.bos_id = Some(260);
+        assert!(Tokenizer::from_vocab(v).unwrap().add_bos());
+        let mut v = toy_bpe("qwen2");
+        v.bos_id = Some(260);
+        assert!(!Tokenizer::from_vocab(v).unwrap().add_bos());
+    }
+
+    #[test]
+    fn spm_space_prefix_applies_at_the_start_and_after_special_tokens() {
+        let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>", "\u{2581}", "a", "\u{2581}a", "<x>"]
+            .map(String::from)
+            .to_vec();
+        let mut types = vec![2, 3, 3, 1, 1, 1, 4];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(6);
+        }
+        let scores = vec![0.0; tokens.len()];
+        let v = GgufVocab {
+            model: "llama".into(),
+            tokens,
+            token_types: Some(types),
+            scores: Some(scores),
+            ..GgufVocab::default()
+        };
+        let t = Tokenizer::from_vocab(v.clone()).unwrap();
+        // " a" at the start and after the user-defined <x>; "a" right after ordinary text.
+        assert_eq!(t.encode("a<x>a", true, false).unwrap(), vec![1, 5, 6, 5]);
+        assert_eq!(t.decode(&[1, 5, 6, 5], true).unwrap(), "a<x> a");
+        let mut v2 = v;
+        v2.add_space_prefix = Some(false);
+        v2.add_bos = Some(false);
+        let t2 = Tokenizer::from_vocab(v2).unwrap();
+        assert_eq!(t2.encode("a a", true, false).unwrap(), vec![4, 5]);
+        assert_eq!(t2.decode(&[4, 5], true).unwrap(), "a a");
+    }
+
+    #[test]
     fn byte_tokens_parse() {
         assert_eq!(parse_byte_token("<0x0A>"), Some(10));
         assert_eq!(parse_byte_token("<0xff>"), Some(255));
