@@ -246,6 +246,13 @@ fn cancel_context_limit_and_queue_bounds() {
     }
     // Both slots are still busy, so both still wait.
     assert_eq!((h.stats().active, h.stats().queued), (2, 2));
+    // Cancel once the second request is generating.
+    for _ in 0..100 {
+        if !outcome(&cancel_log).0.is_empty() {
+            break;
+        }
+        s.step().unwrap();
+    }
     ticket.cancel();
     s.step().unwrap();
     let (toks, end) = outcome(&cancel_log);

@@ -4,7 +4,7 @@
 //! - Requests are queued through a [`Handle`] (bounded FIFO; full → [`SubmitError::QueueFull`]) and join the
 //!   running batch as soon as a slot is free, so a new request never waits for the others to finish.
 //! - Prompts are prefilled in chunks that end at multiples of [`SchedulerConfig::chunk`] (counted from
-//!   position 0 of the sequence), a few chunks per step in round-robin order, interleaved with the decode rows:
+//!   position 0 of the sequence), oldest request first, up to one chunk's worth of rows per step, interleaved with the decode rows:
 //!   a long prompt does not stall running streams, and a sequence's chunk boundaries never depend on load.
 //!   Together with the engine's batch-invariant rows this makes a request's output independent of its
 //!   neighbours.
@@ -155,6 +155,8 @@ struct Job {
     pending: Option<u32>,
     generated: usize,
     reused: usize,
+    /// Admission order.
+    seq: u64,
 }
 
 struct Slot {
@@ -177,8 +179,8 @@ pub struct Scheduler<'s, 'm> {
     cfg: SchedulerConfig,
     shared: Arc<Shared>,
     slots: Vec<Slot>,
-    /// The slot that last got a prefill chunk (round-robin).
-    last_prefill: Option<usize>,
+    /// Admission counter: orders prefill first-come first-served.
+    admitted: u64,
     tick: u64,
 }
 
@@ -222,7 +224,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 cfg,
                 shared,
                 slots,
-                last_prefill: None,
+                admitted: 0,
                 tick: 0,
             },
             handle,
@@ -353,7 +355,9 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             // error rather than the engine thread.
             match Sampler::new(req.sampler.clone()) {
                 Ok(sampler) => {
+                    self.admitted += 1;
                     slot.job = Some(Job {
+                        seq: self.admitted,
                         history: req.prompt.clone(),
                         next: pick.reuse,
                         pending: None,
@@ -371,6 +375,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                         pending: None,
                         generated: 0,
                         reused: 0,
+                        seq: 0,
                         sampler: Sampler::new(SamplerParams::greedy())
                             .expect("greedy parameters are valid"),
                         req,
@@ -383,7 +388,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         Ok(())
     }
 
-    /// This step's batch: every pending decode row, then prefill chunks in round-robin order.
+    /// This step's batch: every pending decode row, then prefill chunks, oldest request first.
     fn plan(&mut self) -> (Batch, Vec<RowKind>) {
         let mut rows = Vec::new();
         let mut kinds = Vec::new();
@@ -400,13 +405,12 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 kinds.push(RowKind::Decode { slot: s });
             } else if job.next < job.req.prompt.len() {
                 let end = plan::chunk_end(job.next, job.req.prompt.len(), self.cfg.chunk);
-                prefilling.push((s, end - job.next));
+                prefilling.push((s, end - job.next, job.seq));
             }
         }
-        let picked = plan::pick_prefill(&prefilling, self.last_prefill, self.cfg.chunk);
-        if let Some(&last) = picked.last() {
-            self.last_prefill = Some(last);
-        }
+        prefilling.sort_by_key(|&(_, _, seq)| seq);
+        let candidates: Vec<(usize, usize)> = prefilling.iter().map(|&(s, n, _)| (s, n)).collect();
+        let picked = plan::pick_prefill(&candidates, self.cfg.chunk);
         for s in picked {
             let slot = &mut self.slots[s];
             let Some(job) = slot.job.as_mut() else {

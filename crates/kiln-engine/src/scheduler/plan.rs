@@ -41,21 +41,14 @@ pub(crate) fn chunk_end(pos: usize, len: usize, chunk: usize) -> usize {
     ((pos / chunk + 1) * chunk).min(len)
 }
 
-/// Picks which prefilling slots contribute a chunk to this step: visiting `candidates` (slot, chunk length) in
-/// round-robin order starting after `after`, take whole chunks while they fit in `budget` rows; the first
-/// visited always goes in, so prefill always progresses. Returns the chosen slot indices in visit order.
-pub(crate) fn pick_prefill(
-    candidates: &[(usize, usize)],
-    after: Option<usize>,
-    budget: usize,
-) -> Vec<usize> {
-    let start = after.map_or(0, |a| {
-        candidates.iter().position(|&(s, _)| s > a).unwrap_or(0)
-    });
+/// Picks which prefilling slots contribute a chunk to this step: `candidates` (slot, chunk length) come oldest
+/// request first; take whole chunks while they fit in `budget` rows. The oldest always goes in, so prefill
+/// always progresses, and first-come first-served prefill finishes each prompt as early as possible instead of
+/// slowing every prompt down equally (running streams are unaffected: their decode rows are in every step).
+pub(crate) fn pick_prefill(candidates: &[(usize, usize)], budget: usize) -> Vec<usize> {
     let mut used = 0;
     let mut out = Vec::new();
-    for k in 0..candidates.len() {
-        let (slot, n) = candidates[(start + k) % candidates.len()];
+    for &(slot, n) in candidates {
         if out.is_empty() || used + n <= budget {
             used += n;
             out.push(slot);
@@ -106,14 +99,13 @@ mod tests {
     }
 
     #[test]
-    fn prefill_pick_is_round_robin_and_budgeted() {
-        let c = [(0, 64), (2, 10), (5, 30)];
-        assert_eq!(pick_prefill(&c, None, 64), vec![0]);
-        assert_eq!(pick_prefill(&c, Some(0), 64), vec![2, 5]);
-        assert_eq!(pick_prefill(&c, Some(5), 64), vec![0]);
-        assert_eq!(pick_prefill(&c, Some(2), 64), vec![5, 2]);
-        // A chunk bigger than the budget still runs when it is first.
-        assert_eq!(pick_prefill(&[(3, 64)], None, 16), vec![3]);
-        assert!(pick_prefill(&[], None, 64).is_empty());
+    fn prefill_pick_is_oldest_first_and_budgeted() {
+        let c = [(5, 64), (2, 10), (0, 30)];
+        assert_eq!(pick_prefill(&c, 64), vec![5]);
+        assert_eq!(pick_prefill(&c[1..], 64), vec![2, 0]);
+        assert_eq!(pick_prefill(&[(1, 50), (3, 20), (4, 14)], 64), vec![1, 4]);
+        // A chunk bigger than the budget still runs when it is the oldest.
+        assert_eq!(pick_prefill(&[(3, 64)], 16), vec![3]);
+        assert!(pick_prefill(&[], 64).is_empty());
     }
 }
