@@ -114,3 +114,49 @@ fn control_text_is_plain_text_unless_parse_special() {
         );
     }
 }
+
+#[test]
+fn qwen3_vocab_pads_to_the_models_embedding_rows() {
+    let dir = common::assets().join("tokenizer-qwen3");
+    let v = kiln_tokenizer::vocab_from_tokenizer_json(
+        dir.join("tokenizer.json"),
+        dir.join("tokenizer_config.json"),
+        Some(151_936),
+    )
+    .unwrap();
+    assert_eq!(v.tokens.len(), 151_936);
+    assert_eq!(v.tokens[151_935], "[PAD151935]");
+    assert_eq!(v.token_type(151_935), kiln_tokenizer::TokenType::Unused);
+    // Converted like llama.cpp: added special tokens are control, <think> user-defined, pre = qwen2.
+    assert_eq!(v.pre.as_deref(), Some("qwen2"));
+    assert_eq!(v.token_type(151_644), kiln_tokenizer::TokenType::Control); // <|im_start|>
+    assert_eq!(
+        v.token_type(151_667),
+        kiln_tokenizer::TokenType::UserDefined
+    ); // <think>
+    assert_eq!(
+        (v.bos_id, v.eos_id, v.pad_id),
+        (Some(151_643), Some(151_645), Some(151_643))
+    );
+    assert_eq!(v.add_bos, Some(false));
+    assert!(v
+        .chat_template
+        .as_deref()
+        .is_some_and(|t| t.contains("enable_thinking")));
+    let tok = Tokenizer::from_vocab(v).unwrap();
+    assert_eq!(tok.vocab_size(), 151_936);
+    let unpadded = common::qwen3();
+    let text = "Padding must not change ids: 你好 🎉 <think>";
+    assert_eq!(
+        tok.encode(text, true, false).unwrap(),
+        unpadded.encode(text, true, false).unwrap()
+    );
+}
+
+#[test]
+fn tokenizer_and_template_can_be_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Tokenizer>();
+    send_sync::<kiln_tokenizer::ChatTemplate>();
+    send_sync::<kiln_tokenizer::StreamDecoder>();
+}
