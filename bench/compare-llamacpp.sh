@@ -88,7 +88,9 @@ for model in "$smol" "$qwen"; do
 done
 
 echo "== perplexity, -c $ctx, $(wc -c <"$text") bytes of $(basename "$text")"
-lp=$("$bin/llama-perplexity" -m "$smol" -f "$text" -c "$ctx" -t "$threads" 2>&1 |
+# --no-escape: by default llama.cpp turns the text's literal "\t" and "\n" into control characters, and then
+# scores other bytes than kiln does (with it, both tokenize the file to the same 8981 ids).
+lp=$("$bin/llama-perplexity" -m "$smol" -f "$text" -c "$ctx" -t "$threads" --no-escape 2>&1 |
     sed -n 's/.*Final estimate: PPL = \([0-9.]*\) +\/- \([0-9.]*\).*/\1 \2/p')
 echo "llama-perplexity: PPL = $lp"
 kp=$("$kiln" score -m "$smol" -f "$text" -c "$ctx" -t "$threads" --json 2>/dev/null |

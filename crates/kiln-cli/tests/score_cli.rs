@@ -66,7 +66,8 @@ fn score_dump_and_self_comparison() {
     let b = json_of(&[&base[..], &["--ref-logits", d]].concat());
     assert_eq!(b["ppl"], a["ppl"]);
     assert_eq!(b["top1"], 1.0);
-    assert_eq!(b["kl_max"], 0.0);
+    // The dump keeps the log-sum-exp as f32: self-KL is zero up to that rounding.
+    assert!(b["kl_max"].as_f64().unwrap() < 1e-6, "{b}");
     assert_eq!(b["max_abs_dlogit"], 0.0);
     assert!(b["dp_n"].as_u64().unwrap() > 30, "{b}");
 
