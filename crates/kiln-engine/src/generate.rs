@@ -99,7 +99,7 @@ impl<'s, 'm> Generator<'s, 'm> {
             if self.session.len(self.slot) >= self.session.slot_ctx() {
                 return Ok(self.finish(FinishReason::Length));
             }
-            self.logits = self.session.decode(self.slot, t)?;
+            self.session.decode_into(self.slot, t, &mut self.logits)?;
         }
         if self.generated >= self.params.max_tokens {
             return Ok(self.finish(FinishReason::Length));

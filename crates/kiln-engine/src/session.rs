@@ -178,12 +178,29 @@ impl<'m> Session<'m> {
 
     /// Runs one batch. Rows must extend their slots contiguously (see [`BatchRow::pos`]).
     pub fn forward(&mut self, batch: &Batch) -> Result<Output> {
-        let n = batch.rows.len();
+        let mut logits = Vec::new();
+        let hidden = self.run(&batch.rows, &batch.taps, &mut logits)?;
+        Ok(Output {
+            rows: self.logit_rows.clone(),
+            n_vocab: self.model.n_vocab(),
+            logits,
+            hidden,
+        })
+    }
+
+    /// The body of [`Session::forward`]: logits of the rows that ask go to `logits` (resized), hidden states of
+    /// tapped layers are returned.
+    fn run(
+        &mut self,
+        rows: &[BatchRow],
+        taps: &[usize],
+        logits: &mut Vec<f32>,
+    ) -> Result<Vec<(usize, Vec<f32>)>> {
+        let n = rows.len();
+        self.logit_rows.clear();
         if n == 0 {
-            return Ok(Output {
-                n_vocab: self.model.n_vocab(),
-                ..Output::default()
-            });
+            logits.clear();
+            return Ok(Vec::new());
         }
         if n > self.cfg.batch {
             return Err(Error::Batch(format!(
@@ -192,7 +209,7 @@ impl<'m> Session<'m> {
             )));
         }
         let hp = self.model.hparams();
-        if let Some(&l) = batch.taps.iter().find(|&&l| l >= hp.n_layer) {
+        if let Some(&l) = taps.iter().find(|&&l| l >= hp.n_layer) {
             return Err(Error::Batch(format!(
                 "tap of layer {l}, but the model has {} layers",
                 hp.n_layer
@@ -203,8 +220,7 @@ impl<'m> Session<'m> {
         self.attn_rows.clear();
         self.positions.clear();
         self.tokens.clear();
-        self.logit_rows.clear();
-        for (i, r) in batch.rows.iter().enumerate() {
+        for (i, r) in rows.iter().enumerate() {
             let len = lens
                 .get_mut(r.slot)
                 .ok_or_else(|| Error::Batch(format!("slot {} does not exist", r.slot)))?;
@@ -246,22 +262,15 @@ impl<'m> Session<'m> {
             kv: &mut self.kv,
             rows: &self.attn_rows,
             positions: &self.positions,
-            taps: &batch.taps,
+            taps,
             tapped: &mut hidden,
         };
         self.model
             .forward(&mut pass, &self.tokens, &self.logit_rows)?;
         self.lens = lens;
-        let mut logits = vec![0f32; self.logit_rows.len() * hp.n_vocab];
-        self.model
-            .backend()
-            .read(&self.scratch.logits, &mut logits)?;
-        Ok(Output {
-            rows: self.logit_rows.clone(),
-            n_vocab: hp.n_vocab,
-            logits,
-            hidden,
-        })
+        logits.resize(self.logit_rows.len() * hp.n_vocab, 0.0);
+        self.model.backend().read(&self.scratch.logits, logits)?;
+        Ok(hidden)
     }
 
     /// Appends `tokens` to `slot` in chunks of the session's batch size (fixed boundaries, this slot only) and
@@ -303,17 +312,21 @@ impl<'m> Session<'m> {
 
     /// Appends one token to `slot` and returns its logits.
     pub fn decode(&mut self, slot: usize, token: u32) -> Result<Vec<f32>> {
-        let pos = self.len(slot);
-        let o = self.forward(&Batch {
-            rows: vec![BatchRow {
-                slot,
-                pos,
-                token,
-                logits: true,
-            }],
-            taps: Vec::new(),
-        })?;
-        Ok(o.logits)
+        let mut logits = Vec::new();
+        self.decode_into(slot, token, &mut logits)?;
+        Ok(logits)
+    }
+
+    /// [`Session::decode`] into a caller-owned buffer: the decode loop allocates nothing per token.
+    pub fn decode_into(&mut self, slot: usize, token: u32, logits: &mut Vec<f32>) -> Result<()> {
+        let row = [BatchRow {
+            slot,
+            pos: self.len(slot),
+            token,
+            logits: true,
+        }];
+        self.run(&row, &[], logits)?;
+        Ok(())
     }
 }
 
