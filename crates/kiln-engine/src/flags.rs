@@ -101,8 +101,17 @@ impl Flags {
     }
 }
 
-/// `KILN_*` variables that are not kill switches and therefore must not be warned about.
-const NON_FLAG_VARS: &[&str] = &["KILN_TEST_ASSETS", "KILN_LOG"];
+/// `KILN_*` variables that are not kill switches (settings of the server, tests and test tools) and therefore must
+/// not be warned about.
+pub const NON_FLAG_VARS: &[&str] = &[
+    "KILN_API_KEY",
+    "KILN_LOG",
+    "KILN_TEST_ASSETS",
+    "KILN_TEST_SEED",
+    "KILN_BASE_URL",
+    "KILN_SERVER_PID",
+    "KILN_READ_TIMEOUT",
+];
 
 #[cfg(test)]
 mod tests {
@@ -138,6 +147,7 @@ mod tests {
             ("KILN_NO_QANT_ACT", "1"),
             ("KILN_NO_SIMD", "maybe"),
             ("KILN_TEST_ASSETS", "/x"),
+            ("KILN_API_KEY", "secret"),
             ("PATH", "/bin"),
         ]));
         assert_eq!(f, Flags::default());
