@@ -100,15 +100,19 @@ async fn read_json(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Val
             format!("the request body exceeds {limit} bytes"),
         )
     };
+    // An oversized body is still read (and dropped) up to this much, so that a client that sends its whole
+    // body before reading gets the 413 instead of a reset connection; beyond it the connection is just closed.
+    let drain_cap = limit.saturating_mul(4).min(64 << 20);
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    if declared.is_some_and(|n| n > drain_cap as u64) {
         return Err(too_big());
     }
     let read = async {
         let mut buf = Vec::new();
+        let mut seen = 0usize;
         let mut stream = body.into_data_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| {
@@ -118,10 +122,16 @@ async fn read_json(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Val
                     format!("cannot read the body: {e}"),
                 )
             })?;
-            if buf.len() + chunk.len() > limit {
+            seen = seen.saturating_add(chunk.len());
+            if seen > drain_cap {
                 return Err(too_big());
             }
-            buf.extend_from_slice(&chunk);
+            if seen <= limit {
+                buf.extend_from_slice(&chunk);
+            }
+        }
+        if seen > limit {
+            return Err(too_big());
         }
         Ok(buf)
     };
