@@ -203,7 +203,9 @@ mod x86 {
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let idv = _mm256_set1_ps(id);
-        let q = v.map(|v| _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v, idv))));
+        // Explicit, not `array::map`: closures run through core's generic code lose the target features.
+        let quant = |v: __m256| _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v, idv)));
+        let q = [quant(v[0]), quant(v[1]), quant(v[2]), quant(v[3])];
         let sum = hsum_i32(_mm256_add_epi32(
             _mm256_add_epi32(q[0], q[1]),
             _mm256_add_epi32(q[2], q[3]),
@@ -239,14 +241,16 @@ mod x86 {
         let iscale = -127.0 / max;
         let isv = _mm256_set1_ps(iscale);
         for g in 0..QK_K / 32 {
-            let q: [__m256i; 4] = std::array::from_fn(|k| {
+            let quant = |k: usize| {
                 let v = _mm256_loadu_ps(p.add(32 * g + 8 * k));
                 // cvtps rounds half to even under the default MXCSR, like ggml's nearest_int.
                 _mm256_min_epi32(
                     _mm256_cvtps_epi32(_mm256_mul_ps(isv, v)),
                     _mm256_set1_epi32(127),
                 )
-            });
+            };
+            // Explicit, not `array::from_fn` (see `q8_0_block`).
+            let q = [quant(0), quant(1), quant(2), quant(3)];
             b.bsums[2 * g] = hsum_i32(_mm256_add_epi32(q[0], q[1])) as i16;
             b.bsums[2 * g + 1] = hsum_i32(_mm256_add_epi32(q[2], q[3])) as i16;
             _mm256_storeu_si256(
