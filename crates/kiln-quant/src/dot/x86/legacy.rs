@@ -190,30 +190,22 @@ impl Legacy for Iq4Nl {
 }
 
 /// The first 4 header bytes (two f16) of 4 consecutive blocks `stride` bytes apart, as 8 f32. For formats with
-/// one f16 header (`MIN` false) the other two bytes are quants: they are zeroed, because as f16 they are
-/// arbitrary bit patterns (subnormals, inf, NaN) that hit slow hardware paths in the conversion or the product
-/// (measured here: the whole Q5_0 kernel 60x slower on random data until masked).
+/// one f16 header (`MIN` false) the odd lanes are quant bytes read as f16: meaningless and never used (masking
+/// them was measured slightly slower, and they cannot trap: FP exceptions are masked).
 #[inline(always)]
-unsafe fn headers4<L: Legacy>(p: *const u8, stride: usize) -> __m256 {
-    let h = _mm_setr_epi32(
+unsafe fn headers4(p: *const u8, stride: usize) -> __m256 {
+    _mm256_cvtph_ps(_mm_setr_epi32(
         rd32(p),
         rd32(p.add(stride)),
         rd32(p.add(2 * stride)),
         rd32(p.add(3 * stride)),
-    );
-    let h = if L::MIN {
-        h
-    } else {
-        _mm_and_si128(h, _mm_set1_epi32(0xFFFF))
-    };
-    _mm256_cvtph_ps(h)
+    ))
 }
 
 /// The header of one block as in [`headers4`], in lanes 0 and 1.
 #[inline(always)]
-unsafe fn header1<L: Legacy>(p: *const u8) -> __m128 {
-    let h = if L::MIN { rd32(p) } else { rd32(p) & 0xFFFF };
-    _mm_cvtph_ps(_mm_cvtsi32_si128(h))
+unsafe fn header1(p: *const u8) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(p)))
 }
 
 #[inline(always)]
@@ -241,7 +233,7 @@ unsafe fn legacy_body<L: Legacy, S: Simd, const R: usize>(
     let mut i = 0;
     while i + 4 <= nb {
         let x = w.add(i * L::WB);
-        let xh = headers4::<L>(x, L::WB);
+        let xh = headers4(x, L::WB);
         // Not `array::from_fn`: its closure runs inside core's generic code, which lacks this function's
         // target features, so nothing in it would inline (measured: 60x slower).
         let xq = [
@@ -252,7 +244,7 @@ unsafe fn legacy_body<L: Legacy, S: Simd, const R: usize>(
         ];
         for r in 0..R {
             let y = a[r].add(i * L::AB);
-            let sc = _mm256_mul_ps(xh, headers4::<L>(y, L::AB));
+            let sc = _mm256_mul_ps(xh, headers4(y, L::AB));
             if L::MIN {
                 mins[r] = _mm256_add_ps(mins[r], sc);
             }
@@ -265,11 +257,11 @@ unsafe fn legacy_body<L: Legacy, S: Simd, const R: usize>(
     }
     while i < nb {
         let x = w.add(i * L::WB);
-        let xh = header1::<L>(x);
+        let xh = header1(x);
         let xq = L::weights(x);
         for r in 0..R {
             let y = a[r].add(i * L::AB);
-            let sc = _mm_mul_ps(xh, header1::<L>(y));
+            let sc = _mm_mul_ps(xh, header1(y));
             if L::MIN {
                 mins[r] = _mm256_add_ps(mins[r], _mm256_zextps128_ps256(sc));
             }
