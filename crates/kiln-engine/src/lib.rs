@@ -32,6 +32,7 @@
 mod backend;
 pub mod bench;
 pub mod cpu;
+pub mod dflash;
 mod error;
 pub mod fidelity;
 pub mod flags;

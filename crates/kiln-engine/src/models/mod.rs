@@ -107,6 +107,11 @@ impl Model {
         &self.file
     }
 
+    /// The mapped GGUF, shared (a DFlash drafter binds the target's embedding and head from it).
+    pub(crate) fn gguf_arc(&self) -> Arc<GgufFile> {
+        self.file.clone()
+    }
+
     /// Load-time warnings (unused tensors).
     pub fn warnings(&self) -> &[String] {
         &self.warnings

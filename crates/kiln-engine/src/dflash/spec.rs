@@ -1,0 +1,245 @@
+//! The speculative decoding loop. Each round: the block `[pending, d1 … d(v−1)]` (drafts from the drafter, or
+//! forced ones) is verified in ONE target forward; walking the block, the target's choice at row i (greedy argmax
+//! or a sample) is emitted, and the walk goes on only while the next draft equals that choice. The target KV is
+//! rolled back to the rows whose tokens were right, and their tapped hidden states extend the drafter's context.
+//!
+//! Exactness: row i's logits are bit-identical to a plain decode step (batch invariance), the sampler is called
+//! once per emitted token with the same history in the same order as [`crate::Generator`], and stop tokens, the
+//! token budget and the context limit are checked at the same points, so the output equals plain generation's —
+//! for greedy and, with the same seed, for sampling (drafts act as point masses: accepting while the draft
+//! equals the target's own sample is exact for the target distribution).
+
+use super::drafter::{DraftState, Drafter};
+use crate::error::{Error, Result};
+use crate::generate::{FinishReason, GenerateParams};
+use crate::sampler::Sampler;
+use crate::session::{Batch, BatchRow, Output, Session};
+
+/// Replaces the drafter's proposals (the drafter still runs, so the cost is real) to force a chosen acceptance.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Forced {
+    /// The continuation plain generation produces (recorded beforehand); block row j's draft becomes the
+    /// continuation's token at that point. Empty: the drafter's own proposals are used.
+    pub continuation: Vec<u32>,
+    /// Accept at most this many drafts per round (drafts after it are corrupted).
+    pub cap: Option<usize>,
+    /// Block rows (1..B) whose draft is corrupted (replaced by a token that is not the right one).
+    pub corrupt: Vec<usize>,
+}
+
+/// Counters of a speculative run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpecStats {
+    /// Target verify forwards.
+    pub rounds: usize,
+    /// Tokens emitted by verify rounds (the first token comes from the prompt's prefill).
+    pub round_tokens: usize,
+    /// `hist[a]`: rounds that accepted `a` drafts.
+    pub hist: Vec<usize>,
+}
+
+impl SpecStats {
+    /// τ: tokens emitted per target verify forward (accepted drafts plus the bonus token).
+    pub fn tau(&self) -> f64 {
+        if self.rounds == 0 {
+            0.0
+        } else {
+            self.round_tokens as f64 / self.rounds as f64
+        }
+    }
+}
+
+/// The result of [`generate`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpecOutput {
+    /// Generated tokens (stop token excluded).
+    pub tokens: Vec<u32>,
+    /// Why generation ended.
+    pub finish: FinishReason,
+    /// Counters.
+    pub stats: SpecStats,
+}
+
+/// Context features (`rows × taps·hidden`, taps in the drafter's order) of the first `rows` batch rows.
+fn features(out: &Output, ids: &[usize], hidden: usize, rows: usize) -> Result<Vec<f32>> {
+    let mut f = vec![0f32; rows * ids.len() * hidden];
+    for (t, &l) in ids.iter().enumerate() {
+        let (_, h) = out
+            .hidden
+            .iter()
+            .find(|(layer, _)| *layer == l)
+            .ok_or_else(|| Error::Batch(format!("target layer {l} was not tapped")))?;
+        for r in 0..rows {
+            let dst = (r * ids.len() + t) * hidden;
+            f[dst..dst + hidden].copy_from_slice(&h[r * hidden..(r + 1) * hidden]);
+        }
+    }
+    Ok(f)
+}
+
+/// Generates from `prompt` in `slot` of `session` with `drafter`, speculatively. `on_token` sees each emitted
+/// token in order and returns `true` to stop (a stop string matched): generation then ends with
+/// [`FinishReason::Stop`] exactly as [`crate::Generator::stop`] would.
+#[allow(clippy::too_many_arguments)]
+pub fn generate(
+    session: &mut Session,
+    slot: usize,
+    drafter: &Drafter,
+    prompt: &[u32],
+    params: &GenerateParams,
+    forced: Option<&Forced>,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<SpecOutput> {
+    if prompt.is_empty() {
+        return Err(Error::Batch(
+            "empty prompt: nothing to condition generation on".into(),
+        ));
+    }
+    let mut sampler =
+        Sampler::new(params.sampler.clone()).map_err(|e| Error::Config(e.to_string()))?;
+    let dc = drafter.config();
+    let ids = dc.target_layer_ids.clone();
+    let hidden = dc.hidden;
+    let n_vocab = session.model().n_vocab();
+    let chunk = session.config().batch;
+    let block_max = dc.block_size.min(chunk);
+    let mut dstate: DraftState = drafter.new_state();
+    let base = session.len(slot);
+    if base != 0 {
+        return Err(Error::Batch(format!(
+            "speculative generation starts from an empty slot; slot {slot} holds {base} positions"
+        )));
+    }
+
+    // Prefill in the session's fixed chunks (the same boundaries as Session::prefill), tapping the drafter's
+    // layers so every prompt token becomes drafter context.
+    let mut logits = Vec::new();
+    for (c, toks) in prompt.chunks(chunk).enumerate() {
+        let start = c * chunk;
+        let batch = Batch {
+            rows: toks
+                .iter()
+                .enumerate()
+                .map(|(i, &token)| BatchRow {
+                    slot,
+                    pos: start + i,
+                    token,
+                    logits: start + i + 1 == prompt.len(),
+                })
+                .collect(),
+            taps: ids.clone(),
+        };
+        let out = session.forward(&batch)?;
+        drafter.append_context(&mut dstate, &features(&out, &ids, hidden, toks.len())?)?;
+        if !out.logits.is_empty() {
+            logits = out.logits;
+        }
+    }
+
+    let mut history = prompt.to_vec();
+    let mut tokens: Vec<u32> = Vec::new();
+    let mut stats = SpecStats {
+        hist: vec![0; dc.block_size],
+        ..SpecStats::default()
+    };
+    let done = |tokens: Vec<u32>, finish, stats| {
+        Ok(SpecOutput {
+            tokens,
+            finish,
+            stats,
+        })
+    };
+
+    // The first token comes from the prompt's logits, as in plain generation.
+    if params.max_tokens == 0 {
+        return done(tokens, FinishReason::Length, stats);
+    }
+    let t = sampler.sample(&logits, &history);
+    if params.stop_tokens.contains(&t) {
+        return done(tokens, FinishReason::Stop, stats);
+    }
+    tokens.push(t);
+    history.push(t);
+    if on_token(t) {
+        return done(tokens, FinishReason::Stop, stats);
+    }
+    let mut pending = t;
+
+    loop {
+        let len = session.len(slot);
+        let room = session.slot_ctx().saturating_sub(len);
+        let budget = params.max_tokens - tokens.len();
+        if room == 0 {
+            return done(tokens, FinishReason::Length, stats);
+        }
+        if budget == 0 {
+            // Plain generation decodes the last token before noticing the budget; do the same so the slot
+            // ends in the same state.
+            session.decode(slot, pending)?;
+            return done(tokens, FinishReason::Length, stats);
+        }
+        let v = block_max.min(room).min(budget);
+        let mut drafts = drafter.propose(session.model().backend(), &dstate, pending, v)?;
+        if let Some(f) = forced {
+            let e = tokens.len();
+            for (j0, d) in drafts.iter_mut().enumerate() {
+                let j = j0 + 1; // block row
+                if let Some(&c) = f.continuation.get(e - 1 + j) {
+                    *d = c;
+                }
+                if f.cap.is_some_and(|k| j > k) || f.corrupt.contains(&j) {
+                    *d = (*d + 1) % n_vocab as u32;
+                }
+            }
+        }
+        let mut block = Vec::with_capacity(v);
+        block.push(pending);
+        block.extend_from_slice(&drafts);
+        let batch = Batch {
+            rows: block
+                .iter()
+                .enumerate()
+                .map(|(i, &token)| BatchRow {
+                    slot,
+                    pos: len + i,
+                    token,
+                    logits: true,
+                })
+                .collect(),
+            taps: ids.clone(),
+        };
+        let out = session.forward(&batch)?;
+        stats.rounds += 1;
+        let mut accepted = 0;
+        let mut finish = None;
+        for i in 0..v {
+            let c = sampler.sample(out.row(i), &history);
+            if params.stop_tokens.contains(&c) {
+                finish = Some(FinishReason::Stop);
+                break;
+            }
+            tokens.push(c);
+            history.push(c);
+            stats.round_tokens += 1;
+            pending = c;
+            if on_token(c) {
+                finish = Some(FinishReason::Stop);
+                break;
+            }
+            if i + 1 < v && block[i + 1] == c {
+                accepted += 1;
+            } else {
+                break;
+            }
+        }
+        // Rows 0..=accepted hold right tokens; the rest are rolled back.
+        session.truncate(slot, len + accepted + 1)?;
+        if let Some(h) = stats.hist.get_mut(accepted) {
+            *h += 1;
+        }
+        if let Some(r) = finish {
+            return done(tokens, r, stats);
+        }
+        drafter.append_context(&mut dstate, &features(&out, &ids, hidden, accepted + 1)?)?;
+    }
+}

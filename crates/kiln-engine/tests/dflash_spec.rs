@@ -1,0 +1,280 @@
+//! SPEC_AGREE: speculative generation with a DFlash drafter emits exactly what plain generation emits — greedy
+//! and seeded sampling, with the drafter's own proposals and with forced acceptance of every length, rejection at
+//! every block row, stop tokens inside a block, the token budget and the context limit.
+//!
+//! A random drafter accepts almost nothing, so [`Forced`] replaces its proposals with the recorded plain
+//! continuation (capped to k accepted per round, or corrupted at chosen rows): that exercises acceptance, the KV
+//! rollback after a partial block, the bonus token and the drafter's context bookkeeping.
+
+mod common;
+
+use kiln_engine::dflash::{generate, write_random_drafter, DraftSpec, Drafter, Forced};
+use kiln_engine::sampler::SamplerParams;
+use kiln_engine::{
+    FinishReason, GenerateParams, Generator, KvType, LoadOptions, Model, Session, SessionConfig,
+    StepOutcome,
+};
+use kiln_quant::GgmlType;
+use std::path::PathBuf;
+
+fn session(m: &Model, n_ctx: usize) -> Session<'_> {
+    Session::new(
+        m,
+        SessionConfig {
+            n_ctx,
+            n_slots: 1,
+            batch: 16,
+            kv_type: KvType::F16,
+        },
+    )
+    .unwrap()
+}
+
+fn plain(m: &Model, prompt: &[u32], p: &GenerateParams, n_ctx: usize) -> (Vec<u32>, FinishReason) {
+    let mut s = session(m, n_ctx);
+    let mut g = Generator::new(&mut s, 0, prompt, p.clone()).unwrap();
+    let mut out = Vec::new();
+    loop {
+        match g.step().unwrap() {
+            StepOutcome::Token(t) => out.push(t),
+            StepOutcome::Finished(r) => return (out, r),
+        }
+    }
+}
+
+fn spec(
+    m: &Model,
+    d: &Drafter,
+    prompt: &[u32],
+    p: &GenerateParams,
+    n_ctx: usize,
+    forced: Option<&Forced>,
+) -> (Vec<u32>, FinishReason, f64) {
+    let mut s = session(m, n_ctx);
+    let o = generate(&mut s, 0, d, prompt, p, forced, &mut |_| false).unwrap();
+    (o.tokens, o.finish, o.stats.tau())
+}
+
+fn params(max_tokens: usize, stop: Vec<u32>, sampler: SamplerParams) -> GenerateParams {
+    GenerateParams {
+        max_tokens,
+        stop_tokens: stop,
+        sampler,
+    }
+}
+
+fn drafter_dir(tag: &str, spec: &DraftSpec) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-dflash-{}-{tag}", std::process::id()));
+    write_random_drafter(&dir, spec).unwrap();
+    dir
+}
+
+/// Checks every variant against plain generation for one prompt; returns τ at full forced acceptance.
+fn agree_all(m: &Model, d: &Drafter, prompt: &[u32], max_tokens: usize, n_ctx: usize) -> f64 {
+    let b = d.config().block_size;
+    let g = params(max_tokens, vec![], SamplerParams::greedy());
+    let (want, why) = plain(m, prompt, &g, n_ctx);
+    let check = |forced: Option<&Forced>, p: &GenerateParams, want: &(Vec<u32>, FinishReason)| {
+        let (got, r, tau) = spec(m, d, prompt, p, n_ctx, forced);
+        assert_eq!(
+            (&got, r),
+            (&want.0, want.1),
+            "forced {forced:?}, params {p:?}"
+        );
+        tau
+    };
+    check(None, &g, &(want.clone(), why));
+    let mut full_tau = 0.0;
+    for k in 0..b {
+        let f = Forced {
+            continuation: want.clone(),
+            cap: Some(k),
+            corrupt: vec![],
+        };
+        let tau = check(Some(&f), &g, &(want.clone(), why));
+        if k == b - 1 {
+            full_tau = tau;
+        }
+    }
+    for j in 1..b {
+        let f = Forced {
+            continuation: want.clone(),
+            cap: None,
+            corrupt: vec![j],
+        };
+        check(Some(&f), &g, &(want.clone(), why));
+    }
+    // A stop token inside a block: the plain run's token at index 5 (and wherever it first occurs).
+    if want.len() > 6 {
+        let stop = params(max_tokens, vec![want[5]], SamplerParams::greedy());
+        let w = plain(m, prompt, &stop, n_ctx);
+        assert_eq!(w.1, FinishReason::Stop);
+        let f = Forced {
+            continuation: want.clone(),
+            cap: None,
+            corrupt: vec![],
+        };
+        check(Some(&f), &stop, &w);
+        check(None, &stop, &w);
+    }
+    // Seeded sampling: one sample per emitted token in the same order, so the same seed gives the same text.
+    let samp = SamplerParams {
+        temperature: 0.9,
+        seed: 7,
+        ..SamplerParams::greedy()
+    };
+    let sp = params(max_tokens, vec![], samp);
+    let w = plain(m, prompt, &sp, n_ctx);
+    let f = Forced {
+        continuation: w.0.clone(),
+        cap: None,
+        corrupt: vec![3.min(b - 1)],
+    };
+    check(None, &sp, &w);
+    check(Some(&f), &sp, &w);
+    full_tau
+}
+
+#[test]
+fn spec_agree_tiny_qwen3() {
+    let path = common::tiny_file("qwen3", GgmlType::F32);
+    let m = Model::load(&path, LoadOptions::default()).unwrap();
+    let spec_ = DraftSpec {
+        hidden: common::D as usize,
+        n_ff: 96,
+        n_layer: 1,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 16,
+        vocab: common::VOCAB as usize,
+        block_size: 5,
+        num_target_layers: common::LAYERS,
+        target_layer_ids: vec![0],
+        mask_token_id: 3,
+        rope_theta: 1e4,
+        seed: 11,
+    };
+    let d = Drafter::load(drafter_dir("tiny", &spec_), &m).unwrap();
+    let prompts: [&[u32]; 3] = [&[1, 2, 3], &[9, 200, 17, 5, 44, 81, 3, 120], &[77]];
+    for (i, pr) in prompts.iter().enumerate() {
+        for max in [1, 7, 23] {
+            let tau = agree_all(&m, &d, pr, max, 256);
+            if max == 23 {
+                assert!(tau > 3.0, "prompt {i}: τ {tau} at full forced acceptance");
+            }
+        }
+        // Context-limit edges: the slot fills inside a block, exactly at a block boundary, and right after
+        // the prompt.
+        for extra in [0, 1, 4, 5, 9] {
+            agree_all(&m, &d, pr, 100, pr.len() + extra);
+        }
+    }
+}
+
+#[test]
+fn spec_agree_smollm2() {
+    let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
+    let hp = m.hparams();
+    // SmolLM2 has no mask token: id 0 (`<|endoftext|>`, inside the embedding table) fills the draft rows.
+    let spec_ = DraftSpec {
+        hidden: hp.n_embd,
+        n_ff: 256,
+        n_layer: 1,
+        n_head: 9,
+        n_head_kv: 3,
+        head_dim: 64,
+        vocab: hp.n_vocab,
+        block_size: 8,
+        num_target_layers: hp.n_layer,
+        target_layer_ids: vec![2, 15, 27],
+        mask_token_id: 0,
+        rope_theta: 1e5,
+        seed: 5,
+    };
+    let d = Drafter::load(drafter_dir("smollm2", &spec_), &m).unwrap();
+    // "The capital of France is" / a chat-ish fragment, as token ids of SmolLM2's vocabulary.
+    let prompts: [&[u32]; 2] = [
+        &[504, 3575, 282, 4649, 314],
+        &[1, 9690, 198, 2683, 359, 253, 5356, 30],
+    ];
+    for pr in prompts {
+        let tau = agree_all(&m, &d, pr, 20, 512);
+        assert!(tau > 5.0, "τ {tau} at full forced acceptance (block 8)");
+    }
+    agree_all(&m, &d, prompts[0], 40, prompts[0].len() + 11);
+}
+
+#[test]
+fn drafter_validation_errors() {
+    let path = common::tiny_file("qwen3", GgmlType::F32);
+    let m = Model::load(&path, LoadOptions::default()).unwrap();
+    let base = DraftSpec {
+        hidden: common::D as usize,
+        n_ff: 32,
+        n_layer: 1,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 16,
+        vocab: common::VOCAB as usize,
+        block_size: 4,
+        num_target_layers: common::LAYERS,
+        target_layer_ids: vec![0],
+        mask_token_id: 3,
+        rope_theta: 1e4,
+        seed: 1,
+    };
+    let cases: Vec<(DraftSpec, &str)> = vec![
+        (
+            DraftSpec {
+                hidden: 32,
+                ..base.clone()
+            },
+            "hidden_size 32",
+        ),
+        (
+            DraftSpec {
+                vocab: 300,
+                ..base.clone()
+            },
+            "vocab_size 300",
+        ),
+        (
+            DraftSpec {
+                target_layer_ids: vec![5],
+                ..base.clone()
+            },
+            "target_layer_ids holds 5",
+        ),
+        (
+            DraftSpec {
+                mask_token_id: 256,
+                ..base.clone()
+            },
+            "mask_token_id 256",
+        ),
+        (
+            DraftSpec {
+                num_target_layers: 36,
+                ..base.clone()
+            },
+            "36 layers",
+        ),
+    ];
+    for (i, (s, want)) in cases.into_iter().enumerate() {
+        let e = Drafter::load(drafter_dir(&format!("bad{i}"), &s), &m)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "case {i}: {e}");
+    }
+    // A missing tensor is named.
+    let dir = drafter_dir("ok", &base);
+    assert!(Drafter::load(&dir, &m).is_ok());
+    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        cfg.replace("\"num_hidden_layers\": 1", "\"num_hidden_layers\": 2"),
+    )
+    .unwrap();
+    let e = Drafter::load(&dir, &m).unwrap_err().to_string();
+    assert!(e.contains("layers.1.input_layernorm.weight"), "{e}");
+}
