@@ -7,3 +7,4 @@ bash tools/fetch-test-assets.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+bash tools/server-tests/run.sh
