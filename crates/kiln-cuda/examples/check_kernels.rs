@@ -1,0 +1,53 @@
+//! Compiles every kernel through NVRTC for an architecture (default `sm_90a`) with the options kiln uses at
+//! run time, without a GPU. Used by tools/check-kernels.sh in CI:
+//! `cargo run -p kiln-cuda --example check_kernels [-- sm_90a ...]` with libnvrtc on the library path.
+use kiln_cuda::compile::{compile_cubin, compile_options, nvrtc_version, KERNEL_NAMES};
+
+fn main() {
+    let mut archs: Vec<String> = std::env::args().skip(1).collect();
+    if archs.is_empty() {
+        archs.push("sm_90a".into());
+    }
+    let (ma, mi) = match nvrtc_version() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("check-kernels: {e}");
+            std::process::exit(2);
+        }
+    };
+    let mut failed = false;
+    for arch in &archs {
+        match compile_cubin(arch) {
+            Ok(cubin) => {
+                // Every kernel the backend loads must be a symbol of the cubin.
+                let missing: Vec<&str> = KERNEL_NAMES
+                    .iter()
+                    .copied()
+                    .filter(|k| {
+                        !cubin
+                            .windows(k.len() + 1)
+                            .any(|w| &w[..k.len()] == k.as_bytes() && w[k.len()] == 0)
+                    })
+                    .collect();
+                if missing.is_empty() {
+                    println!(
+                        "ok {arch}: {} kernels, cubin {} bytes (NVRTC {ma}.{mi}; options {})",
+                        KERNEL_NAMES.len(),
+                        cubin.len(),
+                        compile_options(arch).join(" ")
+                    );
+                } else {
+                    eprintln!("FAIL {arch}: kernels missing from the cubin: {missing:?}");
+                    failed = true;
+                }
+            }
+            Err(e) => {
+                eprintln!("FAIL {arch}: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,69 @@
+// Shared helpers, prepended to every kernel file (NVRTC gets one translation unit, no include paths needed).
+// f16 conversions go through inline PTX on raw `unsigned short` bits so no CUDA header is required.
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+__device__ __forceinline__ float h2f(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 f2h(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float bf2f(u16 h) {
+    return __uint_as_float(((u32)h) << 16);
+}
+
+// Little-endian loads from byte pointers of any alignment (GGUF legacy blocks are 18/20/22/34 bytes).
+__device__ __forceinline__ u16 ld16(const u8* p) {
+    return (u16)p[0] | ((u16)p[1] << 8);
+}
+
+__device__ __forceinline__ u32 ld32(const u8* p) {
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+}
+
+// Block-wide sum with a fixed tree order (same bits for the same inputs and block size).
+// `sh` holds at least blockDim.x / 32 floats. Every thread gets the result.
+__device__ float block_sum(float v, float* sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = 0.0f;
+    if (warp == 0) {
+        t = lane < nw ? sh[lane] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (lane == 0) sh[0] = t;
+    }
+    __syncthreads();
+    t = sh[0];
+    __syncthreads();
+    return t;
+}
+
+__device__ float block_max(float v, float* sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float t = lane < nw ? sh[lane] : __int_as_float(0xff800000);
+        for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
+        if (lane == 0) sh[0] = t;
+    }
+    __syncthreads();
+    float t = sh[0];
+    __syncthreads();
+    return t;
+}

@@ -1,0 +1,87 @@
+// Element-wise and per-row ops. Reductions use block_sum/block_max (fixed order), one block per row.
+
+// out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w. out may equal x (QK-norm in place). grid.x = rows.
+extern "C" __global__ void rms_norm(float* out, const float* x, const float* w, int width, float eps) {
+    __shared__ float sh[32];
+    long long base = (long long)blockIdx.x * width;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) ss += x[base + i] * x[base + i];
+    ss = block_sum(ss, sh);
+    float scale = 1.0f / sqrtf(ss / (float)width + eps);
+    for (int i = threadIdx.x; i < width; i += blockDim.x) out[base + i] = x[base + i] * scale * w[i];
+}
+
+// Rotates n_heads heads of head_dim in row blockIdx.x at positions[row]. neox: pairs (i, i + d/2), else (2i, 2i+1).
+extern "C" __global__ void rope(float* x, const int* positions, int n_heads, int head_dim, float theta,
+                                float freq_scale, int neox) {
+    int r = blockIdx.x;
+    int half = head_dim / 2;
+    float p = (float)positions[r] * freq_scale;
+    float* row = x + (long long)r * n_heads * head_dim;
+    for (int t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
+        int h = t / half, i = t % half;
+        float inv = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+        float a = p * inv;
+        float c = cosf(a), s = sinf(a);
+        int ia = neox ? i : 2 * i;
+        int ib = neox ? i + half : 2 * i + 1;
+        float* hp = row + h * head_dim;
+        float x0 = hp[ia], x1 = hp[ib];
+        hp[ia] = x0 * c - x1 * s;
+        hp[ib] = x0 * s + x1 * c;
+    }
+}
+
+extern "C" __global__ void swiglu(float* out, const float* gate, const float* up, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+extern "C" __global__ void add_inplace(float* x, const float* y, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += y[i];
+}
+
+// out[r] = x[rows[r]] (grid.x = output rows).
+extern "C" __global__ void gather_rows(float* out, const float* x, const int* rows, int width) {
+    long long src = (long long)rows[blockIdx.x] * width, dst = (long long)blockIdx.x * width;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) out[dst + i] = x[src + i];
+}
+
+// Index of the largest value of each row (first one on ties). grid.x = rows.
+extern "C" __global__ void argmax_rows(int* out, const float* x, int width) {
+    __shared__ float sv[1024];
+    __shared__ int si[1024];
+    const float* row = x + (long long)blockIdx.x * width;
+    float best = __int_as_float(0xff800000);
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        if (row[i] > best) {
+            best = row[i];
+            bi = i;
+        }
+    }
+    sv[threadIdx.x] = best;
+    si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if (threadIdx.x < o) {
+            float v = sv[threadIdx.x + o];
+            int j = si[threadIdx.x + o];
+            if (v > sv[threadIdx.x] || (v == sv[threadIdx.x] && j < si[threadIdx.x])) {
+                sv[threadIdx.x] = v;
+                si[threadIdx.x] = j;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = si[0];
+}
+
+extern "C" __global__ void copy_f32(float* dst, const float* src, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}

@@ -1,0 +1,251 @@
+// Weight decoding and the quantized matmul (GEMV for one row, the same kernel for N rows).
+//
+// Every weight type is decoded 32 elements at a time into int8 quants q[32], two scales (one per 16-element
+// half; equal for types with one scale per 32) and an offset: x[i] = s[i / 16] * q[i] + mn. Activations are
+// quantized to Q8 blocks of 32 (scale dx, and sx = dx * sum(qx)), so a block's dot product is
+//   dx * (s0 * sum_{i<16} q[i] qx[i] + s1 * sum_{i>=16} q[i] qx[i]) + mn * sx
+// with exact integer sums (dp4a). Each thread owns a fixed set of blocks and the block-level reduction is a
+// fixed tree, so an output row's bits do not depend on how many activation rows share the launch.
+
+// ggml type ids.
+#define T_F32 0
+#define T_F16 1
+#define T_Q4_0 2
+#define T_Q4_1 3
+#define T_Q5_0 6
+#define T_Q5_1 7
+#define T_Q8_0 8
+#define T_Q4_K 12
+#define T_Q5_K 13
+#define T_Q6_K 14
+#define T_BF16 30
+
+// Activation rows processed per thread pass (grid.y covers the rest).
+#define MM_ROWS 8
+
+__device__ __forceinline__ void k4_scale_min(const u8* s, int j, int& sc, int& m) {
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// Decodes 32-element block `b` of a quantized row. Returns false for a type it does not know.
+__device__ bool wq32(int ty, const u8* row, int b, signed char* q, float* s, float& mn) {
+    mn = 0.0f;
+    switch (ty) {
+    case T_Q4_0: {
+        const u8* blk = row + b * 18;
+        float d = h2f(ld16(blk));
+        const u8* qs = blk + 2;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (signed char)((qs[j] & 15) - 8);
+            q[j + 16] = (signed char)((qs[j] >> 4) - 8);
+        }
+        s[0] = s[1] = d;
+        return true;
+    }
+    case T_Q4_1: {
+        const u8* blk = row + b * 20;
+        float d = h2f(ld16(blk));
+        mn = h2f(ld16(blk + 2));
+        const u8* qs = blk + 4;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (signed char)(qs[j] & 15);
+            q[j + 16] = (signed char)(qs[j] >> 4);
+        }
+        s[0] = s[1] = d;
+        return true;
+    }
+    case T_Q5_0: {
+        const u8* blk = row + b * 22;
+        float d = h2f(ld16(blk));
+        u32 qh = ld32(blk + 2);
+        const u8* qs = blk + 6;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (signed char)(((qs[j] & 15) | (((qh >> j) & 1) << 4)) - 16);
+            q[j + 16] = (signed char)(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+        }
+        s[0] = s[1] = d;
+        return true;
+    }
+    case T_Q5_1: {
+        const u8* blk = row + b * 24;
+        float d = h2f(ld16(blk));
+        mn = h2f(ld16(blk + 2));
+        u32 qh = ld32(blk + 4);
+        const u8* qs = blk + 8;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (signed char)((qs[j] & 15) | (((qh >> j) & 1) << 4));
+            q[j + 16] = (signed char)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+        }
+        s[0] = s[1] = d;
+        return true;
+    }
+    case T_Q8_0: {
+        const u8* blk = row + b * 34;
+        float d = h2f(ld16(blk));
+        for (int j = 0; j < 32; j++) q[j] = (signed char)blk[2 + j];
+        s[0] = s[1] = d;
+        return true;
+    }
+    case T_Q4_K: {
+        int sub = b & 7;
+        const u8* blk = row + (b >> 3) * 144;
+        float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
+        int sc, m;
+        k4_scale_min(blk + 4, sub, sc, m);
+        const u8* qs = blk + 16 + 32 * (sub >> 1);
+        int sh = (sub & 1) * 4;
+        for (int j = 0; j < 32; j++) q[j] = (signed char)((qs[j] >> sh) & 15);
+        s[0] = s[1] = d * (float)sc;
+        mn = -dmin * (float)m;
+        return true;
+    }
+    case T_Q5_K: {
+        int sub = b & 7;
+        const u8* blk = row + (b >> 3) * 176;
+        float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
+        int sc, m;
+        k4_scale_min(blk + 4, sub, sc, m);
+        const u8* qh = blk + 16;
+        const u8* qs = blk + 48 + 32 * (sub >> 1);
+        int sh = (sub & 1) * 4;
+        for (int j = 0; j < 32; j++)
+            q[j] = (signed char)(((qs[j] >> sh) & 15) | (((qh[j] >> sub) & 1) << 4));
+        s[0] = s[1] = d * (float)sc;
+        mn = -dmin * (float)m;
+        return true;
+    }
+    case T_Q6_K: {
+        int sub = b & 7;
+        const u8* blk = row + (b >> 3) * 210;
+        int h = sub >> 2, k = sub & 3;
+        const u8* ql = blk + 64 * h + (k & 1) * 32;
+        const u8* qh = blk + 128 + 32 * h;
+        const signed char* scales = (const signed char*)(blk + 192) + 8 * h + 2 * k;
+        float d = h2f(ld16(blk + 208));
+        int nsh = k >= 2 ? 4 : 0;
+        for (int j = 0; j < 32; j++) {
+            int lo = (ql[j] >> nsh) & 15;
+            int hi = (qh[j] >> (2 * k)) & 3;
+            q[j] = (signed char)((lo | (hi << 4)) - 32);
+        }
+        s[0] = d * (float)scales[0];
+        s[1] = d * (float)scales[1];
+        return true;
+    }
+    default:
+        return false;
+    }
+}
+
+__device__ __forceinline__ int pack4(const signed char* q) {
+    return (int)((u32)(u8)q[0] | ((u32)(u8)q[1] << 8) | ((u32)(u8)q[2] << 16) | ((u32)(u8)q[3] << 24));
+}
+
+// Float weight element `i` of a row (F32/F16/BF16).
+__device__ __forceinline__ float wf(int ty, const u8* row, int i) {
+    if (ty == T_F32) return ((const float*)row)[i];
+    if (ty == T_F16) return h2f(((const u16*)row)[i]);
+    return bf2f(((const u16*)row)[i]);
+}
+
+__device__ __forceinline__ bool is_float_type(int ty) {
+    return ty == T_F32 || ty == T_F16 || ty == T_BF16;
+}
+
+// out[r * width + i] = dequantized row tokens[r] of the table (grid.x = rows, any block size).
+extern "C" __global__ void embed_rows(float* out, const u8* w, long long row_bytes, int ty, const u32* tokens,
+                                      int width) {
+    int r = blockIdx.x;
+    const u8* row = w + (long long)tokens[r] * row_bytes;
+    float* o = out + (long long)r * width;
+    if (is_float_type(ty)) {
+        for (int i = threadIdx.x; i < width; i += blockDim.x) o[i] = wf(ty, row, i);
+        return;
+    }
+    signed char q[32];
+    float s[2], mn;
+    for (int b = threadIdx.x; b < width / 32; b += blockDim.x) {
+        if (!wq32(ty, row, b, q, s, mn)) return;
+        for (int j = 0; j < 32; j++) o[b * 32 + j] = s[j >> 4] * (float)q[j] + mn;
+    }
+}
+
+// Q8 activation blocks: xq (rows x width int8), xd and xs (rows x width/32 floats). grid.x = rows.
+// Rounds half away from zero (roundf), like ggml's reference quantize_row_q8_1.
+extern "C" __global__ void quantize_q8(signed char* xq, float* xd, float* xs, const float* x, int width) {
+    int r = blockIdx.x;
+    int nb = width / 32;
+    const float* xr = x + (long long)r * width;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xr[b * 32 + j]));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            int v = (int)roundf(xr[b * 32 + j] * id);
+            xq[(long long)r * width + b * 32 + j] = (signed char)v;
+            sum += v;
+        }
+        xd[(long long)r * nb + b] = d;
+        xs[(long long)r * nb + b] = d * (float)sum;
+    }
+}
+
+// out[r * n_out + o] = W[o] . x[r] for quantized W. grid = (n_out, ceil(n_rows / MM_ROWS)), block = MM_THREADS.
+extern "C" __global__ void matmul_q8(float* out, const u8* w, long long row_bytes, int ty, const signed char* xq,
+                                     const float* xd, const float* xs, int width, int n_out, int n_rows) {
+    __shared__ float sh[32];
+    int o = blockIdx.x;
+    int r0 = blockIdx.y * MM_ROWS;
+    int nr = min(MM_ROWS, n_rows - r0);
+    int nb = width / 32;
+    const u8* row = w + (long long)o * row_bytes;
+    float acc[MM_ROWS];
+    for (int r = 0; r < MM_ROWS; r++) acc[r] = 0.0f;
+    signed char q[32];
+    float s[2], mn;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+        if (!wq32(ty, row, b, q, s, mn)) break;
+        int wp[8];
+        for (int j = 0; j < 8; j++) wp[j] = pack4(q + 4 * j);
+        for (int r = 0; r < nr; r++) {
+            const int* xp = (const int*)(xq + (long long)(r0 + r) * width + b * 32);
+            int lo = 0, hi = 0;
+            for (int j = 0; j < 4; j++) lo = __dp4a(wp[j], xp[j], lo);
+            for (int j = 4; j < 8; j++) hi = __dp4a(wp[j], xp[j], hi);
+            long long xb = (long long)(r0 + r) * nb + b;
+            acc[r] += xd[xb] * (s[0] * (float)lo + s[1] * (float)hi) + mn * xs[xb];
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float v = block_sum(acc[r], sh);
+        if (threadIdx.x == 0) out[(long long)(r0 + r) * n_out + o] = v;
+    }
+}
+
+// The same for F32/F16/BF16 weights on f32 activations (no activation quantization; any width).
+extern "C" __global__ void matmul_f(float* out, const u8* w, long long row_bytes, int ty, const float* x, int width,
+                                    int n_out, int n_rows) {
+    __shared__ float sh[32];
+    int o = blockIdx.x;
+    int r0 = blockIdx.y * MM_ROWS;
+    int nr = min(MM_ROWS, n_rows - r0);
+    const u8* row = w + (long long)o * row_bytes;
+    float acc[MM_ROWS];
+    for (int r = 0; r < MM_ROWS; r++) acc[r] = 0.0f;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        float wv = wf(ty, row, i);
+        for (int r = 0; r < nr; r++) acc[r] += wv * x[(long long)(r0 + r) * width + i];
+    }
+    for (int r = 0; r < nr; r++) {
+        float v = block_sum(acc[r], sh);
+        if (threadIdx.x == 0) out[(long long)(r0 + r) * n_out + o] = v;
+    }
+}

@@ -1,0 +1,252 @@
+//! Kernel sources and their compilation by NVRTC: one translation unit (all `.cu` files concatenated, the
+//! shared helpers first), compiled for the device's exact architecture (`sm_90a` on an H200) to a cubin,
+//! cached on disk under a key of source, options, architecture and NVRTC/driver versions.
+//!
+//! The kernels include no headers (f16 conversions are inline PTX on raw bits), so no CUDA include directory
+//! is needed; [`compile_options`] still adds `-I` for `$CUDA_HOME/include` when it exists, so a kernel that
+//! later needs one finds it on the device. The CI compile check (tools/check-kernels.sh) calls
+//! [`compile_cubin`] with the same options.
+
+use crate::error::{Error, Result};
+use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
+use sha2::{Digest, Sha256};
+use std::ffi::CString;
+use std::path::PathBuf;
+
+/// The kernel files, in the order they are concatenated.
+pub const KERNEL_FILES: [(&str, &str); 4] = [
+    ("common.cu", include_str!("../kernels/common.cu")),
+    ("quant.cu", include_str!("../kernels/quant.cu")),
+    ("ops.cu", include_str!("../kernels/ops.cu")),
+    ("attention.cu", include_str!("../kernels/attention.cu")),
+];
+
+/// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
+pub const KERNEL_NAMES: [&str; 13] = [
+    "embed_rows",
+    "quantize_q8",
+    "matmul_q8",
+    "matmul_f",
+    "rms_norm",
+    "rope",
+    "swiglu",
+    "add_inplace",
+    "gather_rows",
+    "argmax_rows",
+    "kv_append",
+    "attn_decode",
+    "copy_f32",
+];
+
+/// The whole translation unit.
+pub fn kernel_source() -> String {
+    let mut s = String::new();
+    for (name, text) in KERNEL_FILES {
+        s.push_str(&format!("// ---- {name} ----\n"));
+        s.push_str(text);
+        s.push('\n');
+    }
+    s
+}
+
+/// `sm_<major><minor>`, with the `a` suffix on 9.0 and later so arch-specific instructions (wgmma) are allowed.
+pub fn arch_name(major: i32, minor: i32) -> String {
+    if major >= 9 {
+        format!("sm_{major}{minor}a")
+    } else {
+        format!("sm_{major}{minor}")
+    }
+}
+
+/// The NVRTC options kiln uses for `arch` (the run-time path and the CI check use exactly these).
+pub fn compile_options(arch: &str) -> Vec<String> {
+    let mut o = vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        // Fixed rounding: contraction into FMA is deterministic per kernel build, so results stay bit-stable.
+        "--fmad=true".to_string(),
+        "-default-device".to_string(),
+    ];
+    if let Some(inc) = cuda_include_dir() {
+        o.push(format!("--include-path={}", inc.display()));
+    }
+    o
+}
+
+/// `$CUDA_HOME/include` or `/usr/local/cuda/include`, when present.
+fn cuda_include_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("CUDA_HOME")
+        .or_else(|| std::env::var_os("CUDA_PATH"))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/local/cuda"));
+    let inc = base.join("include");
+    inc.is_dir().then_some(inc)
+}
+
+/// Whether the NVRTC library can be loaded (checked before any call, since cudarc panics when it is missing).
+pub fn nvrtc_available() -> bool {
+    // SAFETY: only probes dlopen with cudarc's own candidate names.
+    unsafe { nvrtc_sys::is_culib_present() }
+}
+
+/// NVRTC's `(major, minor)`.
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    if !nvrtc_available() {
+        return Err(Error::NoNvrtc);
+    }
+    let (mut a, mut b) = (0, 0);
+    // SAFETY: plain out-parameters.
+    let r = unsafe { nvrtc_sys::nvrtcVersion(&mut a, &mut b) };
+    if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(Error::NoNvrtc);
+    }
+    Ok((a, b))
+}
+
+/// Compiles the kernel source for `arch` to a cubin (no cache).
+pub fn compile_cubin(arch: &str) -> Result<Vec<u8>> {
+    if !nvrtc_available() {
+        return Err(Error::NoNvrtc);
+    }
+    let src = CString::new(kernel_source()).map_err(|_| Error::Compile {
+        arch: arch.into(),
+        options: String::new(),
+        log: "kernel source contains a NUL byte".into(),
+    })?;
+    let name = CString::new("kiln_kernels.cu").map_err(|_| Error::NoNvrtc)?;
+    let options = compile_options(arch);
+    let fail = |log: String| Error::Compile {
+        arch: arch.to_string(),
+        options: options.join(" "),
+        log,
+    };
+    let prog = nvrtc::create_program(&src, Some(&name)).map_err(|e| fail(format!("{e:?}")))?;
+    // SAFETY: `prog` is a live program; options are plain strings.
+    let compiled = unsafe { nvrtc::compile_program(prog, &options) };
+    let out = match compiled {
+        Err(e) => {
+            // SAFETY: the program is live; the log is a NUL-terminated buffer.
+            let log = unsafe { nvrtc::get_program_log(prog) }
+                .map(|l| {
+                    let bytes: Vec<u8> = l
+                        .iter()
+                        .take_while(|&&c| c != 0)
+                        .map(|&c| c as u8)
+                        .collect();
+                    String::from_utf8_lossy(&bytes).into_owned()
+                })
+                .unwrap_or_default();
+            Err(fail(format!("{e:?}\n{log}")))
+        }
+        Ok(()) => get_cubin(prog).map_err(fail),
+    };
+    // SAFETY: destroyed once, after its last use.
+    let _ = unsafe { nvrtc::destroy_program(prog) };
+    out
+}
+
+fn get_cubin(prog: nvrtc_sys::nvrtcProgram) -> std::result::Result<Vec<u8>, String> {
+    let mut size = 0usize;
+    // SAFETY: `prog` compiled successfully for a real architecture, so it has a cubin of `size` bytes.
+    let r = unsafe { nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size) };
+    if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+        return Err(format!("nvrtcGetCUBINSize: {r:?} (size {size})"));
+    }
+    let mut buf = vec![0u8; size];
+    // SAFETY: `buf` holds `size` bytes.
+    let r = unsafe { nvrtc_sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr().cast()) };
+    if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(format!("nvrtcGetCUBIN: {r:?}"));
+    }
+    Ok(buf)
+}
+
+/// The cache key: a hash of the source, the options, the architecture, NVRTC's version and the driver's.
+pub fn cache_key(arch: &str, driver_version: i32) -> Result<String> {
+    let (ma, mi) = nvrtc_version()?;
+    let mut h = Sha256::new();
+    h.update(kernel_source().as_bytes());
+    for o in compile_options(arch) {
+        h.update(o.as_bytes());
+        h.update([0]);
+    }
+    h.update(format!("{arch}|nvrtc {ma}.{mi}|driver {driver_version}").as_bytes());
+    let d = h.finalize();
+    Ok(d.iter().take(16).map(|b| format!("{b:02x}")).collect())
+}
+
+/// `$XDG_CACHE_HOME/kiln/kernels` or `~/.cache/kiln/kernels` (`KILN_KERNEL_CACHE` overrides).
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("KILN_KERNEL_CACHE") {
+        return Some(PathBuf::from(d));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("kiln").join("kernels"))
+}
+
+/// The cubin for `arch`: from the cache when a matching one exists, else compiled and stored. Cache failures
+/// only cost a recompile (the returned warning says why).
+pub fn cubin_cached(arch: &str, driver_version: i32) -> Result<(Vec<u8>, bool, Option<String>)> {
+    let key = cache_key(arch, driver_version)?;
+    let path = cache_dir().map(|d| d.join(format!("{key}.cubin")));
+    if let Some(p) = &path {
+        if let Ok(bytes) = std::fs::read(p) {
+            if !bytes.is_empty() {
+                return Ok((bytes, true, None));
+            }
+        }
+    }
+    let cubin = compile_cubin(arch)?;
+    let mut warning = None;
+    if let Some(p) = &path {
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = p.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            // Write then rename, so a concurrent reader never sees half a file.
+            let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::write(&tmp, &cubin)?;
+            std::fs::rename(&tmp, p)
+        };
+        if let Err(source) = write() {
+            warning = Some(
+                Error::Cache {
+                    path: p.display().to_string(),
+                    source,
+                }
+                .to_string(),
+            );
+        }
+    }
+    Ok((cubin, false, warning))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arch_names() {
+        assert_eq!(arch_name(9, 0), "sm_90a");
+        assert_eq!(arch_name(8, 6), "sm_86");
+        assert_eq!(arch_name(10, 0), "sm_100a");
+    }
+
+    #[test]
+    fn every_kernel_name_is_defined_in_the_source() {
+        let src = kernel_source();
+        for k in KERNEL_NAMES {
+            assert!(
+                src.contains(&format!("__global__ void {k}(")),
+                "kernel {k} missing from the sources"
+            );
+        }
+    }
+
+    #[test]
+    fn source_needs_no_headers() {
+        assert!(!kernel_source().contains("#include"));
+    }
+}

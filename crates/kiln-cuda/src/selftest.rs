@@ -1,0 +1,443 @@
+//! The kernel sweep: every kernel against a host reference on odd shapes (partial matmul row groups, rows
+//! that are not a multiple of the block size), plus batch invariance (a row computed alone and among others
+//! must be bit-identical). `kiln selftest --device cuda` prints its [`Check`]s; on a GPU the crate's
+//! integration test runs it too.
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use kiln_quant::{dequantize, quantize, GgmlType};
+
+/// One comparison.
+#[derive(Clone, Debug)]
+pub struct Check {
+    /// What was compared.
+    pub name: String,
+    /// Largest absolute difference, relative to the reference's RMS (0 for bit-equality checks that passed).
+    pub err: f64,
+    /// The tolerance it was held to.
+    pub tol: f64,
+}
+
+impl Check {
+    /// Whether it passed.
+    pub fn ok(&self) -> bool {
+        self.err <= self.tol
+    }
+}
+
+/// Deterministic pseudo-random values in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn f(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f()).collect()
+    }
+}
+
+fn rel_err(got: &[f32], want: &[f64]) -> f64 {
+    let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len().max(1) as f64)
+        .sqrt()
+        .max(1e-30);
+    let max = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| {
+            if g.is_finite() {
+                (g as f64 - w).abs()
+            } else {
+                f64::INFINITY
+            }
+        })
+        .fold(0.0, f64::max);
+    max / rms
+}
+
+fn bits_differ(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .filter(|(x, y)| x.to_bits() != y.to_bits())
+        .count() as f64
+}
+
+/// Host Q8 activation quantization, the same rounding as the `quantize_q8` kernel: values `d * q`.
+fn q8_values(x: &[f32]) -> Vec<f64> {
+    let mut out = Vec::with_capacity(x.len());
+    for b in x.chunks(32) {
+        let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend(b.iter().map(|&v| (v * id).round() as f64 * d as f64));
+    }
+    out
+}
+
+fn quant_err(e: kiln_quant::Error) -> Error {
+    Error::Shape {
+        op: "selftest",
+        detail: e.to_string(),
+    }
+}
+
+/// Runs every check on `dev`.
+pub fn run(dev: &Device) -> Result<Vec<Check>> {
+    let mut checks = Vec::new();
+    let mut rng = Rng(0x6b696c6e);
+    use GgmlType::*;
+    for ty in [
+        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16, F32,
+    ] {
+        matmul_check(dev, &mut rng, ty, &mut checks)?;
+    }
+    ops_checks(dev, &mut rng, &mut checks)?;
+    for f16 in [true, false] {
+        attention_check(dev, &mut rng, f16, &mut checks)?;
+    }
+    Ok(checks)
+}
+
+fn matmul_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>) -> Result<()> {
+    // 512 columns (two K-quant super-blocks), 37 output rows, 11 activation rows (one full and one partial
+    // group of 8).
+    let (cols, rows, n) = (512usize, 37usize, 11usize);
+    let wf = rng.vec(rows * cols);
+    let row_bytes = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
+    let mut wq = vec![0u8; rows * row_bytes];
+    for r in 0..rows {
+        quantize(
+            ty,
+            &wf[r * cols..(r + 1) * cols],
+            &mut wq[r * row_bytes..(r + 1) * row_bytes],
+        )
+        .map_err(quant_err)?;
+    }
+    let mut wd = vec![0f32; rows * cols];
+    for r in 0..rows {
+        dequantize(
+            ty,
+            &wq[r * row_bytes..(r + 1) * row_bytes],
+            &mut wd[r * cols..(r + 1) * cols],
+        )
+        .map_err(quant_err)?;
+    }
+    let x = rng.vec(n * cols);
+    let float = matches!(ty, F32 | F16 | BF16);
+    use GgmlType::*;
+    let mut want = vec![0f64; n * rows];
+    for i in 0..n {
+        let xr = &x[i * cols..(i + 1) * cols];
+        let xv: Vec<f64> = if float {
+            xr.iter().map(|&v| v as f64).collect()
+        } else {
+            q8_values(xr)
+        };
+        for o in 0..rows {
+            want[i * rows + o] = wd[o * cols..(o + 1) * cols]
+                .iter()
+                .zip(&xv)
+                .map(|(&w, &v)| w as f64 * v)
+                .sum();
+        }
+    }
+    let w = dev.upload_weight(&format!("test.{ty}"), ty, cols, rows, &wq)?;
+    let xb = dev.upload(&x)?;
+    let mut out = dev.alloc(n * rows)?;
+    dev.matmul(&mut out, &w, &xb, n)?;
+    let mut got = vec![0f32; n * rows];
+    dev.read(&out, &mut got)?;
+    checks.push(Check {
+        name: format!("matmul {ty} {rows}x{cols}, {n} rows"),
+        err: rel_err(&got, &want),
+        tol: 1e-4,
+    });
+    // Batch invariance: rows 0 and 9 alone give the bits they got among 11.
+    for r in [0usize, 9] {
+        let xa = dev.upload(&x[r * cols..(r + 1) * cols])?;
+        let mut oa = dev.alloc(rows)?;
+        dev.matmul(&mut oa, &w, &xa, 1)?;
+        let mut ga = vec![0f32; rows];
+        dev.read(&oa, &mut ga)?;
+        checks.push(Check {
+            name: format!("matmul {ty} batch invariance, row {r}"),
+            err: bits_differ(&ga, &got[r * rows..(r + 1) * rows]),
+            tol: 0.0,
+        });
+    }
+    // Embedding rows of the same table.
+    let toks = [3u32, 0, 36, 3];
+    let mut eo = dev.alloc(toks.len() * cols)?;
+    dev.embed(&mut eo, &w, &toks)?;
+    let mut ge = vec![0f32; toks.len() * cols];
+    dev.read(&eo, &mut ge)?;
+    let we: Vec<f64> = toks
+        .iter()
+        .flat_map(|&t| {
+            wd[t as usize * cols..(t as usize + 1) * cols]
+                .iter()
+                .map(|&v| v as f64)
+        })
+        .collect();
+    checks.push(Check {
+        name: format!("embed {ty}"),
+        err: rel_err(&ge, &we),
+        tol: 1e-6,
+    });
+    Ok(())
+}
+
+fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
+    // RMSNorm: 5 rows of 300 (not a multiple of the block), then in place (QK-norm shape: 7 heads of 64).
+    let (n, width, eps) = (5usize, 300usize, 1e-5f32);
+    let x = rng.vec(n * width);
+    let wv = rng.vec(width);
+    let want: Vec<f64> = x
+        .chunks(width)
+        .flat_map(|r| {
+            let ss = r.iter().map(|&v| v as f64 * v as f64).sum::<f64>();
+            let s = 1.0 / (ss / width as f64 + eps as f64).sqrt();
+            r.iter()
+                .zip(&wv)
+                .map(move |(&v, &w)| v as f64 * s * w as f64)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let (xb, wb) = (dev.upload(&x)?, dev.upload(&wv)?);
+    let mut ob = dev.alloc(n * width)?;
+    dev.rms_norm(&mut ob, &xb, &wb, n, width, eps)?;
+    let mut got = vec![0f32; n * width];
+    dev.read(&ob, &mut got)?;
+    checks.push(Check {
+        name: "rms_norm 5x300".into(),
+        err: rel_err(&got, &want),
+        tol: 1e-5,
+    });
+    let (heads, hd) = (7usize, 64usize);
+    let xq = rng.vec(heads * hd);
+    let wq = rng.vec(hd);
+    let mut xqb = dev.upload(&xq)?;
+    let wqb = dev.upload(&wq)?;
+    dev.rms_norm_inplace(&mut xqb, &wqb, heads, hd, eps)?;
+    let mut gq = vec![0f32; heads * hd];
+    dev.read(&xqb, &mut gq)?;
+    let wantq: Vec<f64> = xq
+        .chunks(hd)
+        .flat_map(|r| {
+            let ss = r.iter().map(|&v| v as f64 * v as f64).sum::<f64>();
+            let s = 1.0 / (ss / hd as f64 + eps as f64).sqrt();
+            r.iter()
+                .zip(&wq)
+                .map(move |(&v, &w)| v as f64 * s * w as f64)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    checks.push(Check {
+        name: "rms_norm in place (QK-norm) 7x64".into(),
+        err: rel_err(&gq, &wantq),
+        tol: 1e-5,
+    });
+
+    // RoPE, both modes, 3 rows at scattered positions, 4 heads of 128.
+    let positions = [0usize, 17, 4095];
+    let (nh, hd) = (4usize, 128usize);
+    for neox in [false, true] {
+        let x = rng.vec(positions.len() * nh * hd);
+        let mut want = vec![0f64; x.len()];
+        for (r, &pos) in positions.iter().enumerate() {
+            for h in 0..nh {
+                let base = (r * nh + h) * hd;
+                for i in 0..hd / 2 {
+                    let inv = 1.0 / 10000f64.powf((2 * i) as f64 / hd as f64);
+                    let a = pos as f64 * inv;
+                    let (ia, ib) = if neox {
+                        (i, i + hd / 2)
+                    } else {
+                        (2 * i, 2 * i + 1)
+                    };
+                    let (x0, x1) = (x[base + ia] as f64, x[base + ib] as f64);
+                    want[base + ia] = x0 * a.cos() - x1 * a.sin();
+                    want[base + ib] = x0 * a.sin() + x1 * a.cos();
+                }
+            }
+        }
+        let mut xb = dev.upload(&x)?;
+        dev.rope(&mut xb, &positions, nh, hd, 10000.0, 1.0, neox)?;
+        let mut got = vec![0f32; x.len()];
+        dev.read(&xb, &mut got)?;
+        // f32 angles at position 4095 carry ~4e-4 absolute error (the CPU backend computes them in f32 too).
+        checks.push(Check {
+            name: format!("rope {} 3x4x128", if neox { "neox" } else { "normal" }),
+            err: rel_err(&got, &want),
+            tol: 2e-3,
+        });
+    }
+
+    // SwiGLU, add, gather, argmax on 1000 elements.
+    let m = 1000usize;
+    let (g, u) = (rng.vec(m), rng.vec(m));
+    let want: Vec<f64> = g
+        .iter()
+        .zip(&u)
+        .map(|(&g, &u)| g as f64 / (1.0 + (-g as f64).exp()) * u as f64)
+        .collect();
+    let (gb, ub) = (dev.upload(&g)?, dev.upload(&u)?);
+    let mut sb = dev.alloc(m)?;
+    dev.swiglu(&mut sb, &gb, &ub, m)?;
+    let mut got = vec![0f32; m];
+    dev.read(&sb, &mut got)?;
+    checks.push(Check {
+        name: "swiglu 1000".into(),
+        err: rel_err(&got, &want),
+        tol: 1e-6,
+    });
+    let mut ab = dev.upload(&g)?;
+    dev.add(&mut ab, &ub, m)?;
+    dev.read(&ab, &mut got)?;
+    let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| (a + b) as f64).collect();
+    checks.push(Check {
+        name: "add 1000".into(),
+        err: rel_err(&got, &want),
+        tol: 0.0,
+    });
+    let mut gout = dev.alloc(3 * 100)?;
+    dev.gather_rows(&mut gout, &gb, &[9, 0, 4], 100)?;
+    let mut got = vec![0f32; 300];
+    dev.read(&gout, &mut got)?;
+    let want: Vec<f64> = [9usize, 0, 4]
+        .iter()
+        .flat_map(|&r| g[r * 100..(r + 1) * 100].iter().map(|&v| v as f64))
+        .collect();
+    checks.push(Check {
+        name: "gather_rows".into(),
+        err: rel_err(&got, &want),
+        tol: 0.0,
+    });
+    let mut lg = rng.vec(2 * 5003);
+    lg[4321] = 7.0;
+    lg[5003 + 17] = 7.0;
+    lg[5003 + 4999] = 7.0; // a tie: the first index wins
+    let am = dev.argmax(&dev.upload(&lg)?, 2, 5003)?;
+    checks.push(Check {
+        name: format!("argmax (got {am:?}, want [4321, 17])"),
+        err: if am == [4321, 17] { 0.0 } else { 1.0 },
+        tol: 0.0,
+    });
+    Ok(())
+}
+
+/// Device output, reference, and the q/k/v that produced them.
+type AttnRun = (Vec<f32>, Vec<f64>, Vec<f32>, Vec<f32>, Vec<f32>);
+
+fn attention_check(dev: &Device, rng: &mut Rng, f16: bool, checks: &mut Vec<Check>) -> Result<()> {
+    // 2 layers, 2 slots of 40 positions, 6 query heads over 2 KV heads of 64. Slot 1 is filled by a prefill of
+    // 33 rows in one call, then one decode row; slot 0 gets 5 rows one by one. The attention of the decode rows
+    // must match the reference and be bit-identical when recomputed inside a batch.
+    let (n_layer, n_slots, ctx, nh, nkv, hd) = (2usize, 2usize, 40usize, 6usize, 2usize, 64usize);
+    let layer = 1usize;
+    let (qd, kvd) = (nh * hd, nkv * hd);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut kv = dev.alloc_kv(n_layer, n_slots, ctx, kvd, f16)?;
+    let round = |v: f32| {
+        if f16 {
+            half::f16::from_f32(v).to_f32()
+        } else {
+            v
+        }
+    };
+    // Host mirror of the cache for the reference.
+    let mut hk = vec![vec![0f32; ctx * kvd]; n_slots];
+    let mut hv = vec![vec![0f32; ctx * kvd]; n_slots];
+    let mut run =
+        |rows: &[(usize, usize)], rng: &mut Rng, kv: &mut crate::DKv| -> Result<AttnRun> {
+            let n = rows.len();
+            let (q, k, v) = (rng.vec(n * qd), rng.vec(n * kvd), rng.vec(n * kvd));
+            for (i, &(s, p)) in rows.iter().enumerate() {
+                for j in 0..kvd {
+                    hk[s][p * kvd + j] = round(k[i * kvd + j]);
+                    hv[s][p * kvd + j] = round(v[i * kvd + j]);
+                }
+            }
+            let mut want = vec![0f64; n * qd];
+            for (i, &(s, p)) in rows.iter().enumerate() {
+                for h in 0..nh {
+                    let kh = h / (nh / nkv);
+                    let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
+                    let sc: Vec<f64> = (0..=p)
+                        .map(|t| {
+                            let kr = &hk[s][t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
+                            qh.iter()
+                                .zip(kr)
+                                .map(|(&a, &b)| a as f64 * b as f64)
+                                .sum::<f64>()
+                                * scale as f64
+                        })
+                        .collect();
+                    let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
+                    let e: Vec<f64> = sc.iter().map(|v| (v - mx).exp()).collect();
+                    let sum: f64 = e.iter().sum();
+                    for d in 0..hd {
+                        want[i * qd + h * hd + d] = (0..=p)
+                            .map(|t| e[t] * hv[s][t * kvd + kh * hd + d] as f64)
+                            .sum::<f64>()
+                            / sum;
+                    }
+                }
+            }
+            let (qb, kb, vb) = (dev.upload(&q)?, dev.upload(&k)?, dev.upload(&v)?);
+            let mut ob = dev.alloc(n * qd)?;
+            dev.attention(&mut ob, &qb, &kb, &vb, kv, layer, rows, nh, nkv, hd, scale)?;
+            let mut got = vec![0f32; n * qd];
+            dev.read(&ob, &mut got)?;
+            Ok((got, want, q, k, v))
+        };
+    let prefill: Vec<(usize, usize)> = (0..33).map(|p| (1, p)).collect();
+    let (got, want, ..) = run(&prefill, rng, &mut kv)?;
+    let mut err = rel_err(&got, &want);
+    for p in 0..5 {
+        let (g, w, ..) = run(&[(0, p)], rng, &mut kv)?;
+        err = err.max(rel_err(&g, &w));
+    }
+    let (gd, wd, q, k, v) = run(&[(1, 33)], rng, &mut kv)?;
+    err = err.max(rel_err(&gd, &wd));
+    let kvn = if f16 { "f16" } else { "f32" };
+    checks.push(Check {
+        name: format!("attention {kvn} KV (prefill 33, decode, GQA 6/2x64)"),
+        err,
+        tol: 1e-5,
+    });
+    // Batch invariance: the same decode row (slot 1, pos 33, same q/k/v) recomputed next to a slot-0 row.
+    let (q0, k0, v0) = (rng.vec(qd), rng.vec(kvd), rng.vec(kvd));
+    let cat = |a: &[f32], b: &[f32]| [a, b].concat();
+    let (qb, kb, vb) = (
+        dev.upload(&cat(&q0, &q))?,
+        dev.upload(&cat(&k0, &k))?,
+        dev.upload(&cat(&v0, &v))?,
+    );
+    let mut ob = dev.alloc(2 * qd)?;
+    dev.attention(
+        &mut ob,
+        &qb,
+        &kb,
+        &vb,
+        &mut kv,
+        layer,
+        &[(0, 5), (1, 33)],
+        nh,
+        nkv,
+        hd,
+        scale,
+    )?;
+    let mut g2 = vec![0f32; 2 * qd];
+    dev.read(&ob, &mut g2)?;
+    checks.push(Check {
+        name: format!("attention {kvn} batch invariance"),
+        err: bits_differ(&g2[qd..], &gd),
+        tol: 0.0,
+    });
+    Ok(())
+}
