@@ -1,0 +1,141 @@
+//! Drafter parity with the reference `dflash` package (0.1.0, torch on the CPU): a random-weight drafter in the
+//! z-lab format over the tiny synthetic Qwen3 target, two rounds (context features appended, block dropped), the
+//! draft logits compared with the committed reference output (tools/gen_dflash_fixtures.py).
+//!
+//! The drafter (about 2 MB) and the target are not committed: both are regenerated here from fixed seeds and their
+//! SHA-256 checked against the fixture, so a changed generator fails loudly instead of comparing different weights.
+//! `cargo test -p kiln-engine --test dflash_parity -- --ignored write_oracle_inputs` with `KILN_DFLASH_OUT=DIR`
+//! writes the two for the script.
+
+use kiln_engine::dflash::{write_random_drafter, DraftSpec, Drafter};
+use kiln_engine::synth::{
+    find_preset, synthesize_to_file, Arch, QuantScheme, SynthSpec, TokenizerSource,
+};
+use kiln_engine::{LoadOptions, Model};
+use kiln_quant::GgmlType;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dflash");
+
+fn draft_spec() -> DraftSpec {
+    DraftSpec {
+        hidden: 256,
+        n_ff: 384,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        vocab: 512,
+        block_size: 4,
+        num_target_layers: 3,
+        target_layer_ids: vec![0, 1],
+        mask_token_id: 500,
+        rope_theta: 1e6,
+        seed: 2024,
+    }
+}
+
+/// Writes `target.gguf` and `drafter/` into `dir`.
+fn write_inputs(dir: &Path) -> (PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let target = dir.join("target.gguf");
+    let spec = SynthSpec {
+        preset: find_preset(Arch::Qwen3, "tiny").unwrap().clone(),
+        quant: QuantScheme::Uniform(GgmlType::F32),
+        seed: 99,
+    };
+    synthesize_to_file(&spec, TokenizerSource::Builtin, &target, &mut |_| {}).unwrap();
+    let drafter = dir.join("drafter");
+    write_random_drafter(&drafter, &draft_spec()).unwrap();
+    (target, drafter)
+}
+
+fn sha(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap();
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn read_f32(name: &str) -> Vec<f32> {
+    let p = Path::new(FIXTURES).join(name);
+    let b = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+#[ignore = "writes the oracle's inputs for tools/gen_dflash_fixtures.py"]
+fn write_oracle_inputs() {
+    let dir = std::env::var_os("KILN_DFLASH_OUT").expect("set KILN_DFLASH_OUT to a directory");
+    write_inputs(Path::new(&dir));
+}
+
+fn log_softmax(x: &[f32]) -> Vec<f64> {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let z: f64 = x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln() + m;
+    x.iter().map(|&v| v as f64 - z).collect()
+}
+
+#[test]
+fn drafter_matches_reference() {
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(FIXTURES).join("meta.json")).unwrap(),
+    )
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("kiln-dflash-parity-{}", std::process::id()));
+    let (target, drafter_dir) = write_inputs(&dir);
+    let regen = "regenerate with tools/gen_dflash_fixtures.py";
+    assert_eq!(
+        sha(&target),
+        meta["target_sha256"].as_str().unwrap(),
+        "target changed: {regen}"
+    );
+    assert_eq!(
+        sha(&drafter_dir.join("model.safetensors")),
+        meta["drafter_sha256"].as_str().unwrap(),
+        "drafter changed: {regen}"
+    );
+    let m = Model::load(&target, LoadOptions::default()).unwrap();
+    let d = Drafter::load(&drafter_dir, &m).unwrap();
+    let n_vocab = m.n_vocab();
+    let mut st = d.new_state();
+    let (mut worst_kl, mut worst_diff, mut top1_checked) = (0f64, 0f32, 0);
+    for (r, round) in meta["rounds"].as_array().unwrap().iter().enumerate() {
+        let ctx = read_f32(&format!("round{r}_ctx.f32"));
+        let want = read_f32(&format!("round{r}_logits.f32"));
+        let block: Vec<u32> = round["block"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(st.len(), round["ctx_start"].as_u64().unwrap() as usize);
+        d.append_context(&mut st, &ctx).unwrap();
+        let h = d.block_hidden(m.backend(), &st, &block).unwrap();
+        let got = d.logits(m.backend(), &h[256..]).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.chunks(n_vocab).zip(want.chunks(n_vocab)) {
+            let (lg, lw) = (log_softmax(g), log_softmax(w));
+            let kl: f64 = lw.iter().zip(&lg).map(|(w, g)| w.exp() * (w - g)).sum();
+            worst_kl = worst_kl.max(kl);
+            for (a, b) in g.iter().zip(w) {
+                worst_diff = worst_diff.max((a - b).abs());
+            }
+            let mut idx: Vec<usize> = (0..n_vocab).collect();
+            idx.sort_by(|&a, &b| w[b].total_cmp(&w[a]));
+            if w[idx[0]] - w[idx[1]] >= 0.1 {
+                top1_checked += 1;
+                let gi = (0..n_vocab).max_by(|&a, &b| g[a].total_cmp(&g[b])).unwrap();
+                assert_eq!(gi, idx[0], "round {r}: top-1 differs");
+            }
+        }
+    }
+    eprintln!("dflash parity: worst KL {worst_kl:.3e}, max |Δlogit| {worst_diff:.3e}, top-1 checked on {top1_checked} rows");
+    assert!(worst_kl <= 1e-4, "KL {worst_kl}");
+    assert!(worst_diff <= 1e-2, "max |Δlogit| {worst_diff}");
+    assert!(top1_checked > 0);
+}
