@@ -110,6 +110,13 @@ pub struct Args {
     /// Stop when this text is generated (repeatable); the stop text is not printed.
     #[arg(long = "stop")]
     pub stop: Vec<String>,
+    /// DFlash drafter directory (z-lab format: config.json + model.safetensors): speculative decoding, same output.
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// With --draft: first generate without the drafter, then force the drafts to that continuation with at most
+    /// K accepted per round (measures the engine at τ = K + 1 with any drafter).
+    #[arg(long = "draft-force", requires = "draft")]
+    pub draft_force: Option<usize>,
 }
 
 /// Loads a model with a progress bar on stderr; prints kill-switch and load warnings.
@@ -311,6 +318,9 @@ pub fn run(args: Args) -> Result<()> {
         args.engine.ctx
     );
     let mut session = new_session(&model, &args.engine)?;
+    if let Some(dir) = &args.draft {
+        return run_draft(&args, dir, &model, &tok, &prompt, sampler, &mut session);
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let stats = generate_stream(
@@ -326,5 +336,121 @@ pub fn run(args: Args) -> Result<()> {
     out.write_all(b"\n")?;
     out.flush()?;
     stats.report();
+    Ok(())
+}
+
+/// `kiln run --draft`: DFlash speculative generation, streamed like plain generation; τ, the acceptance
+/// histogram and speeds to stderr.
+fn run_draft(
+    args: &Args,
+    dir: &Path,
+    model: &Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    sampler: SamplerParams,
+    session: &mut Session,
+) -> Result<()> {
+    use kiln_engine::dflash::{generate, Drafter, Forced};
+    if prompt.len() > session.slot_ctx() {
+        bail!(
+            "the prompt needs {} tokens but the context holds {} (raise -c)",
+            prompt.len(),
+            session.slot_ctx()
+        );
+    }
+    let drafter = Drafter::load(dir, model)
+        .with_context(|| format!("loading the drafter {}", dir.display()))?;
+    let dc = drafter.config();
+    eprintln!(
+        "kiln: drafter {} layers, block {}, taps {:?}, mask id {}",
+        dc.n_layer, dc.block_size, dc.target_layer_ids, dc.mask_token_id
+    );
+    let params = GenerateParams {
+        max_tokens: args.n_predict,
+        stop_tokens: tok.eos_ids().to_vec(),
+        sampler,
+    };
+    let forced = match args.draft_force {
+        Some(k) => {
+            let mut s = new_session(model, &args.engine)?;
+            let t0 = Instant::now();
+            let mut g = Generator::new(&mut s, 0, prompt, params.clone())?;
+            let mut cont = Vec::new();
+            while let StepOutcome::Token(t) = g.step()? {
+                cont.push(t);
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            eprintln!(
+                "kiln: plain run for --draft-force: {} tokens in {secs:.2} s incl. prefill ({:.1} tok/s)",
+                cont.len(),
+                cont.len() as f64 / secs.max(1e-9)
+            );
+            Some(Forced {
+                continuation: cont,
+                cap: Some(k),
+                corrupt: vec![],
+            })
+        }
+        None => None,
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut dec = StreamDecoder::new(true);
+    let mut stop = StopMatcher::new(&args.stop);
+    let mut io_err = None;
+    let t0 = Instant::now();
+    let o = generate(
+        session,
+        0,
+        &drafter,
+        prompt,
+        &params,
+        forced.as_ref(),
+        &mut |t| {
+            let piece = match dec.push(tok, t) {
+                Ok(p) => p,
+                Err(e) => {
+                    io_err = Some(anyhow::Error::from(e));
+                    return true;
+                }
+            };
+            let (safe, hit) = stop.push(&piece);
+            if let Err(e) = out.write_all(safe.as_bytes()).and_then(|_| out.flush()) {
+                io_err = Some(e.into());
+                return true;
+            }
+            hit
+        },
+    )?;
+    if let Some(e) = io_err {
+        return Err(e);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let (safe, hit) = stop.push(&dec.finish());
+    if !hit {
+        out.write_all(safe.as_bytes())?;
+        out.write_all(stop.flush().as_bytes())?;
+    }
+    out.write_all(b"\n")?;
+    out.flush()?;
+    let st = &o.stats;
+    eprintln!(
+        "kiln: {} tokens in {secs:.2} s incl. prefill ({:.1} tok/s); finish: {}",
+        o.tokens.len(),
+        o.tokens.len() as f64 / secs.max(1e-9),
+        o.finish.as_str()
+    );
+    eprintln!(
+        "kiln: dflash tau {:.2} ({} tokens over {} verify forwards); accepted-drafts histogram {:?}",
+        st.tau(),
+        st.round_tokens,
+        st.rounds,
+        st.hist
+    );
+    eprintln!(
+        "kiln: dflash per round: draft {:.1} ms, verify {:.1} ms",
+        st.draft_time.as_secs_f64() * 1e3 / st.rounds.max(1) as f64,
+        st.verify_time.as_secs_f64() * 1e3 / st.rounds.max(1) as f64
+    );
     Ok(())
 }

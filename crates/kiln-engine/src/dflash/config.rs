@@ -37,6 +37,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "output_multiplier",
     "pad_token_id",
     "rms_norm_eps",
+    "rope_parameters",
     "rope_scaling",
     "rope_theta",
     "sliding_window",
@@ -190,6 +191,28 @@ impl DraftConfig {
         if top.get("is_causal").and_then(Value::as_bool) == Some(true) {
             return Err(Error::Unsupported("draft is_causal = true".into()));
         }
+        // transformers ≥ 5 writes `rope_parameters` instead of `rope_theta` + `rope_scaling`.
+        let mut rope_theta = get_f32(top, "rope_theta")?;
+        match top.get("rope_parameters") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(rp)) => {
+                let ty = rp
+                    .get("rope_type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                if ty != "default" {
+                    return Err(Error::Unsupported(format!("draft rope_type '{ty}'")));
+                }
+                if let Some(k) = rp
+                    .keys()
+                    .find(|k| !["rope_type", "rope_theta"].contains(&k.as_str()))
+                {
+                    return Err(bad(format!("unknown field 'rope_parameters.{k}'")));
+                }
+                rope_theta = get_f32(rp, "rope_theta")?.or(rope_theta);
+            }
+            Some(_) => return Err(bad("'rope_parameters' is not an object")),
+        }
         let hidden = get_usize(top, "hidden_size")?;
         let n_head = get_usize(top, "num_attention_heads")?;
         let head_dim = match top.get("head_dim") {
@@ -231,7 +254,7 @@ impl DraftConfig {
             n_head_kv: get_usize(top, "num_key_value_heads")?,
             head_dim,
             rms_eps: get_f32(top, "rms_norm_eps")?.unwrap_or(1e-6),
-            rope_theta: get_f32(top, "rope_theta")?.unwrap_or(1e6),
+            rope_theta: rope_theta.unwrap_or(1e6),
             vocab: get_usize(top, "vocab_size")?,
             block_size,
             num_target_layers,

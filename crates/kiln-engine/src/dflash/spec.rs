@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::generate::{FinishReason, GenerateParams};
 use crate::sampler::Sampler;
 use crate::session::{Batch, BatchRow, Output, Session};
+use std::time::{Duration, Instant};
 
 /// Replaces the drafter's proposals (the drafter still runs, so the cost is real) to force a chosen acceptance.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -36,6 +37,10 @@ pub struct SpecStats {
     pub round_tokens: usize,
     /// `hist[a]`: rounds that accepted `a` drafts.
     pub hist: Vec<usize>,
+    /// Wall time in the drafter (context update and proposals).
+    pub draft_time: Duration,
+    /// Wall time in the target's verify forwards.
+    pub verify_time: Duration,
 }
 
 impl SpecStats {
@@ -179,7 +184,9 @@ pub fn generate(
             return done(tokens, FinishReason::Length, stats);
         }
         let v = block_max.min(room).min(budget);
+        let t0 = Instant::now();
         let mut drafts = drafter.propose(session.model().backend(), &dstate, pending, v)?;
+        stats.draft_time += t0.elapsed();
         if let Some(f) = forced {
             let e = tokens.len();
             for (j0, d) in drafts.iter_mut().enumerate() {
@@ -208,7 +215,9 @@ pub fn generate(
                 .collect(),
             taps: ids.clone(),
         };
+        let t0 = Instant::now();
         let out = session.forward(&batch)?;
+        stats.verify_time += t0.elapsed();
         stats.rounds += 1;
         let mut accepted = 0;
         let mut finish = None;
@@ -240,6 +249,8 @@ pub fn generate(
         if let Some(r) = finish {
             return done(tokens, r, stats);
         }
+        let t0 = Instant::now();
         drafter.append_context(&mut dstate, &features(&out, &ids, hidden, accepted + 1)?)?;
+        stats.draft_time += t0.elapsed();
     }
 }
