@@ -246,6 +246,25 @@ mod tests {
     }
 
     #[test]
+    fn kernel_type_ids_are_the_gguf_ids() {
+        // quant.cu switches on `#define T_<TYPE> <id>`; the host passes `GgmlType::id()`.
+        let src = kernel_source();
+        let mut n = 0;
+        for line in src.lines() {
+            let Some(rest) = line.strip_prefix("#define T_") else {
+                continue;
+            };
+            let mut it = rest.split_whitespace();
+            let (name, id) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+            let ty = kiln_quant::GgmlType::from_name(name)
+                .unwrap_or_else(|| panic!("T_{name} is not a GGML type name"));
+            assert_eq!(id.parse::<u32>().ok(), Some(ty.id()), "T_{name}");
+            n += 1;
+        }
+        assert_eq!(n, 11, "every supported type has a define");
+    }
+
+    #[test]
     fn source_needs_no_headers() {
         assert!(!kernel_source().contains("#include"));
     }

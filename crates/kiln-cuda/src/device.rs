@@ -331,7 +331,7 @@ impl Device {
                 &o,
                 &wp,
                 &(w.row_bytes as i64),
-                &(w.ty as i32),
+                &(w.ty.id() as i32),
                 &tp,
                 &(w.cols as i32),
             ],
@@ -366,7 +366,7 @@ impl Device {
         let (o, wp, xp) = (self.ptr(&out.data), self.ptr(&w.data), self.ptr(&x.data));
         let (rb, ty, width, n_out, nr) = (
             w.row_bytes as i64,
-            w.ty as i32,
+            w.ty.id() as i32,
             w.cols as i32,
             w.rows as i32,
             n_rows as i32,
