@@ -7,7 +7,7 @@
 //! `cargo test -p kiln-engine --test dflash_parity -- --ignored write_oracle_inputs` with `KILN_DFLASH_OUT=DIR`
 //! writes the two for the script.
 
-use kiln_engine::dflash::{write_random_drafter, DraftSpec, Drafter};
+use kiln_engine::dflash::{convert_to_gguf, write_random_drafter, DraftSpec, Drafter};
 use kiln_engine::synth::{
     find_preset, synthesize_to_file, Arch, QuantScheme, SynthSpec, TokenizerSource,
 };
@@ -80,30 +80,12 @@ fn log_softmax(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64 - z).collect()
 }
 
-#[test]
-fn drafter_matches_reference() {
-    let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(FIXTURES).join("meta.json")).unwrap(),
-    )
-    .unwrap();
-    let dir = std::env::temp_dir().join(format!("kiln-dflash-parity-{}", std::process::id()));
-    let (target, drafter_dir) = write_inputs(&dir);
-    let regen = "regenerate with tools/gen_dflash_fixtures.py";
-    assert_eq!(
-        sha(&target),
-        meta["target_sha256"].as_str().unwrap(),
-        "target changed: {regen}"
-    );
-    assert_eq!(
-        sha(&drafter_dir.join("model.safetensors")),
-        meta["drafter_sha256"].as_str().unwrap(),
-        "drafter changed: {regen}"
-    );
-    let m = Model::load(&target, LoadOptions::default()).unwrap();
-    let d = Drafter::load(&drafter_dir, &m).unwrap();
+/// Runs the fixture's rounds through `d`; returns (all draft logits, worst KL, max |Δlogit|, top-1 rows checked).
+fn run_rounds(m: &Model, d: &Drafter, meta: &serde_json::Value) -> (Vec<f32>, f64, f32, usize) {
     let n_vocab = m.n_vocab();
     let mut st = d.new_state();
     let (mut worst_kl, mut worst_diff, mut top1_checked) = (0f64, 0f32, 0);
+    let mut all = Vec::new();
     for (r, round) in meta["rounds"].as_array().unwrap().iter().enumerate() {
         let ctx = read_f32(&format!("round{r}_ctx.f32"));
         let want = read_f32(&format!("round{r}_logits.f32"));
@@ -133,9 +115,73 @@ fn drafter_matches_reference() {
                 assert_eq!(gi, idx[0], "round {r}: top-1 differs");
             }
         }
+        all.extend_from_slice(&got);
     }
-    eprintln!("dflash parity: worst KL {worst_kl:.3e}, max |Δlogit| {worst_diff:.3e}, top-1 checked on {top1_checked} rows");
-    assert!(worst_kl <= 1e-4, "KL {worst_kl}");
-    assert!(worst_diff <= 1e-2, "max |Δlogit| {worst_diff}");
-    assert!(top1_checked > 0);
+    (all, worst_kl, worst_diff, top1_checked)
+}
+
+fn load_meta() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(Path::new(FIXTURES).join("meta.json")).unwrap())
+        .unwrap()
+}
+
+/// Regenerates the inputs into `tag`'s temp dir and checks them against the fixture's hashes.
+fn inputs(tag: &str, meta: &serde_json::Value) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("kiln-dflash-parity-{}-{tag}", std::process::id()));
+    let (target, drafter_dir) = write_inputs(&dir);
+    let regen = "regenerate with tools/gen_dflash_fixtures.py";
+    assert_eq!(
+        sha(&target),
+        meta["target_sha256"].as_str().unwrap(),
+        "target changed: {regen}"
+    );
+    assert_eq!(
+        sha(&drafter_dir.join("model.safetensors")),
+        meta["drafter_sha256"].as_str().unwrap(),
+        "drafter changed: {regen}"
+    );
+    (target, drafter_dir)
+}
+
+#[test]
+fn drafter_matches_reference() {
+    let meta = load_meta();
+    let (target, drafter_dir) = inputs("ref", &meta);
+    let m = Model::load(&target, LoadOptions::default()).unwrap();
+    let d = Drafter::load(&drafter_dir, &m).unwrap();
+    let (_, kl, diff, top1) = run_rounds(&m, &d, &meta);
+    eprintln!(
+        "dflash parity: worst KL {kl:.3e}, max |Δlogit| {diff:.3e}, top-1 checked on {top1} rows"
+    );
+    assert!(kl <= 1e-4, "KL {kl}");
+    assert!(diff <= 1e-2, "max |Δlogit| {diff}");
+    assert!(top1 > 0);
+}
+
+#[test]
+fn converted_gguf_drafter() {
+    let meta = load_meta();
+    let (target, drafter_dir) = inputs("gguf", &meta);
+    let m = Model::load(&target, LoadOptions::default()).unwrap();
+    let (want, ..) = run_rounds(&m, &Drafter::load(&drafter_dir, &m).unwrap(), &meta);
+    // bf16 weights stored as bf16 are the same values: the same bits out.
+    let bf16 = drafter_dir.with_extension("bf16.gguf");
+    assert_eq!(
+        convert_to_gguf(&drafter_dir, &bf16, GgmlType::BF16).unwrap(),
+        0
+    );
+    let (got, ..) = run_rounds(&m, &Drafter::load(&bf16, &m).unwrap(), &meta);
+    assert!(
+        got == want,
+        "bf16 GGUF drafter differs from the safetensors one"
+    );
+    // Q8_0: close to the reference.
+    let q8 = drafter_dir.with_extension("q8_0.gguf");
+    convert_to_gguf(&drafter_dir, &q8, GgmlType::Q8_0).unwrap();
+    let (_, kl, diff, _) = run_rounds(&m, &Drafter::load(&q8, &m).unwrap(), &meta);
+    eprintln!("dflash q8_0 drafter: worst KL {kl:.3e}, max |Δlogit| {diff:.3e}");
+    assert!(kl <= 1e-2, "KL {kl}");
+    // A target GGUF is not a drafter.
+    let e = Drafter::load(&target, &m).unwrap_err().to_string();
+    assert!(e.contains("not a converted DFlash drafter"), "{e}");
 }

@@ -379,6 +379,29 @@ mod tests {
     }
 
     #[test]
+    fn reads_a_transformers_5_save_pretrained_config() {
+        // Written by the reference model class's save_pretrained (tools/make_random_dflash_drafter.py).
+        let c = DraftConfig::parse(include_str!(
+            "../../tests/fixtures/dflash/save_pretrained_config.json"
+        ))
+        .unwrap();
+        assert_eq!(c.rope_theta, 100000.0);
+        assert_eq!(c.target_layer_ids, vec![2, 15, 27]);
+        assert_eq!(
+            (c.hidden, c.n_head, c.n_head_kv, c.head_dim),
+            (576, 9, 3, 64)
+        );
+        assert_eq!((c.block_size, c.mask_token_id), (16, 0));
+        let mut v: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/dflash/save_pretrained_config.json"
+        ))
+        .unwrap();
+        v["rope_parameters"]["rope_type"] = "yarn".into();
+        let e = DraftConfig::parse(&v.to_string()).unwrap_err().to_string();
+        assert!(e.contains("rope_type 'yarn'"), "{e}");
+    }
+
+    #[test]
     fn default_ids_match_reference_rule() {
         // Qwen3 36 layers, 5 draft layers: [1, 9, 17, 25, 33] per the paper.
         assert_eq!(default_layer_ids(36, 5), vec![1, 9, 17, 25, 33]);

@@ -84,10 +84,10 @@ impl DraftState {
 }
 
 /// Tensors by name: shape and values widened to f32.
-type TensorMap = HashMap<String, (Vec<usize>, Vec<f32>)>;
+pub(crate) type TensorMap = HashMap<String, (Vec<usize>, Vec<f32>)>;
 
 /// Reads the tensors of a safetensors file as f32, by name.
-fn read_safetensors(path: &Path) -> Result<TensorMap> {
+pub(crate) fn read_safetensors(path: &Path) -> Result<TensorMap> {
     let bytes =
         std::fs::read(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
     let st = SafeTensors::deserialize(&bytes)
@@ -150,9 +150,15 @@ impl Tensors {
 }
 
 impl Drafter {
-    /// Loads the drafter in `dir` and binds it to `target` (validated against it).
-    pub fn load(dir: impl AsRef<Path>, target: &Model) -> Result<Drafter> {
-        let dir = dir.as_ref();
+    /// Loads the drafter at `path` — a z-lab directory, or a GGUF written by [`super::convert_to_gguf`] — and
+    /// binds it to `target` (validated against it).
+    pub fn load(path: impl AsRef<Path>, target: &Model) -> Result<Drafter> {
+        let dir = path.as_ref();
+        if dir.is_file() {
+            let (cfg, map) = super::gguf::read_gguf(dir)?;
+            cfg.validate_target(target.hparams())?;
+            return Drafter::from_tensors(cfg, map, target);
+        }
         let cfg_path = dir.join("config.json");
         let text = std::fs::read_to_string(&cfg_path)
             .map_err(|e| Error::Config(format!("{}: {e}", cfg_path.display())))?;

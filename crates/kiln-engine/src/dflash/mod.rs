@@ -6,14 +6,17 @@
 //! - [`Drafter`]: weights (`model.safetensors`) and the forward pass; [`DraftState`] is one sequence's context.
 //! - [`generate`]: the speculative loop, output identical to plain generation; [`Forced`] forces acceptance for
 //!   tests and efficiency measurements; [`SpecStats`] counts rounds, τ and the acceptance histogram.
+//! - [`convert_to_gguf`]: one GGUF per drafter (optionally quantized), loaded by [`Drafter::load`] too.
 //! - [`write_random_drafter`]: reproducible random-weight drafters in the z-lab format.
 
 mod config;
 mod drafter;
+mod gguf;
 mod spec;
 mod synth;
 
 pub use config::{default_layer_ids, DraftConfig};
 pub use drafter::{DraftState, Drafter};
+pub use gguf::{convert_to_gguf, CONFIG_KEY, DRAFT_ARCH};
 pub use spec::{generate, Forced, SpecOutput, SpecStats};
 pub use synth::{write_random_drafter, DraftSpec};
