@@ -26,6 +26,8 @@ enum Command {
     Info(commands::info::Args),
     /// Tokenize text with a model's tokenizer and print ids and pieces.
     Tokenize(commands::tokenize::Args),
+    /// Convert a DFlash drafter directory (config.json + model.safetensors) into one GGUF, optionally quantized.
+    ConvertDraft(commands::convert_draft::Args),
     /// Write a GGUF with random weights, real shapes and real tokenizer metadata (deterministic by seed).
     Synth(commands::synth::Args),
     /// Measure prompt and generation speed (llama-bench's tests, ds4-bench's frontiers, A/B of kill switches).
@@ -44,6 +46,7 @@ fn main() {
         Command::Info(args) => commands::info::run(args),
         Command::Tokenize(args) => commands::tokenize::run(args),
         Command::Synth(args) => commands::synth::run(args),
+        Command::ConvertDraft(args) => commands::convert_draft::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Score(args) => commands::score::run(args),
         Command::Serve(args) => commands::serve::run(args),

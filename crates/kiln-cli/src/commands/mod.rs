@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod convert_draft;
 pub mod info;
 pub mod run;
 pub mod score;
