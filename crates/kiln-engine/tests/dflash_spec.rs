@@ -30,16 +30,29 @@ fn session(m: &Model, n_ctx: usize) -> Session<'_> {
     .unwrap()
 }
 
-fn plain(m: &Model, prompt: &[u32], p: &GenerateParams, n_ctx: usize) -> (Vec<u32>, FinishReason) {
+/// Plain generation: tokens, finish reason, and the slot's length afterwards.
+fn plain_len(
+    m: &Model,
+    prompt: &[u32],
+    p: &GenerateParams,
+    n_ctx: usize,
+) -> (Vec<u32>, FinishReason, usize) {
     let mut s = session(m, n_ctx);
     let mut g = Generator::new(&mut s, 0, prompt, p.clone()).unwrap();
     let mut out = Vec::new();
-    loop {
+    let r = loop {
         match g.step().unwrap() {
             StepOutcome::Token(t) => out.push(t),
-            StepOutcome::Finished(r) => return (out, r),
+            StepOutcome::Finished(r) => break r,
         }
-    }
+    };
+    drop(g);
+    (out, r, s.len(0))
+}
+
+fn plain(m: &Model, prompt: &[u32], p: &GenerateParams, n_ctx: usize) -> (Vec<u32>, FinishReason) {
+    let (t, r, _) = plain_len(m, prompt, p, n_ctx);
+    (t, r)
 }
 
 fn spec(
@@ -52,6 +65,9 @@ fn spec(
 ) -> (Vec<u32>, FinishReason, f64) {
     let mut s = session(m, n_ctx);
     let o = generate(&mut s, 0, d, prompt, p, forced, &mut |_| false).unwrap();
+    // The slot ends as plain generation leaves it: rejected rows rolled back, nothing more or less decoded.
+    let (_, _, want_len) = plain_len(m, prompt, p, n_ctx);
+    assert_eq!(s.len(0), want_len, "slot length after generation");
     (o.tokens, o.finish, o.stats.tau())
 }
 
@@ -277,4 +293,54 @@ fn drafter_validation_errors() {
     .unwrap();
     let e = Drafter::load(&dir, &m).unwrap_err().to_string();
     assert!(e.contains("layers.1.input_layernorm.weight"), "{e}");
+}
+
+/// A stop string found by the caller (the callback returns true) ends generation right there, as
+/// `Generator::stop` does after the same token, at every position inside a block.
+#[test]
+fn caller_stop_inside_a_block() {
+    let path = common::tiny_file("qwen3", GgmlType::F32);
+    let m = Model::load(&path, LoadOptions::default()).unwrap();
+    let spec_ = DraftSpec {
+        hidden: common::D as usize,
+        n_ff: 96,
+        n_layer: 1,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 16,
+        vocab: common::VOCAB as usize,
+        block_size: 6,
+        num_target_layers: common::LAYERS,
+        target_layer_ids: vec![0],
+        mask_token_id: 3,
+        rope_theta: 1e4,
+        seed: 3,
+    };
+    let d = Drafter::load(drafter_dir("stop", &spec_), &m).unwrap();
+    let prompt = [5u32, 6, 7];
+    let g = params(30, vec![], SamplerParams::greedy());
+    let (want, _) = plain(&m, &prompt, &g, 256);
+    let forced = Forced {
+        continuation: want.clone(),
+        cap: None,
+        corrupt: vec![],
+    };
+    for stop_at in 0..12 {
+        let mut s = session(&m, 256);
+        let mut seen = 0;
+        let o = generate(&mut s, 0, &d, &prompt, &g, Some(&forced), &mut |_| {
+            seen += 1;
+            seen == stop_at + 1
+        })
+        .unwrap();
+        assert_eq!(o.tokens, want[..=stop_at], "stop after token {stop_at}");
+        assert_eq!(o.finish, FinishReason::Stop);
+        // The slot holds the prompt and every emitted token but the last (never decoded), as in plain
+        // generation after `stop`: the rejected rows of the block were rolled back.
+        assert_eq!(
+            s.len(0),
+            prompt.len() + stop_at,
+            "slot length after stop at {stop_at}"
+        );
+    }
 }
