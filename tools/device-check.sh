@@ -14,7 +14,7 @@ WORK=${WORK:-$(mktemp -d)}
 CHUNKS=${CHUNKS:-4}
 CTX=${CTX:-256}
 mkdir -p "$OUT"
-export KILN_KERNEL_CACHE="$WORK/kernel-cache"
+export XDG_CACHE_HOME="$WORK/cache" # a fresh kernel cache: the first self-test compiles, the second loads
 
 say() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 # step NAME CMD...: runs CMD with its output in $OUT/NAME.log; stops the script when it fails.

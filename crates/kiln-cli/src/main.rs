@@ -36,6 +36,8 @@ enum Command {
     Score(commands::score::Args),
     /// Serve the model over an OpenAI-compatible HTTP API with continuous batching.
     Serve(commands::serve::Args),
+    /// Run the device kernels against host references (`--device cuda[:N]`).
+    Selftest(commands::selftest::Args),
 }
 
 fn main() {
@@ -50,6 +52,7 @@ fn main() {
         Command::Bench(args) => commands::bench::run(args),
         Command::Score(args) => commands::score::run(args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Selftest(args) => commands::selftest::run(args),
     };
     if let Err(e) = result {
         // A closed stdout (`kiln … | head`) is not an error worth reporting.

@@ -175,11 +175,8 @@ pub fn cache_key(arch: &str, driver_version: i32) -> Result<String> {
     Ok(d.iter().take(16).map(|b| format!("{b:02x}")).collect())
 }
 
-/// `$XDG_CACHE_HOME/kiln/kernels` or `~/.cache/kiln/kernels` (`KILN_KERNEL_CACHE` overrides).
+/// `$XDG_CACHE_HOME/kiln/kernels` or `~/.cache/kiln/kernels`.
 pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("KILN_KERNEL_CACHE") {
-        return Some(PathBuf::from(d));
-    }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;

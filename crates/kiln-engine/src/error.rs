@@ -81,6 +81,9 @@ pub enum Error {
         /// The slot's context length.
         n_ctx: usize,
     },
+    /// The GPU backend failed (no driver or device, a kernel launch, an allocation).
+    #[error("{0}")]
+    Device(String),
     /// A configuration value (threads, context, batch size) is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -32,6 +32,8 @@
 mod backend;
 pub mod bench;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod dflash;
 mod error;
 pub mod fidelity;
@@ -47,6 +49,8 @@ mod weights;
 
 pub use backend::{AttnParams, AttnRow, Backend, KvLayout, KvType, MoeFfn, RopeMode, RopeParams};
 pub use cpu::CpuBackend;
+#[cfg(feature = "cuda")]
+pub use cuda::CudaBackend;
 pub use error::{Error, Result};
 pub use flags::Flags;
 pub use generate::{FinishReason, GenerateParams, Generator, StepOutcome, StopMatcher};

@@ -91,13 +91,59 @@ impl Output {
     }
 }
 
+/// The KV cache and scratch buffers of the backend the session runs on.
+// One per session: the variants' size difference costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
+enum State {
+    Cpu {
+        kv: CpuKv,
+        scratch: Scratch<CpuBackend>,
+    },
+    #[cfg(feature = "cuda")]
+    Cuda {
+        kv: kiln_cuda::DKv,
+        scratch: Scratch<crate::cuda::CudaBackend>,
+    },
+}
+
+/// One forward pass on backend `be`; logits of the rows that ask go to `logits` (resized).
+#[allow(clippy::too_many_arguments)]
+fn forward_on<B: Backend>(
+    model: &Model,
+    be: &B,
+    kv: &mut B::Kv,
+    scratch: &mut Scratch<B>,
+    rows: &[AttnRow],
+    positions: &[usize],
+    tokens: &[u32],
+    logit_rows: &[usize],
+    taps: &[usize],
+    logits: &mut Vec<f32>,
+) -> Result<Vec<(usize, Vec<f32>)>> {
+    let hp = model.hparams();
+    let mut hidden = Vec::new();
+    let mut pass = Pass {
+        be,
+        hp,
+        st: scratch,
+        kv,
+        rows,
+        positions,
+        taps,
+        tapped: &mut hidden,
+    };
+    model.forward(&mut pass, tokens, logit_rows)?;
+    logits.resize(logit_rows.len() * hp.n_vocab, 0.0);
+    be.read(&scratch.logits, logits)?;
+    Ok(hidden)
+}
+
 /// A model's KV cache and forward-pass buffers.
 pub struct Session<'m> {
     model: &'m Model,
     cfg: SessionConfig,
     slot_ctx: usize,
-    kv: CpuKv,
-    scratch: Scratch<CpuBackend>,
+    state: State,
     lens: Vec<usize>,
     // Reused per call, so decoding allocates only the returned logits.
     attn_rows: Vec<AttnRow>,
@@ -117,22 +163,38 @@ impl<'m> Session<'m> {
         }
         let hp = model.hparams();
         let slot_ctx = cfg.n_ctx / cfg.n_slots;
-        let be = model.backend();
-        let kv = be.alloc_kv(&KvLayout {
+        let layout = KvLayout {
             n_layer: hp.n_layer,
             n_slots: cfg.n_slots,
             slot_ctx,
             n_head_kv: hp.n_head_kv,
             head_dim: hp.head_dim,
             ty: cfg.kv_type,
-        })?;
-        let scratch = Scratch::new(be, hp, cfg.batch, cfg.batch)?;
+        };
+        let state = match () {
+            #[cfg(feature = "cuda")]
+            () if model.cuda().is_some() => {
+                let be = model
+                    .cuda()
+                    .ok_or_else(|| Error::Device("no GPU backend".into()))?;
+                State::Cuda {
+                    kv: be.alloc_kv(&layout)?,
+                    scratch: Scratch::new(be, hp, cfg.batch, cfg.batch)?,
+                }
+            }
+            () => {
+                let be = model.backend();
+                State::Cpu {
+                    kv: be.alloc_kv(&layout)?,
+                    scratch: Scratch::new(be, hp, cfg.batch, cfg.batch)?,
+                }
+            }
+        };
         Ok(Session {
             model,
             cfg,
             slot_ctx,
-            kv,
-            scratch,
+            state,
             lens: vec![0; cfg.n_slots],
             attn_rows: Vec::with_capacity(cfg.batch),
             positions: Vec::with_capacity(cfg.batch),
@@ -254,22 +316,27 @@ impl<'m> Session<'m> {
                 self.logit_rows.push(i);
             }
         }
-        let mut hidden = Vec::new();
-        let mut pass = Pass {
-            be: self.model.backend(),
-            hp,
-            st: &mut self.scratch,
-            kv: &mut self.kv,
-            rows: &self.attn_rows,
-            positions: &self.positions,
-            taps,
-            tapped: &mut hidden,
+        let model = self.model;
+        let (rows, pos, toks, lrows) = (
+            &self.attn_rows,
+            &self.positions,
+            &self.tokens,
+            &self.logit_rows,
+        );
+        let hidden = match &mut self.state {
+            State::Cpu { kv, scratch } => {
+                let be = model.backend();
+                forward_on(model, be, kv, scratch, rows, pos, toks, lrows, taps, logits)?
+            }
+            #[cfg(feature = "cuda")]
+            State::Cuda { kv, scratch } => {
+                let be = model
+                    .cuda()
+                    .ok_or_else(|| Error::Device("no GPU backend".into()))?;
+                forward_on(model, be, kv, scratch, rows, pos, toks, lrows, taps, logits)?
+            }
         };
-        self.model
-            .forward(&mut pass, &self.tokens, &self.logit_rows)?;
         self.lens = lens;
-        logits.resize(self.logit_rows.len() * hp.n_vocab, 0.0);
-        self.model.backend().read(&self.scratch.logits, logits)?;
         Ok(hidden)
     }
 

@@ -13,13 +13,28 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Where the model runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// Where the model runs: `cpu`, or `cuda` / `cuda:N` (GPU N).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Device {
     /// The CPU backend.
     Cpu,
-    /// NVIDIA GPUs (needs a build with the `cuda` feature).
-    Cuda,
+    /// NVIDIA GPU with this index (needs a build with the `cuda` feature).
+    Cuda(usize),
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            other => other
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| format!("unknown device '{s}' (cpu, cuda or cuda:N)")),
+        }
+    }
 }
 
 impl Device {
@@ -27,8 +42,32 @@ impl Device {
     pub fn check(self) -> Result<&'static str> {
         match self {
             Device::Cpu => Ok("CPU"),
-            Device::Cuda => {
-                bail!("--device cuda: this kiln binary has no CUDA backend; use --device cpu")
+            Device::Cuda(_) if cfg!(feature = "cuda") => Ok("CUDA"),
+            Device::Cuda(_) => {
+                bail!("--device cuda: this kiln binary has no CUDA backend (build with --features cuda); use --device cpu")
+            }
+        }
+    }
+
+    /// Moves a loaded model to this device (a no-op for the CPU).
+    pub fn attach(self, model: &mut Model) -> Result<()> {
+        match self {
+            Device::Cpu => Ok(()),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(n) => {
+                model
+                    .use_cuda(n, None)
+                    .with_context(|| format!("opening CUDA device {n}"))?;
+                if let Some(be) = model.cuda() {
+                    let d = be.device();
+                    eprintln!("kiln: CUDA device {n}: {} ({})", d.name, d.arch);
+                }
+                Ok(())
+            }
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => {
+                let _ = model;
+                self.check().map(|_| ())
             }
         }
     }
@@ -82,7 +121,7 @@ pub struct Args {
     #[arg(long = "kv-type", default_value = "f16")]
     pub kv_type: KvType,
     /// Device to run on.
-    #[arg(long, value_enum, default_value = "cpu")]
+    #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// Output format: md, csv or json.
     #[arg(short = 'o', long = "output", default_value = "md")]
@@ -142,7 +181,8 @@ pub fn run(args: Args) -> Result<()> {
     let mut records = Vec::new();
     for path in &args.models {
         for &threads in &args.threads {
-            let model = load(path, threads, flags)?;
+            let mut model = load(path, threads, flags)?;
+            args.device.attach(&mut model)?;
             let info = ModelInfo::of(&model, path);
             let mut session = Session::new(&model, session_config(&args, n_ctx))?;
             let n_threads = model.backend().threads();
@@ -205,7 +245,8 @@ fn run_frontier_mode(args: &Args, flags: Flags) -> Result<()> {
     let ctx_start = args.ctx_start.unwrap_or(ctx_max.min(2048));
     let fr = frontiers(ctx_start, ctx_max, args.step_mul)?;
     let path = &args.models[0];
-    let model = load(path, args.threads[0], flags)?;
+    let mut model = load(path, args.threads[0], flags)?;
+    args.device.attach(&mut model)?;
     let need = prompt_tokens_needed(&fr, args.gen_tokens, args.teacher_forced_decode);
     let prompt = match &args.prompt_file {
         Some(f) => prompt_from_file(&model, f, need)?,

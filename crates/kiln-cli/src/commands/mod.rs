@@ -6,6 +6,7 @@ pub mod convert_draft;
 pub mod info;
 pub mod run;
 pub mod score;
+pub mod selftest;
 pub mod serve;
 pub mod synth;
 pub mod tokenize;

@@ -40,7 +40,7 @@ pub struct Args {
     #[arg(long = "kv-type", default_value = "f16")]
     pub kv_type: KvType,
     /// Device to run on.
-    #[arg(long, value_enum, default_value = "cpu")]
+    #[arg(long, default_value = "cpu")]
     pub device: Device,
     /// Write the top-K logits and log-sum-exp of every scored position to DIR/topk.kdump.
     #[arg(long, value_name = "DIR")]
@@ -89,7 +89,7 @@ pub fn run(args: Args) -> Result<()> {
     for w in warnings {
         eprintln!("kiln: warning: {w}");
     }
-    let model = Model::load(
+    let mut model = Model::load(
         &args.model,
         LoadOptions {
             threads: args.threads,
@@ -98,6 +98,7 @@ pub fn run(args: Args) -> Result<()> {
         },
     )
     .with_context(|| format!("loading {}", args.model.display()))?;
+    args.device.attach(&mut model)?;
     let model_name = args
         .model
         .file_name()

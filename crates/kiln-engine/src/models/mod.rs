@@ -41,6 +41,9 @@ pub struct Model {
     hparams: Hparams,
     net: Net,
     backend: CpuBackend,
+    /// Set by [`Model::use_cuda`]: sessions then run on the GPU.
+    #[cfg(feature = "cuda")]
+    cuda: Option<crate::cuda::CudaBackend>,
     warnings: Vec<String>,
 }
 
@@ -93,6 +96,8 @@ impl Model {
             hparams,
             net,
             backend,
+            #[cfg(feature = "cuda")]
+            cuda: None,
             warnings,
         })
     }
@@ -127,10 +132,30 @@ impl Model {
         self.hparams.n_vocab
     }
 
+    /// Moves the model to GPU `ordinal`: every tensor is uploaded once (`progress(bytes_done, bytes_total)`), and
+    /// sessions created afterwards run on the GPU. Fails with a clear message when there is no driver or GPU.
+    #[cfg(feature = "cuda")]
+    pub fn use_cuda(
+        &mut self,
+        ordinal: usize,
+        progress: Option<&mut dyn FnMut(u64, u64)>,
+    ) -> Result<()> {
+        self.cuda = Some(crate::cuda::CudaBackend::new(
+            ordinal, &self.file, progress,
+        )?);
+        Ok(())
+    }
+
+    /// The GPU backend, when the model was moved there with [`Model::use_cuda`].
+    #[cfg(feature = "cuda")]
+    pub fn cuda(&self) -> Option<&crate::cuda::CudaBackend> {
+        self.cuda.as_ref()
+    }
+
     /// Runs the architecture's forward pass over one batch.
-    pub(crate) fn forward(
+    pub(crate) fn forward<B: crate::backend::Backend>(
         &self,
-        p: &mut Pass<CpuBackend>,
+        p: &mut Pass<B>,
         tokens: &[u32],
         logit_rows: &[usize],
     ) -> Result<()> {
