@@ -7,7 +7,10 @@ fn kiln(args: &[&str]) -> (bool, String) {
         .args(args)
         .output()
         .expect("kiln runs");
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
