@@ -187,7 +187,9 @@ macro_rules! dot_kernels {
             }
 
             pub(crate) fn avx2_x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-                let a = a.map(|a| rows($wt, $at, n, w, a).1.as_ptr());
+                // Spelled out rather than `a.map(..)`, whose closure was not inlined (~3% of a prefill).
+                let row = |a: &[u8]| rows($wt, $at, n, w, a).1.as_ptr();
+                let a = [row(a[0]), row(a[1]), row(a[2]), row(a[3])];
                 // SAFETY: as in `avx2`, for each of the four activation rows.
                 unsafe {
                     if $avx2_rows == 4 {
@@ -199,7 +201,8 @@ macro_rules! dot_kernels {
             }
 
             pub(crate) fn vnni_x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-                let a = a.map(|a| rows($wt, $at, n, w, a).1.as_ptr());
+                let row = |a: &[u8]| rows($wt, $at, n, w, a).1.as_ptr();
+                let a = [row(a[0]), row(a[1]), row(a[2]), row(a[3])];
                 // SAFETY: as in `vnni`, for each of the four activation rows.
                 unsafe { imp_vnni(n, w.as_ptr(), a) }
             }
