@@ -220,3 +220,87 @@ fn bench_rejects_cuda_without_a_cuda_build() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("CUDA"));
 }
+
+/// `--draft`: plain and speculative generation side by side. Forced acceptance of at most 3 drafts per round
+/// gives τ = 11/3 for 12 tokens (the first comes from the prompt); the speculative output is checked against
+/// the plain one inside the bench (a mismatch fails the command).
+#[test]
+fn bench_draft_reports_tau_histogram_and_split() {
+    use kiln_engine::dflash::{write_random_drafter, DraftSpec};
+    let m = smollm2();
+    let dir = tmpdir("draft");
+    write_random_drafter(
+        &dir,
+        &DraftSpec {
+            hidden: 576,
+            n_ff: 128,
+            n_layer: 1,
+            n_head: 9,
+            n_head_kv: 3,
+            head_dim: 64,
+            vocab: 49152,
+            block_size: 8,
+            num_target_layers: 30,
+            target_layer_ids: vec![2, 15, 27],
+            mask_token_id: 0,
+            rope_theta: 1e5,
+            seed: 3,
+        },
+    )
+    .unwrap();
+    let (out, _) = kiln(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "--draft",
+        dir.to_str().unwrap(),
+        "--draft-force",
+        "own,3,7",
+        "-n",
+        "12",
+        "-d",
+        "8",
+        "-r",
+        "1",
+        "-t",
+        "2",
+        "-o",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let recs = v.as_array().unwrap();
+    let forces: Vec<String> = recs.iter().map(|r| r["force"].to_string()).collect();
+    assert_eq!(forces, ["\"own\"", "3", "7"]);
+    for r in recs {
+        assert_eq!(r["test"], "tg12 @ d8");
+        assert_eq!(r["draft"], "1L b8");
+        assert!(r["ar_avg_ts"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["spec_avg_ts"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["verify_ms_per_round"].as_f64().unwrap() > 0.0, "{r}");
+        let hist: Vec<u64> = r["accept_hist"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(hist.len(), 8);
+        assert_eq!(hist.iter().sum::<u64>(), r["rounds"].as_u64().unwrap());
+    }
+    // 11 tokens in rounds of at most 4: 4 + 4 + 3.
+    assert_eq!(recs[1]["rounds"], 3);
+    assert!((recs[1]["tau"].as_f64().unwrap() - 11.0 / 3.0).abs() < 1e-9);
+    assert_eq!(recs[1]["accept_hist"][3], 2);
+    assert_eq!(recs[1]["accept_hist"][2], 1);
+    // At most 7 per round: 8 + 3.
+    assert_eq!(recs[2]["rounds"], 2);
+    // A K that does not fit the block is refused.
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["bench", "-m", m.to_str().unwrap(), "--draft"])
+        .arg(&dir)
+        .args(["--draft-force", "8", "-n", "4", "-r", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at most 7 drafts"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

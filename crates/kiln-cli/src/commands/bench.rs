@@ -1,5 +1,7 @@
 //! `kiln bench`: prompt-processing and generation speed, in llama-bench's terms (`-p -n -d -r -t -o`), ds4-bench's
 //! frontier mode (`--ctx-start/--ctx-max`), and interleaved A/B runs of a kill switch (`--ab KILN_NO_X=1`).
+//! With `--draft DIR`, DFlash speculative generation is measured against plain generation in the same run
+//! (`tg` tests only; `--draft-force` chooses τ on any drafter).
 //! The measuring and rendering live in `kiln_engine::bench`; this module parses flags, loads models and prints.
 
 use anyhow::{bail, Context, Result};
@@ -147,6 +149,16 @@ pub struct Args {
     /// Frontier mode: write the full logits at each frontier to DIR/frontier-<ctx>.logits.
     #[arg(long, value_name = "DIR")]
     pub dump_frontier_logits_dir: Option<PathBuf>,
+    /// DFlash drafter (z-lab directory or converted GGUF): each `tg` test is run plainly and speculatively in
+    /// the same run; the table has both speeds, τ, the acceptance histogram and the per-round time split. The
+    /// prompt is `-d` tokens (`--prompt-file` text, or pseudo-random ids); `-p` tests are not run.
+    #[arg(long, value_name = "DIR")]
+    pub draft: Option<PathBuf>,
+    /// With --draft: force the drafts to the plain run's continuation, accepting at most K per round (τ = K + 1
+    /// on any drafter, the drafter's cost still paid); comma-separated, one row each; `own` = the drafter's
+    /// own proposals.
+    #[arg(long = "draft-force", value_delimiter = ',', requires = "draft")]
+    pub draft_force: Vec<ForceArg>,
     /// A/B: run the baseline and a variant with these environment assignments (`KILN_NO_X=1`, several separated
     /// by spaces or commas) interleaved, each run in its own process, and print medians and the ratio.
     #[arg(long, value_name = "VAR=VALUE")]
@@ -164,6 +176,12 @@ pub fn run(args: Args) -> Result<()> {
     let (flags, warnings) = Flags::from_env();
     for w in warnings {
         eprintln!("kiln: warning: {w}");
+    }
+    if let Some(dir) = &args.draft {
+        if args.ctx_start.is_some() || args.ctx_max.is_some() {
+            bail!("--draft measures tg tests; it does not combine with frontier mode");
+        }
+        return run_draft_mode(&args, dir, flags, backend);
     }
     if args.ctx_start.is_some() || args.ctx_max.is_some() {
         return run_frontier_mode(&args, flags);
@@ -213,6 +231,106 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     print!("{}", render_bench(&records, args.output));
+    Ok(())
+}
+
+/// One `--draft-force` value: `own` (the drafter's own proposals) or K (at most K accepted per round).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForceArg(pub Option<usize>);
+
+impl std::str::FromStr for ForceArg {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim() {
+            "own" | "-" => Ok(ForceArg(None)),
+            t => t
+                .parse()
+                .map(|k| ForceArg(Some(k)))
+                .map_err(|_| format!("'{s}' is not a draft count (K ≥ 0) or '-'")),
+        }
+    }
+}
+
+/// `kiln bench --draft`: every (depth, tg) pair × every forcing, plain and speculative side by side.
+fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Result<()> {
+    use kiln_engine::bench::{render_spec, run_spec_test, SpecRecord, SpecTest};
+    use kiln_engine::dflash::Drafter;
+    let gens: Vec<usize> = args.n_gen.iter().copied().filter(|&n| n > 0).collect();
+    if gens.is_empty() {
+        bail!("--draft measures generation: give -n > 0");
+    }
+    if args.n_prompt.iter().any(|&p| p > 0) && args.n_prompt != [512] {
+        eprintln!(
+            "kiln bench: --draft runs tg tests only; -p is ignored (the prompt is -d tokens)"
+        );
+    }
+    let forces: Vec<Option<usize>> = if args.draft_force.is_empty() {
+        vec![None]
+    } else {
+        args.draft_force.iter().map(|f| f.0).collect()
+    };
+    let mut records = Vec::new();
+    for path in &args.models {
+        for &threads in &args.threads {
+            let mut model = load(path, threads, flags)?;
+            args.device.attach(&mut model)?;
+            let drafter = Drafter::load(dir, &model)
+                .with_context(|| format!("loading the drafter {}", dir.display()))?;
+            let dc = drafter.config();
+            let block = dc.block_size;
+            if let Some(k) = forces.iter().flatten().find(|&&k| k >= block) {
+                bail!(
+                    "--draft-force {k}: a block of {block} holds at most {} drafts",
+                    block - 1
+                );
+            }
+            let draft_desc = format!("{}L b{block}", dc.n_layer);
+            let info = ModelInfo::of(&model, path);
+            let n_threads = model.backend().threads();
+            let max_depth = args.depth.iter().copied().max().unwrap_or(0).max(1);
+            let max_gen = gens.iter().copied().max().unwrap_or(1);
+            let mut session = Session::new(&model, session_config(args, max_depth + max_gen))?;
+            for &depth in &args.depth {
+                let prompt_len = depth.max(1);
+                let prompt = match &args.prompt_file {
+                    Some(f) => prompt_from_file(&model, f, prompt_len)?,
+                    None => bench_tokens(model.n_vocab(), prompt_len, 1),
+                };
+                for &n_gen in &gens {
+                    for &force in &forces {
+                        let test = SpecTest {
+                            prompt_len,
+                            n_gen,
+                            force,
+                        };
+                        let runs = run_spec_test(&mut session, &drafter, &prompt, &test, args.reps)
+                            .with_context(|| format!("{}: {}", path.display(), test.name()))?;
+                        let r = SpecRecord {
+                            model: info.clone(),
+                            draft: draft_desc.clone(),
+                            backend: backend.into(),
+                            threads: n_threads,
+                            test,
+                            runs,
+                        };
+                        if args.output == Format::Md {
+                            eprintln!(
+                                "kiln bench: {} {} {}: AR {:.2} t/s, DFlash {:.2} t/s, tau {:.2}",
+                                info.filename,
+                                test.name(),
+                                test.force_label(),
+                                r.ar_tps().mean,
+                                r.spec_tps().mean,
+                                r.total().tau()
+                            );
+                        }
+                        records.push(r);
+                    }
+                }
+            }
+        }
+    }
+    print!("{}", render_spec(&records, args.output));
     Ok(())
 }
 

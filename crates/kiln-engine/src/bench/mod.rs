@@ -10,6 +10,9 @@
 //!   BOS substitution, second half scored, same error formula), write top-K dumps in the
 //!   [`crate::fidelity::LogitDump`] format and compare against them ([`Comparison`]).
 //!
+//! - [`run_spec_test`] measures DFlash speculative generation against plain generation in one run (τ, the
+//!   acceptance histogram, the per-round draft/verify/bookkeeping split); [`render_spec`] prints [`SpecRecord`]s.
+//!
 //! Snapshot/restore of the KV state is [`crate::Session::truncate`]: positions past a slot's length are never
 //! read, so rolling the length back restores the earlier state exactly without copying the cache.
 
@@ -17,6 +20,7 @@ mod frontier;
 mod perplexity;
 mod render;
 mod runs;
+mod spec;
 mod stats;
 
 pub use frontier::{
@@ -32,4 +36,7 @@ pub use render::{
     BenchRecord, Format, BENCH_FIELDS, FRONTIER_FIELDS,
 };
 pub use runs::{bench_tokens, kv_bytes, params_label, run_test, test_matrix, ModelInfo, TestSpec};
+pub use spec::{
+    hist_label, render_spec, run_spec_test, SpecRecord, SpecRun, SpecTest, SPEC_FIELDS,
+};
 pub use stats::Stats;

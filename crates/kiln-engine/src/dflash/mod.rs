@@ -18,5 +18,5 @@ mod synth;
 pub use config::{default_layer_ids, DraftConfig};
 pub use drafter::{DraftState, Drafter};
 pub use gguf::{convert_to_gguf, CONFIG_KEY, DRAFT_ARCH};
-pub use spec::{generate, Forced, SpecOutput, SpecStats};
+pub use spec::{generate, generate_with, Acceptance, Forced, SpecOutput, SpecStats};
 pub use synth::{write_random_drafter, DraftSpec};

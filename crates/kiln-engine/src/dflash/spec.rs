@@ -28,6 +28,22 @@ pub struct Forced {
     pub corrupt: Vec<usize>,
 }
 
+/// How a verify row's emitted token is chosen.
+// The hidden variant is a selectable (wrong) rule used by a test, not a non-exhaustive placeholder.
+#[allow(clippy::manual_non_exhaustive)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Acceptance {
+    /// The target's own choice (greedy argmax or a sample) is emitted; the walk goes on while the next draft
+    /// equals it. Exact for the target distribution.
+    #[default]
+    Exact,
+    /// Deliberately WRONG, for tests only: when the next draft is the target's argmax, it is emitted without
+    /// sampling (a plausible bug that over-produces likely tokens). The distribution test runs it to show that
+    /// it detects a biased speculative sampler.
+    #[doc(hidden)]
+    BiasedArgmaxForTests,
+}
+
 /// Counters of a speculative run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpecStats {
@@ -41,6 +57,9 @@ pub struct SpecStats {
     pub draft_time: Duration,
     /// Wall time in the target's verify forwards.
     pub verify_time: Duration,
+    /// Wall time of the prompt's prefill (target forwards and the drafter's context), so a caller can time
+    /// generation alone, as a plain run's prefill is timed apart from its decode.
+    pub prefill_time: Duration,
 }
 
 impl SpecStats {
@@ -95,6 +114,30 @@ pub fn generate(
     forced: Option<&Forced>,
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<SpecOutput> {
+    generate_with(
+        session,
+        slot,
+        drafter,
+        prompt,
+        params,
+        forced,
+        Acceptance::Exact,
+        on_token,
+    )
+}
+
+/// [`generate`] with a chosen [`Acceptance`] rule (only [`Acceptance::Exact`] is correct).
+#[allow(clippy::too_many_arguments)]
+pub fn generate_with(
+    session: &mut Session,
+    slot: usize,
+    drafter: &Drafter,
+    prompt: &[u32],
+    params: &GenerateParams,
+    forced: Option<&Forced>,
+    acceptance: Acceptance,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<SpecOutput> {
     if prompt.is_empty() {
         return Err(Error::Batch(
             "empty prompt: nothing to condition generation on".into(),
@@ -118,6 +161,7 @@ pub fn generate(
 
     // Prefill in the session's fixed chunks (the same boundaries as Session::prefill), tapping the drafter's
     // layers so every prompt token becomes drafter context.
+    let t_prefill = Instant::now();
     let mut logits = Vec::new();
     for (c, toks) in prompt.chunks(chunk).enumerate() {
         let start = c * chunk;
@@ -145,6 +189,7 @@ pub fn generate(
     let mut tokens: Vec<u32> = Vec::new();
     let mut stats = SpecStats {
         hist: vec![0; dc.block_size],
+        prefill_time: t_prefill.elapsed(),
         ..SpecStats::default()
     };
     let done = |tokens: Vec<u32>, finish, stats| {
@@ -222,7 +267,15 @@ pub fn generate(
         let mut accepted = 0;
         let mut finish = None;
         for i in 0..v {
-            let c = sampler.sample(out.row(i), &history);
+            let row = out.row(i);
+            let c = match acceptance {
+                Acceptance::BiasedArgmaxForTests
+                    if i + 1 < v && super::drafter::argmax(row) == block[i + 1] =>
+                {
+                    block[i + 1]
+                }
+                _ => sampler.sample(row, &history),
+            };
             if params.stop_tokens.contains(&c) {
                 finish = Some(FinishReason::Stop);
                 break;

@@ -1,0 +1,516 @@
+//! `kiln bench --draft`: generation speed with and without a DFlash drafter, measured in one run on the same
+//! session, prompt and token count, so the speed-up is a ratio of two numbers taken side by side.
+//!
+//! Each repetition generates `n_gen` tokens greedily, first plainly (one decode forward per token), then
+//! speculatively. Both are timed from the end of the prompt's prefill to the last token (the prefill is the same
+//! work in both and is left out of both; sparkinfer's bench timed AR with prefill and DFlash without, which
+//! flatters the ratio). No stop tokens: every run generates exactly `n_gen` tokens, as llama-bench's `tg` does.
+//!
+//! The speculative run must emit exactly the plain run's tokens (SPEC_AGREE); a mismatch is an error, not a
+//! number. With `force = Some(k)` the drafts are replaced by the plain run's continuation with at most `k`
+//! accepted per round ([`Forced`]): the drafter still runs, so every cost is real, and τ = k + 1 can be chosen
+//! on random-weight drafters (which accept almost nothing on their own).
+
+use crate::bench::render::{csv_field, json_num, json_str, Format};
+use crate::bench::runs::ModelInfo;
+use crate::bench::stats::Stats;
+use crate::dflash::{generate, Drafter, Forced, SpecStats};
+use crate::error::{Error, Result};
+use crate::generate::{GenerateParams, Generator, StepOutcome};
+use crate::sampler::SamplerParams;
+use crate::session::Session;
+use std::time::Instant;
+
+/// One speculative test: `n_gen` tokens after a `prompt_len`-token prompt, drafts optionally forced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpecTest {
+    /// Prompt tokens (prefilled untimed).
+    pub prompt_len: usize,
+    /// Tokens generated (timed).
+    pub n_gen: usize,
+    /// `Some(k)`: forced acceptance of at most k drafts per round (τ = k + 1); `None`: the drafter's proposals.
+    pub force: Option<usize>,
+}
+
+impl SpecTest {
+    /// `tg128 @ d512` (llama-bench's naming: the prompt is the depth).
+    pub fn name(&self) -> String {
+        if self.prompt_len > 1 {
+            format!("tg{} @ d{}", self.n_gen, self.prompt_len)
+        } else {
+            format!("tg{}", self.n_gen)
+        }
+    }
+
+    /// The forcing as printed: `own` (the drafter's own proposals) or `k=K`.
+    pub fn force_label(&self) -> String {
+        self.force
+            .map_or_else(|| "own".into(), |k| format!("k={k}"))
+    }
+}
+
+/// One timed repetition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpecRun {
+    /// Seconds of plain generation (after prefill).
+    pub ar_secs: f64,
+    /// Seconds of speculative generation (after prefill).
+    pub spec_secs: f64,
+    /// The speculative run's counters.
+    pub stats: SpecStats,
+}
+
+/// A test's measurements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpecRecord {
+    /// The target model.
+    pub model: ModelInfo,
+    /// The drafter, as printed (`1L b16`).
+    pub draft: String,
+    /// Backend name.
+    pub backend: String,
+    /// Worker threads.
+    pub threads: usize,
+    /// The test.
+    pub test: SpecTest,
+    /// Timed repetitions.
+    pub runs: Vec<SpecRun>,
+}
+
+impl SpecRecord {
+    /// Plain generation tokens per second, over the runs.
+    pub fn ar_tps(&self) -> Stats {
+        let n = self.test.n_gen as f64;
+        Stats::of(&self.runs.iter().map(|r| n / r.ar_secs).collect::<Vec<_>>())
+    }
+
+    /// Speculative generation tokens per second, over the runs.
+    pub fn spec_tps(&self) -> Stats {
+        let n = self.test.n_gen as f64;
+        Stats::of(
+            &self
+                .runs
+                .iter()
+                .map(|r| n / r.spec_secs)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// The counters of all runs added together.
+    pub fn total(&self) -> SpecStats {
+        let mut t = SpecStats::default();
+        for r in &self.runs {
+            let s = &r.stats;
+            t.rounds += s.rounds;
+            t.round_tokens += s.round_tokens;
+            if t.hist.len() < s.hist.len() {
+                t.hist.resize(s.hist.len(), 0);
+            }
+            t.hist.iter_mut().zip(&s.hist).for_each(|(a, b)| *a += b);
+            t.draft_time += s.draft_time;
+            t.verify_time += s.verify_time;
+            t.prefill_time += s.prefill_time;
+        }
+        t
+    }
+
+    /// Milliseconds per verify round: (draft, verify, bookkeeping). Bookkeeping is the rest of the generation
+    /// time: sampling, acceptance, KV rollback, feature copies, the first token's sampling.
+    pub fn per_round_ms(&self) -> (f64, f64, f64) {
+        let t = self.total();
+        let rounds = t.rounds.max(1) as f64;
+        let gen: f64 = self.runs.iter().map(|r| r.spec_secs).sum();
+        let draft = t.draft_time.as_secs_f64();
+        let verify = t.verify_time.as_secs_f64();
+        (
+            draft * 1e3 / rounds,
+            verify * 1e3 / rounds,
+            (gen - draft - verify).max(0.0) * 1e3 / rounds,
+        )
+    }
+}
+
+/// Plain greedy generation of `n_gen` tokens on slot 0 (emptied first); returns the tokens and the seconds after
+/// prefill.
+fn plain_run(session: &mut Session, prompt: &[u32], n_gen: usize) -> Result<(Vec<u32>, f64)> {
+    session.truncate(0, 0)?;
+    let mut g = Generator::new(session, 0, prompt, greedy(n_gen))?;
+    let t0 = Instant::now();
+    let mut tokens = Vec::with_capacity(n_gen);
+    while let StepOutcome::Token(t) = g.step()? {
+        tokens.push(t);
+    }
+    Ok((tokens, t0.elapsed().as_secs_f64()))
+}
+
+fn greedy(n_gen: usize) -> GenerateParams {
+    GenerateParams {
+        max_tokens: n_gen,
+        stop_tokens: Vec::new(),
+        sampler: SamplerParams::greedy(),
+    }
+}
+
+/// Runs `test` on slot 0 of `session` (which must hold `prompt.len() + n_gen` positions): one untimed warm-up
+/// repetition, then `reps` timed ones, each plain then speculative. Fails when the speculative tokens differ
+/// from the plain ones.
+pub fn run_spec_test(
+    session: &mut Session,
+    drafter: &Drafter,
+    prompt: &[u32],
+    test: &SpecTest,
+    reps: usize,
+) -> Result<Vec<SpecRun>> {
+    let need = prompt.len() + test.n_gen;
+    if prompt.is_empty() || need > session.slot_ctx() {
+        return Err(Error::Config(format!(
+            "test {} needs a prompt and {need} KV positions; the session has {}",
+            test.name(),
+            session.slot_ctx()
+        )));
+    }
+    let mut runs = Vec::with_capacity(reps);
+    for rep in 0..=reps {
+        let (want, ar_secs) = plain_run(session, prompt, test.n_gen)?;
+        let forced = test.force.map(|k| Forced {
+            continuation: want.clone(),
+            cap: Some(k),
+            corrupt: Vec::new(),
+        });
+        session.truncate(0, 0)?;
+        let t0 = Instant::now();
+        let out = generate(
+            session,
+            0,
+            drafter,
+            prompt,
+            &greedy(test.n_gen),
+            forced.as_ref(),
+            &mut |_| false,
+        )?;
+        let total = t0.elapsed().as_secs_f64();
+        if out.tokens != want {
+            let at = out
+                .tokens
+                .iter()
+                .zip(&want)
+                .take_while(|(a, b)| a == b)
+                .count();
+            return Err(Error::Batch(format!(
+                "test {}: speculative output differs from plain generation at token {at} \
+                 ({} vs {} tokens): the verify rows are not batch-invariant",
+                test.name(),
+                out.tokens.len(),
+                want.len()
+            )));
+        }
+        // Run 0 is the warm-up.
+        if rep > 0 {
+            runs.push(SpecRun {
+                ar_secs,
+                spec_secs: (total - out.stats.prefill_time.as_secs_f64()).max(1e-9),
+                stats: out.stats,
+            });
+        }
+    }
+    session.truncate(0, 0)?;
+    Ok(runs)
+}
+
+/// The columns of CSV and JSON output, in order.
+pub const SPEC_FIELDS: &[&str] = &[
+    "model_filename",
+    "model_type",
+    "draft",
+    "backend",
+    "n_threads",
+    "test",
+    "force",
+    "n_gen",
+    "prompt_len",
+    "ar_avg_ts",
+    "ar_stddev_ts",
+    "spec_avg_ts",
+    "spec_stddev_ts",
+    "speedup",
+    "tau",
+    "rounds",
+    "draft_ms_per_round",
+    "verify_ms_per_round",
+    "other_ms_per_round",
+    "accept_hist",
+];
+
+/// Renders speculative records as a Markdown table (llama-bench's shape plus τ, the per-round time split and the
+/// acceptance-length histogram: `hist[a]` = rounds that accepted `a` drafts), CSV or JSON.
+pub fn render_spec(records: &[SpecRecord], format: Format) -> String {
+    let rows: Vec<Vec<String>> = records.iter().map(row).collect();
+    match format {
+        Format::Md => {
+            let head = [
+                "model",
+                "draft",
+                "backend",
+                "threads",
+                "test",
+                "force",
+                "AR t/s",
+                "DFlash t/s",
+                "speed-up",
+                "τ",
+                "draft ms",
+                "verify ms",
+                "other ms",
+                "accepted: rounds",
+            ];
+            let cells: Vec<Vec<String>> = records
+                .iter()
+                .map(|r| {
+                    let (ar, sp) = (r.ar_tps(), r.spec_tps());
+                    let (d, v, o) = r.per_round_ms();
+                    let t = r.total();
+                    vec![
+                        r.model.desc.clone(),
+                        r.draft.clone(),
+                        r.backend.clone(),
+                        r.threads.to_string(),
+                        r.test.name(),
+                        r.test.force_label(),
+                        format!("{:.2} ± {:.2}", ar.mean, ar.sd),
+                        format!("{:.2} ± {:.2}", sp.mean, sp.sd),
+                        format!("{:.2}x", sp.mean / ar.mean),
+                        format!("{:.2}", t.tau()),
+                        format!("{d:.2}"),
+                        format!("{v:.2}"),
+                        format!("{o:.2}"),
+                        hist_label(&t.hist),
+                    ]
+                })
+                .collect();
+            let widths: Vec<usize> = (0..head.len())
+                .map(|c| {
+                    cells
+                        .iter()
+                        .map(|r| r[c].chars().count())
+                        .chain([head[c].chars().count()])
+                        .max()
+                        .unwrap_or(1)
+                })
+                .collect();
+            let line = |v: Vec<String>| {
+                let parts: Vec<String> = v
+                    .iter()
+                    .zip(&widths)
+                    .enumerate()
+                    .map(|(c, (s, &w))| {
+                        let pad = w - s.chars().count();
+                        // Text columns left-aligned, numbers right-aligned, as llama-bench does.
+                        if c < 6 || c == head.len() - 1 {
+                            format!("{s}{}", " ".repeat(pad))
+                        } else {
+                            format!("{}{s}", " ".repeat(pad))
+                        }
+                    })
+                    .collect();
+                format!("| {} |\n", parts.join(" | "))
+            };
+            let mut out = line(head.iter().map(|s| s.to_string()).collect());
+            let rule: Vec<String> = widths
+                .iter()
+                .enumerate()
+                .map(|(c, &w)| {
+                    if c < 6 || c == head.len() - 1 {
+                        "-".repeat(w)
+                    } else {
+                        format!("{}:", "-".repeat(w.saturating_sub(1)))
+                    }
+                })
+                .collect();
+            out += &format!("| {} |\n", rule.join(" | "));
+            for c in cells {
+                out += &line(c);
+            }
+            out
+        }
+        Format::Csv => {
+            let mut out = SPEC_FIELDS.join(",") + "\n";
+            for r in rows {
+                let f: Vec<String> = r.iter().map(|s| csv_field(s)).collect();
+                out += &(f.join(",") + "\n");
+            }
+            out
+        }
+        Format::Json => {
+            let objs: Vec<String> = records
+                .iter()
+                .zip(&rows)
+                .map(|(rec, r)| {
+                    let kv: Vec<String> = SPEC_FIELDS
+                        .iter()
+                        .zip(r)
+                        .map(|(k, v)| {
+                            let text = matches!(
+                                *k,
+                                "model_filename" | "model_type" | "draft" | "backend" | "test"
+                            ) || (*k == "force" && rec.test.force.is_none());
+                            let val = if *k == "accept_hist" {
+                                format!("[{v}]")
+                            } else if text {
+                                json_str(v)
+                            } else {
+                                v.clone()
+                            };
+                            format!("{}: {val}", json_str(k))
+                        })
+                        .collect();
+                    format!("  {{{}}}", kv.join(", "))
+                })
+                .collect();
+            format!("[\n{}\n]\n", objs.join(",\n"))
+        }
+    }
+}
+
+/// The CSV/JSON values of one record, in [`SPEC_FIELDS`] order (numbers as JSON numbers, NaN as `null`).
+fn row(r: &SpecRecord) -> Vec<String> {
+    let (ar, sp) = (r.ar_tps(), r.spec_tps());
+    let (d, v, o) = r.per_round_ms();
+    let t = r.total();
+    vec![
+        r.model.filename.clone(),
+        r.model.desc.clone(),
+        r.draft.clone(),
+        r.backend.clone(),
+        r.threads.to_string(),
+        r.test.name(),
+        r.test.force.map_or_else(|| "own".into(), |k| k.to_string()),
+        r.test.n_gen.to_string(),
+        r.test.prompt_len.to_string(),
+        json_num(ar.mean),
+        json_num(ar.sd),
+        json_num(sp.mean),
+        json_num(sp.sd),
+        json_num(sp.mean / ar.mean),
+        json_num(t.tau()),
+        t.rounds.to_string(),
+        json_num(d),
+        json_num(v),
+        json_num(o),
+        t.hist
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    ]
+}
+
+/// `0:3 4:20 15:1`: the non-zero entries of an acceptance histogram (`accepted drafts: rounds`).
+pub fn hist_label(hist: &[usize]) -> String {
+    let parts: Vec<String> = hist
+        .iter()
+        .enumerate()
+        .filter(|(_, &n)| n > 0)
+        .map(|(a, n)| format!("{a}:{n}"))
+        .collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn record(force: Option<usize>) -> SpecRecord {
+        let stats = SpecStats {
+            rounds: 4,
+            round_tokens: 10,
+            hist: vec![1, 0, 2, 1],
+            draft_time: Duration::from_millis(40),
+            verify_time: Duration::from_millis(100),
+            prefill_time: Duration::from_millis(7),
+        };
+        SpecRecord {
+            model: ModelInfo {
+                filename: "m.gguf".into(),
+                desc: "llama 135M Q4_1".into(),
+                size_bytes: 1,
+                n_params: 1,
+            },
+            draft: "1L b4".into(),
+            backend: "CPU".into(),
+            threads: 2,
+            test: SpecTest {
+                prompt_len: 8,
+                n_gen: 11,
+                force,
+            },
+            runs: vec![
+                SpecRun {
+                    ar_secs: 1.0,
+                    spec_secs: 0.2,
+                    stats: stats.clone(),
+                },
+                SpecRun {
+                    ar_secs: 1.0,
+                    spec_secs: 0.2,
+                    stats,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn totals_and_per_round_split() {
+        let r = record(Some(3));
+        let t = r.total();
+        assert_eq!((t.rounds, t.round_tokens), (8, 20));
+        assert_eq!(t.hist, vec![2, 0, 4, 2]);
+        assert!((t.tau() - 2.5).abs() < 1e-12);
+        let (d, v, o) = r.per_round_ms();
+        // 80 ms draft, 200 ms verify, 400 ms of generation over 8 rounds.
+        assert!((d - 10.0).abs() < 1e-9 && (v - 25.0).abs() < 1e-9 && (o - 15.0).abs() < 1e-9);
+        assert!((r.spec_tps().mean / r.ar_tps().mean - 5.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn renders_every_format() {
+        let recs = [record(Some(3)), record(None)];
+        let md = render_spec(&recs, Format::Md);
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines.len(), 4, "{md}");
+        assert!(lines[0].contains("DFlash t/s") && lines[0].contains("τ"));
+        assert!(lines[2].contains("tg11 @ d8") && lines[2].contains("k=3"));
+        assert!(lines[2].contains("5.00x") && lines[2].contains("0:2 2:4 3:2"));
+        assert!(lines[3].contains("| own "), "{}", lines[3]);
+        let csv = render_spec(&recs, Format::Csv);
+        assert_eq!(csv.lines().next(), Some(SPEC_FIELDS.join(",").as_str()));
+        assert!(
+            csv.lines().nth(1).unwrap().ends_with(",\"2,0,4,2\""),
+            "{csv}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render_spec(&recs, Format::Json)).unwrap();
+        assert_eq!(json[0]["force"], 3);
+        assert_eq!(json[1]["force"], "own");
+        assert_eq!(json[0]["tau"], 2.5);
+        assert_eq!(json[0]["accept_hist"], serde_json::json!([2, 0, 4, 2]));
+        assert_eq!(json[0]["test"], "tg11 @ d8");
+    }
+
+    #[test]
+    fn names_and_labels() {
+        let t = |p, f| SpecTest {
+            prompt_len: p,
+            n_gen: 128,
+            force: f,
+        };
+        assert_eq!(t(1, None).name(), "tg128");
+        assert_eq!(t(512, Some(7)).name(), "tg128 @ d512");
+        assert_eq!(t(1, Some(7)).force_label(), "k=7");
+        assert_eq!(hist_label(&[0, 0]), "-");
+    }
+}
