@@ -6,7 +6,7 @@
 //! Offsets (Q4_K/Q5_K minimums, Q6_K's -32) are applied through the activation's per-16 sums `bsums`, so the
 //! inner loop works on unsigned quants only. The idea of folding the offsets into `bsums` is ggml's.
 
-use super::{dot_kernels, hsum_ps, load_f16, load_f32, Simd};
+use super::{dot_kernels, load_f16, load_f32, Simd};
 use crate::blocks::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
 use crate::GgmlType;
 use std::arch::x86_64::*;
@@ -54,12 +54,6 @@ unsafe fn mins_dot(scales_mins: __m256i, y: *const u8) -> __m128i {
     _mm_madd_epi16(_mm256_extracti128_si256(scales_mins, 1), per32)
 }
 
-#[inline(always)]
-unsafe fn hsum_ps128(v: __m128) -> f32 {
-    let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
-
 /// Q4_K (`FIFTH = false`) and Q5_K (`FIFTH = true`, the fifth bits from `qh`) against `R` activation rows.
 /// The weights of each 64-element chunk are decoded once and shared by the rows; each row's arithmetic is
 /// the same whatever `R` is, so its result is bit-identical alone or in a batch.
@@ -80,8 +74,7 @@ unsafe fn q45_k_body<S: Simd, const FIFTH: bool, const R: usize>(
     };
     let m4 = _mm256_set1_epi8(0xF);
     let sixteen = _mm256_set1_epi8(16);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut acc_m = [_mm_setzero_ps(); R];
+    let mut acc = [_mm_setzero_ps(); R];
     for i in 0..n / QK_K {
         let x = w.add(i * wb);
         let xd = load_f16(x.add(offset_of!(BlockQ4K, d)));
@@ -121,17 +114,24 @@ unsafe fn q45_k_body<S: Simd, const FIFTH: bool, const R: usize>(
                 sumi[r] = S::madd_acc(sumi[r], sc_hi, _mm256_maddubs_epi16(hi, yhi));
             }
         }
+        let dd = _mm_set_ps(0.0, 0.0, xdmin, xd);
         for r in 0..R {
             let y = a[r].add(i * AB);
-            let yd = load_f32(y);
-            let mins = _mm_cvtepi32_ps(mins_dot(sm, y));
-            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(-yd * xdmin), mins, acc_m[r]);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(yd * xd), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+            // Exact block sums [isum, msum, ..] (integers: the lane order of the adds cannot matter), then the
+            // reference's f32 steps: sum += (d·yd)·isum − (dmin·yd)·msum.
+            let s4 = _mm_add_epi32(
+                _mm256_castsi256_si128(sumi[r]),
+                _mm256_extracti128_si256(sumi[r], 1),
+            );
+            let h = _mm_hadd_epi32(s4, mins_dot(sm, y));
+            let f = _mm_cvtepi32_ps(_mm_hadd_epi32(h, h));
+            let t = _mm_mul_ps(_mm_mul_ps(dd, _mm_set1_ps(load_f32(y))), f);
+            acc[r] = _mm_add_ss(acc[r], _mm_sub_ss(t, _mm_movehdup_ps(t)));
         }
     }
     let mut out = [0.0f32; R];
     for r in 0..R {
-        out[r] = hsum_ps(acc[r]) + hsum_ps128(acc_m[r]);
+        out[r] = _mm_cvtss_f32(acc[r]);
     }
     out
 }
@@ -167,7 +167,7 @@ unsafe fn q6_k_body<S: Simd, const R: usize>(
     const AB: usize = size_of::<BlockQ8K>();
     let m4 = _mm256_set1_epi8(0xF);
     let m2 = _mm256_set1_epi8(3);
-    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc = [_mm_setzero_ps(); R];
     for i in 0..n / QK_K {
         let x = w.add(i * WB);
         let xd = load_f16(x.add(offset_of!(BlockQ6K, d)));
@@ -210,16 +210,17 @@ unsafe fn q6_k_body<S: Simd, const R: usize>(
             let bsums = _mm256_loadu_si256(y.add(Y_BSUMS).cast());
             let offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5);
             let s = _mm256_sub_epi32(sumi[r], offset);
-            acc[r] = _mm256_fmadd_ps(
-                _mm256_set1_ps(load_f32(y) * xd),
-                _mm256_cvtepi32_ps(s),
-                acc[r],
-            );
+            // The exact block sum, then the reference's f32 steps: sum += (d·yd)·isum.
+            let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            let h = _mm_hadd_epi32(s4, s4);
+            let isum = _mm_cvtepi32_ps(_mm_hadd_epi32(h, h));
+            let t = _mm_mul_ss(_mm_set_ss(xd * load_f32(y)), isum);
+            acc[r] = _mm_add_ss(acc[r], t);
         }
     }
     let mut out = [0.0f32; R];
     for r in 0..R {
-        out[r] = hsum_ps(acc[r]);
+        out[r] = _mm_cvtss_f32(acc[r]);
     }
     out
 }

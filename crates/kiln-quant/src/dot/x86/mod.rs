@@ -10,6 +10,7 @@
 //! block type's AVX2 and VNNI results are bit-identical; only the float types (F32/F16/BF16, 16 lanes on
 //! AVX-512 instead of 8) differ in rounding between the ISAs.
 
+pub(crate) mod gemm;
 mod kquants;
 mod legacy;
 
