@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Trains the SmolLM2 DFlash drafter on a GPU machine in one command and writes it (z-lab format: config.json +
+# bf16 model.safetensors, plus train_log.json and train.log) to OUT_DIR.
+#
+#   bash tools/dflash-train/device-train.sh GGUF OUT_DIR MINUTES [extra train.py arguments]
+#
+# GGUF may arrive in parts (a 98 MB file over a transfer limit): when GGUF itself is absent, GGUF.part-* are
+# concatenated (in name order) into a temporary file. Make the parts with tools/dflash-train/split-gguf.sh.
+# Needs python3 with torch, transformers, safetensors and numpy; neither the `gguf` package nor network access
+# (gguf_target.py reads the GGUF itself). The training data is tools/dflash-train/data.jsonl.gz (committed).
+set -euo pipefail
+if [ $# -lt 3 ]; then
+    echo "usage: $0 GGUF OUT_DIR MINUTES [extra train.py arguments]" >&2
+    exit 2
+fi
+gguf=$1 out=$2 minutes=$3
+shift 3
+here=$(cd "$(dirname "$0")" && pwd)
+
+if [ ! -f "$gguf" ]; then
+    parts=("$gguf".part-*)
+    if [ ! -f "${parts[0]}" ]; then
+        echo "error: $gguf not found, and no $gguf.part-* to join" >&2
+        exit 1
+    fi
+    joined=$(mktemp --suffix=.gguf)
+    trap 'rm -f "$joined"' EXIT
+    cat "${parts[@]}" > "$joined"
+    echo "joined ${#parts[@]} parts of $gguf ($(stat -c %s "$joined") bytes)"
+    gguf=$joined
+fi
+
+python3 - <<'PY'
+import torch, transformers, safetensors, numpy
+print(f"torch {torch.__version__}, transformers {transformers.__version__}, cuda {torch.cuda.is_available()}"
+      + (f" ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else ""))
+PY
+
+mkdir -p "$out"
+# GPU defaults: 2 drafter layers, 16 sequences x 64 anchors a step (1024 blocks); the LM head over the 15 drafted
+# positions of every block is most of the work. Later arguments override these.
+python3 "$here/train.py" --gguf "$gguf" --data "$here/data.jsonl.gz" --out "$out" --minutes "$minutes" \
+    --layers 2 --batch 16 --anchors 64 --warmup 100 --eval-every 2 --eval-batch 8 --eval-anchors 64 "$@" \
+    2>&1 | tee "$out/train.log"
+ls -l "$out"

@@ -1,0 +1,452 @@
+#!/usr/bin/env python3
+"""Trains a DFlash drafter for a llama-architecture GGUF target (SmolLM2-135M-Instruct) and writes it in the z-lab
+format kiln loads (`config.json` + bf16 `model.safetensors`).
+
+Recipe (DFlash paper / z-lab): the target is teacher-forced over prompt + its own response and its hidden states
+after the tapped layers are taken on the fly; random anchor positions a in the response; the drafter sees the
+context features of positions < a and the block [token(a), MASK x (B-1)] at positions a..a+B-1 (non-causal in the
+block), and predicts token(a+k) at block position k; loss = CE over k = 1..B-1 weighted exp(-(k-1)/gamma).
+Many anchors of one sequence are trained in one pass: each block's queries see only its own block and the
+context before its anchor (an attention mask), exactly what one inference round sees.
+The drafter is a stack of Qwen3 layers at the target's hidden size; the target's embedding and LM head are shared
+and frozen. AdamW, linear warm-up then cosine decay over the step or time budget.
+
+    python3 tools/dflash-train/train.py --gguf .test-assets/SmolLM2-135M-Instruct.Q4_1.gguf \
+        --data tools/dflash-train/data.jsonl --out OUT --minutes 30 [--layers 1] [--device cpu|cuda]
+"""
+import argparse
+import gzip
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_target import load_llama  # noqa: E402
+
+IGNORE = -100
+# SmolLM2 has no mask token. `<empty_output>` (id 16) is a special token of its vocabulary (a Jupyter-notebook
+# marker) that never occurs in chat; its row of the embedding table is a trained, distinct vector. The
+# drafter only needs a fixed input at the draft positions that no real token shares.
+DEFAULT_MASK_ID = 16
+
+
+def default_taps(n_target_layers, n_taps):
+    """z-lab's rule for spreading taps over the target: round(1 + i*(L-4)/(n-1))."""
+    if n_taps == 1:
+        return [n_target_layers // 2]
+    return [round(1 + i * (n_target_layers - 4) / (n_taps - 1)) for i in range(n_taps)]
+
+
+class RMSNorm(nn.Module):
+    """Qwen3's RMSNorm: normalized in float32, scaled in the input dtype."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dt = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dt)
+
+
+def rope_tables(pos, head_dim, theta):
+    """cos/sin of shape [B, 1, N, head_dim] for integer positions [B, N] (HF rotate-half layout)."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=pos.device, dtype=torch.float32) / head_dim))
+    f = pos.float()[..., None] * inv
+    emb = torch.cat([f, f], dim=-1)
+    return emb.cos()[:, None], emb.sin()[:, None]
+
+
+def rotate(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos.to(x.dtype) + torch.cat([-x2, x1], dim=-1) * sin.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        h, nh, nkv, hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        self.nh, self.nkv, self.hd = nh, nkv, hd
+        self.q_proj = nn.Linear(h, nh * hd, bias=False)
+        self.k_proj = nn.Linear(h, nkv * hd, bias=False)
+        self.v_proj = nn.Linear(h, nkv * hd, bias=False)
+        self.o_proj = nn.Linear(nh * hd, h, bias=False)
+        self.q_norm = RMSNorm(hd, c["rms_norm_eps"])
+        self.k_norm = RMSNorm(hd, c["rms_norm_eps"])
+
+    def forward(self, x, ctx, rope_q, rope_k, mask):
+        b, n, _ = x.shape
+        t = ctx.shape[1]
+        q = self.q_norm(self.q_proj(x).view(b, n, self.nh, self.hd)).transpose(1, 2)
+        # Context features and block tokens share the K/V projections; K is normalized and rotated as one.
+        k = torch.cat([self.k_proj(ctx), self.k_proj(x)], dim=1).view(b, t + n, self.nkv, self.hd)
+        v = torch.cat([self.v_proj(ctx), self.v_proj(x)], dim=1).view(b, t + n, self.nkv, self.hd)
+        k = self.k_norm(k).transpose(1, 2)
+        v = v.transpose(1, 2)
+        q = rotate(q, *rope_q)
+        k = rotate(k, *rope_k)
+        rep = self.nh // self.nkv
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.hd ** -0.5)
+        return self.o_proj(o.transpose(1, 2).reshape(b, n, self.nh * self.hd))
+
+
+class MLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        h, ff = c["hidden_size"], c["intermediate_size"]
+        self.gate_proj = nn.Linear(h, ff, bias=False)
+        self.up_proj = nn.Linear(h, ff, bias=False)
+        self.down_proj = nn.Linear(ff, h, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.self_attn = Attention(c)
+        self.mlp = MLP(c)
+        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+
+    def forward(self, x, ctx, rope_q, rope_k, mask):
+        x = x + self.self_attn(self.input_layernorm(x), ctx, rope_q, rope_k, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Drafter(nn.Module):
+    """The DFlash drafter; parameter names are the z-lab checkpoint's tensor names."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        h = c["hidden_size"]
+        n_taps = len(c["dflash_config"]["target_layer_ids"])
+        self.layers = nn.ModuleList([Layer(c) for _ in range(c["num_hidden_layers"])])
+        self.fc = nn.Linear(n_taps * h, h, bias=False)
+        self.hidden_norm = RMSNorm(h, c["rms_norm_eps"])
+        self.norm = RMSNorm(h, c["rms_norm_eps"])
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=c["initializer_range"])
+
+    def forward(self, ctx_feat, ctx_pos, blk_emb, blk_pos, mask):
+        """ctx_feat [B,T,taps*H], ctx_pos [B,T], blk_emb [B,N,H], blk_pos [B,N], mask [B,1,N,T+N] (True = visible)."""
+        hd, theta = self.c["head_dim"], self.c["rope_theta"]
+        ctx = self.hidden_norm(self.fc(ctx_feat))
+        rope_q = rope_tables(blk_pos, hd, theta)
+        rope_k = rope_tables(torch.cat([ctx_pos, blk_pos], dim=1), hd, theta)
+        x = blk_emb
+        for layer in self.layers:
+            x = layer(x, ctx, rope_q, rope_k, mask)
+        return self.norm(x)
+
+
+def drafter_config(target_cfg, layers, taps, mask_id, block, ff):
+    return {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "hidden_size": target_cfg.hidden_size,
+        "intermediate_size": ff or target_cfg.intermediate_size,
+        "num_hidden_layers": layers,
+        "num_attention_heads": target_cfg.num_attention_heads,
+        "num_key_value_heads": target_cfg.num_key_value_heads,
+        "head_dim": target_cfg.hidden_size // target_cfg.num_attention_heads,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": float(getattr(target_cfg, "rope_theta", None)
+                            or target_cfg.rope_parameters["rope_theta"]),
+        "max_position_embeddings": target_cfg.max_position_embeddings,
+        "vocab_size": target_cfg.vocab_size,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": False,
+        "use_sliding_window": False,
+        "layer_types": ["full_attention"] * layers,
+        "block_size": block,
+        "num_target_layers": target_cfg.num_hidden_layers,
+        "dflash_config": {"mask_token_id": mask_id, "target_layer_ids": taps},
+        "torch_dtype": "bfloat16",
+    }
+
+
+def save_drafter(model, out):
+    from safetensors.torch import save_file
+
+    os.makedirs(out, exist_ok=True)
+    state = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(model.c, f, indent=2)
+
+
+def load_data(path, max_len):
+    train, test = [], []
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        for line in f:
+            r = json.loads(line)
+            ids = (r["prompt_ids"] + r["response_ids"])[:max_len]
+            if len(ids) - len(r["prompt_ids"]) < 2:
+                continue  # no anchor with a token after it
+            (test if r["split"] == "test" else train).append((ids, len(r["prompt_ids"])))
+    return train, test
+
+
+class Batcher:
+    """Turns sequences into one training batch: target features (on the fly or cached), anchors, blocks, masks."""
+
+    def __init__(self, target, taps, mask_id, block, gamma, device, cache):
+        self.target, self.taps, self.mask_id, self.block = target, taps, mask_id, block
+        self.device = device
+        self.cache = {} if cache else None
+        k = torch.arange(1, block, dtype=torch.float32)
+        self.pos_weight = torch.exp(-(k - 1) / gamma).to(device)  # weight of block position k = 1..B-1
+        self.embed = target.get_input_embeddings().weight
+
+    @torch.no_grad()
+    def features(self, seqs):
+        """[B, T, taps*H] float32 target hidden states after the tapped layers (padded with zeros)."""
+        t = max(len(s) for s, _ in seqs)
+        ids = torch.zeros(len(seqs), t, dtype=torch.long)
+        att = torch.zeros(len(seqs), t, dtype=torch.long)
+        for i, (s, _) in enumerate(seqs):
+            ids[i, :len(s)] = torch.tensor(s)
+            att[i, :len(s)] = 1
+        out = self.target.model(ids.to(self.device), attention_mask=att.to(self.device), output_hidden_states=True)
+        # hidden_states[0] is the embedding output, [l + 1] the output of layer l.
+        return torch.cat([out.hidden_states[l + 1] for l in self.taps], dim=-1).float()
+
+    def cached_features(self, seqs, keys):
+        if self.cache is None:
+            return self.features(seqs)
+        miss = [i for i, k in enumerate(keys) if k not in self.cache]
+        if miss:
+            f = self.features([seqs[i] for i in miss])
+            for j, i in enumerate(miss):
+                self.cache[keys[i]] = f[j, :len(seqs[i][0])].to(torch.float16).cpu()
+        t = max(len(s) for s, _ in seqs)
+        out = torch.zeros(len(seqs), t, self.cache[keys[0]].shape[-1], device=self.device)
+        for i, k in enumerate(keys):
+            c = self.cache[k]
+            out[i, :c.shape[0]] = c.to(self.device).float()
+        return out
+
+    def build(self, seqs, anchors_per_seq, rng, keys, all_anchors=False):
+        b, bl = len(seqs), self.block
+        feat = self.cached_features(seqs, keys)
+        t = feat.shape[1]
+        anchors = []
+        for ids, p_len in seqs:
+            cand = list(range(p_len, len(ids) - 1))  # anchor = a response token with at least one token after it
+            if all_anchors:
+                step = max(1, len(cand) // anchors_per_seq)
+                a = cand[::step][:anchors_per_seq]
+            else:
+                a = sorted(rng.sample(cand, min(anchors_per_seq, len(cand))))
+            anchors.append(a)
+        na = max(len(a) for a in anchors)
+        n = na * bl
+        blk_ids = torch.full((b, n), self.mask_id, dtype=torch.long)
+        blk_pos = torch.zeros(b, n, dtype=torch.long)
+        labels = torch.full((b, na, bl - 1), IGNORE, dtype=torch.long)
+        mask = torch.zeros(b, 1, n, t + n, dtype=torch.bool)
+        for i, ((ids, _), a_list) in enumerate(zip(seqs, anchors)):
+            for j in range(na):
+                lo = j * bl
+                # A missing anchor (short response) is a dummy block: it sees only itself and has no labels.
+                a = a_list[j] if j < len(a_list) else 0
+                blk_pos[i, lo:lo + bl] = torch.arange(a, a + bl)
+                mask[i, 0, lo:lo + bl, t + lo:t + lo + bl] = True
+                if j < len(a_list):
+                    blk_ids[i, lo] = ids[a]
+                    mask[i, 0, lo:lo + bl, :a] = True
+                    tgt = ids[a + 1:a + bl]
+                    labels[i, j, :len(tgt)] = torch.tensor(tgt)
+                else:
+                    blk_ids[i, lo] = self.mask_id
+        ctx_pos = torch.arange(t).expand(b, t)
+        d = self.device
+        return (feat, ctx_pos.to(d), F.embedding(blk_ids.to(d), self.embed), blk_pos.to(d), mask.to(d),
+                labels.to(d))
+
+
+def draft_loss(drafter, head_w, batch, pos_weight, block, amp):
+    feat, ctx_pos, emb, blk_pos, mask, labels = batch
+    with torch.autocast(device_type=feat.device.type, dtype=torch.bfloat16, enabled=amp):
+        hid = drafter(feat, ctx_pos, emb, blk_pos, mask)
+        b, n, h = hid.shape
+        hid = hid.view(b, n // block, block, h)[:, :, 1:]  # positions 1..B-1 predict tokens a+1..a+B-1
+        logits = F.linear(hid, head_w)
+    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE,
+                         reduction="none").view(labels.shape)
+    valid = (labels != IGNORE).float()
+    w = pos_weight.view(1, 1, -1) * valid
+    loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
+    # Accepted length under greedy verification: drafts accepted while each equals the target's token.
+    correct = (logits.argmax(-1) == labels) & (labels != IGNORE)
+    accepted = correct.long().cumprod(-1).sum(-1)  # [B, anchors]
+    has_block = valid[..., 0] > 0
+    return loss, accepted[has_block].float(), correct, valid
+
+
+def lr_at(progress, step, warmup, peak, floor=0.1):
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+@torch.no_grad()
+def evaluate(drafter, head_w, batcher, test, args, amp):
+    drafter.eval()
+    acc_len, losses, n = [], [], 0
+    for i in range(0, len(test), args.eval_batch):
+        seqs = test[i:i + args.eval_batch]
+        batch = batcher.build(seqs, args.eval_anchors, None, [("test", i + j) for j in range(len(seqs))],
+                              all_anchors=True)
+        loss, accepted, _, _ = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block, amp)
+        losses.append(loss.item() * len(seqs))
+        n += len(seqs)
+        acc_len.append(accepted)
+    drafter.train()
+    acc = torch.cat(acc_len)
+    # τ = tokens per verify round = accepted drafts + the bonus token (teacher-forced estimate).
+    return sum(losses) / max(n, 1), 1.0 + acc.mean().item()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gguf", required=True, help="target GGUF (llama architecture)")
+    ap.add_argument("--data", required=True, help="jsonl from gen_data.py")
+    ap.add_argument("--out", required=True, help="drafter directory to write (config.json + model.safetensors)")
+    ap.add_argument("--minutes", type=float, default=30.0, help="training time budget (the schedule follows it)")
+    ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0 = time budget only)")
+    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--taps", default="", help="comma-separated target layer ids (default: z-lab rule, 5 taps)")
+    ap.add_argument("--ff", type=int, default=0, help="drafter FFN width (default: the target's)")
+    ap.add_argument("--mask-id", type=int, default=DEFAULT_MASK_ID)
+    ap.add_argument("--block", type=int, default=16)
+    ap.add_argument("--gamma", type=float, default=7.0)
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--wd", type=float, default=0.01)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--batch", type=int, default=8, help="sequences per step")
+    ap.add_argument("--anchors", type=int, default=32, help="anchors per sequence per step")
+    ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--cache-features", action="store_true",
+                    help="keep each sequence's target features after its first use (f16, in RAM): epochs after the "
+                         "first skip the target forward (worth it on a CPU)")
+    ap.add_argument("--eval-every", type=float, default=5.0, help="minutes between held-out evaluations + saves")
+    ap.add_argument("--eval-batch", type=int, default=4)
+    ap.add_argument("--eval-anchors", type=int, default=24)
+    ap.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
+                       else ("cpu" if args.device == "auto" else args.device))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    amp = dev.type == "cuda"
+    if amp:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    t0 = time.time()
+    target, _ = load_llama(args.gguf)
+    target.to(dev)
+    tc = target.config
+    vocab = tc.vocab_size
+    if not 0 <= args.mask_id < vocab:
+        sys.exit(f"--mask-id {args.mask_id} is outside the target's embedding table (vocab {vocab})")
+    taps = [int(x) for x in args.taps.split(",")] if args.taps else default_taps(tc.num_hidden_layers, 5)
+    if any(not 0 <= l < tc.num_hidden_layers for l in taps):
+        sys.exit(f"--taps {taps}: the target has layers 0..{tc.num_hidden_layers - 1}")
+    cfg = drafter_config(tc, args.layers, taps, args.mask_id, args.block, args.ff)
+    drafter = Drafter(cfg).to(dev)
+    with torch.no_grad():
+        # A small output-norm scale: with the usual 1.0 a random drafter's hidden state meets SmolLM2's large
+        # embedding rows with logits in the hundreds (CE ~77 at step 0, ~14 at 0.1); near-uniform logits let the
+        # first steps learn instead of unlearning the scale.
+        drafter.norm.weight.fill_(0.05)
+    head_w = target.get_output_embeddings().weight  # frozen, shared with the target
+    train, test = load_data(args.data, args.max_len)
+    if not train:
+        sys.exit(f"{args.data}: no training sequences")
+    n_params = sum(p.numel() for p in drafter.parameters())
+    print(f"device {dev}, target loaded in {time.time() - t0:.1f} s; drafter {args.layers} layer(s), "
+          f"{n_params / 1e6:.2f} M params, taps {taps}, mask id {args.mask_id}; "
+          f"{len(train)} train / {len(test)} test sequences", flush=True)
+
+    batcher = Batcher(target, taps, args.mask_id, args.block, args.gamma, dev, args.cache_features)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.wd)
+    budget = args.minutes * 60.0
+    start = time.time()
+    last_eval = start
+    order, cursor, step = [], 0, 0
+    log = []
+    run_loss, run_acc = 0.0, 0.0
+    while True:
+        elapsed = time.time() - start
+        progress = elapsed / budget
+        if args.steps:
+            progress = max(progress, step / args.steps)
+        if progress >= 1.0:
+            break
+        if cursor + args.batch > len(order):
+            order, cursor = list(range(len(train))), 0
+            rng.shuffle(order)
+        idx = order[cursor:cursor + args.batch]
+        cursor += args.batch
+        batch = batcher.build([train[i] for i in idx], args.anchors, rng, [("train", i) for i in idx])
+        lr = lr_at(progress, step, args.warmup, args.lr)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        loss, accepted, _, _ = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block, amp)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+        opt.step()
+        step += 1
+        run_loss += loss.item()
+        run_acc += accepted.mean().item() if accepted.numel() else 0.0
+        if step % 10 == 0:
+            print(f"step {step} {elapsed / 60:.1f} min lr {lr:.2e} loss {run_loss / 10:.3f} "
+                  f"train tau~{1 + run_acc / 10:.2f}", flush=True)
+            log.append({"step": step, "minutes": elapsed / 60, "loss": run_loss / 10, "tau_train": 1 + run_acc / 10})
+            run_loss, run_acc = 0.0, 0.0
+        if time.time() - last_eval > args.eval_every * 60 and test:
+            tl, tau = evaluate(drafter, head_w, batcher, test, args, amp)
+            print(f"eval step {step}: held-out loss {tl:.3f}, teacher-forced tau {tau:.2f}", flush=True)
+            log.append({"step": step, "minutes": (time.time() - start) / 60, "test_loss": tl, "tau_test": tau})
+            save_drafter(drafter, args.out)
+            last_eval = time.time()
+    result = {"steps": step, "minutes": (time.time() - start) / 60}
+    if test:
+        tl, tau = evaluate(drafter, head_w, batcher, test, args, amp)
+        print(f"final step {step}: held-out loss {tl:.3f}, teacher-forced tau {tau:.2f}", flush=True)
+        result.update(test_loss=tl, tau_test=tau)
+    save_drafter(drafter, args.out)
+    with open(os.path.join(args.out, "train_log.json"), "w") as f:
+        json.dump({"args": vars(args), "result": result, "log": log}, f, indent=1)
+    print(f"wrote {args.out} ({step} steps, {(time.time() - start) / 60:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()
