@@ -15,7 +15,9 @@
 use super::CpuBackend;
 use crate::error::{Error, Result};
 use crate::weights::WeightView;
-use kiln_quant::dot::{dot_fn, dot_kernel, quantize_activation_isa, vec_dot_type};
+use kiln_quant::dot::{
+    dot_fn, dot_kernel, gemm_kernel, quantize_activation_isa, vec_dot_type, GemmKernel,
+};
 use kiln_quant::GgmlType;
 use rayon::prelude::*;
 
@@ -34,6 +36,15 @@ impl OutPtr {
         // SAFETY: guaranteed by the caller.
         unsafe { *self.0.add(i) = v };
     }
+
+    /// # Safety
+    /// `i..i + v.len()` must be in bounds of the buffer and written by no other thread during the parallel
+    /// region.
+    #[inline]
+    unsafe fn write_row(self, i: usize, v: &[f32]) {
+        // SAFETY: guaranteed by the caller; `v` is a separate scratch buffer, so the ranges do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.0.add(i), v.len()) };
+    }
 }
 
 fn quant_err(name: &str, e: impl std::fmt::Display) -> Error {
@@ -45,6 +56,15 @@ fn quant_err(name: &str, e: impl std::fmt::Display) -> Error {
 
 /// Activation rows multiplied with a weight row per kernel call group.
 const ACT_GROUP: usize = 32;
+
+/// Activation rows from which the tiled kernel (Q4_K/Q6_K) runs instead of `dot_rows`: packing a group of 8
+/// weight rows costs about as much as multiplying it with two activation rows, so it pays from three on.
+/// Both kernels give the same bits, so this threshold is a speed choice only.
+const GEMM_MIN_ROWS: usize = 3;
+
+/// Weight rows per tile of the tiled kernel: whole packed groups, few enough tiles per thread to keep the
+/// per-tile packing scratch reused, enough to balance the threads.
+const GEMM_TILE: usize = 4 * GemmKernel::GROUP_ROWS;
 
 /// Weight rows per tile: enough tiles to keep every thread busy on a single-row (decode) call, and small tiles
 /// for many rows so a tile stays in L1 while all activation rows pass.
@@ -109,6 +129,10 @@ pub(crate) fn matmul(
             pairs.into_iter().try_for_each(quantize)?;
         }
         let acts: &[u8] = &acts[..n_rows * arb];
+        if let Some(g) = gemm_kernel(w.ty, be.isa).filter(|_| n_rows >= GEMM_MIN_ROWS) {
+            gemm_tiles(be, g, w, acts, arb, n_rows, out_ptr);
+            return Ok(());
+        }
         be.pool.install(|| {
             (0..n_tiles).into_par_iter().for_each(|t| {
                 let r0 = t * tile;
@@ -154,6 +178,62 @@ pub(crate) fn matmul(
             })
         })
     }
+}
+
+/// The tiled path: weight tiles of [`GEMM_TILE`] rows over the pool; each tile is packed once into a per-task
+/// scratch and multiplied with every activation row, and the next tile's weights are prefetched meanwhile
+/// (packing reads them straight from memory, where the stall showed up as ~half of the packing time).
+fn gemm_tiles(
+    be: &CpuBackend,
+    g: GemmKernel,
+    w: &WeightView,
+    acts: &[u8],
+    arb: usize,
+    n_rows: usize,
+    out_ptr: OutPtr,
+) {
+    let (k, m, rb) = (w.cols, w.rows, w.row_bytes);
+    be.pool.install(|| {
+        (0..m.div_ceil(GEMM_TILE)).into_par_iter().for_each_init(
+            || {
+                (
+                    vec![0u8; g.packed_len(k, GEMM_TILE)],
+                    vec![0f32; n_rows * GEMM_TILE],
+                )
+            },
+            |(packed, res), t| {
+                let r0 = t * GEMM_TILE;
+                let nr = (m - r0).min(GEMM_TILE);
+                g.pack(k, &w.bytes[r0 * rb..], rb, nr, packed);
+                let next = (r0 + nr) * rb;
+                prefetch(
+                    &w.bytes[next.min(w.bytes.len())..(next + GEMM_TILE * rb).min(w.bytes.len())],
+                );
+                g.run(k, packed, nr, acts, arb, n_rows, &mut res[..n_rows * nr]);
+                for (j, row) in res[..n_rows * nr].chunks_exact(nr).enumerate() {
+                    // SAFETY: elements (j, r0..r0 + nr) belong to this tile only; in bounds as out.len() >=
+                    // n_rows * m was checked by the caller.
+                    unsafe { out_ptr.write_row(j * m + r0, row) };
+                }
+            },
+        )
+    });
+}
+
+/// Asks the CPU to bring `bytes` into L2 ahead of use (a hint: no effect on results).
+#[inline]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: prefetching is a hint that cannot fault; SSE is part of the x86_64 baseline.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+                line.as_ptr().cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// Views f32s as their little-endian bytes (the dot kernels take raw bytes).
@@ -261,6 +341,71 @@ mod tests {
                     (out[r] as f64 - want).abs() <= tol * scale + 1e-4,
                     "{ty} row {r}: {} vs {want}",
                     out[r]
+                );
+            }
+        }
+    }
+
+    /// Batch invariance across the kernel switch: a row's outputs are the same bits whether it is multiplied
+    /// alone (row-by-row kernel) or inside a batch of any size (the tiled kernel for Q4_K/Q6_K from
+    /// `GEMM_MIN_ROWS` rows), and for the K-quants the same bits as the scalar reference (`KILN_NO_SIMD`).
+    #[test]
+    fn rows_are_bit_identical_alone_in_any_batch_and_without_simd() {
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+        ] {
+            // 44 weight rows: a partial 8-row group and a partial tile.
+            let (k, m, n) = (768, 44, 37);
+            let wf = rand_vec(m * k, 11);
+            let rb = ty.row_bytes(k as u64).unwrap() as usize;
+            let mut wq = vec![0u8; m * rb];
+            kiln_quant::quantize(ty, &wf, &mut wq).unwrap();
+            let view = WeightView {
+                name: "w",
+                ty,
+                cols: k,
+                rows: m,
+                row_bytes: rb,
+                bytes: &wq,
+            };
+            let x = rand_vec(n * k, 12);
+            let be = CpuBackend::new(2, Flags::default()).unwrap();
+            let mut alone = vec![f32::NAN; n * m];
+            for j in 0..n {
+                matmul(&be, &mut alone[j * m..(j + 1) * m], &view, &x[j * k..], 1).unwrap();
+            }
+            for (first, count) in [(0, 2), (3, 3), (1, 4), (5, 9), (0, 17), (0, n)] {
+                let mut out = vec![f32::NAN; count * m];
+                matmul(&be, &mut out, &view, &x[first * k..], count).unwrap();
+                for (i, (o, a)) in out.iter().zip(&alone[first * m..]).enumerate() {
+                    assert_eq!(
+                        o.to_bits(),
+                        a.to_bits(),
+                        "{ty}: row {} col {} of a {count}-row call",
+                        first + i / m,
+                        i % m
+                    );
+                }
+            }
+            if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
+                let scalar = CpuBackend::new(
+                    2,
+                    Flags {
+                        simd: false,
+                        ..Flags::default()
+                    },
+                )
+                .unwrap();
+                let mut out = vec![f32::NAN; n * m];
+                matmul(&scalar, &mut out, &view, &x, n).unwrap();
+                assert!(
+                    out.iter()
+                        .zip(&alone)
+                        .all(|(o, a)| o.to_bits() == a.to_bits()),
+                    "{ty}: scalar reference differs from the SIMD kernels"
                 );
             }
         }

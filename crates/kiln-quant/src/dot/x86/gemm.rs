@@ -321,6 +321,7 @@ pub(crate) const fn max_act_rows(vnni: bool) -> usize {
 /// # Safety
 /// The CPU must have the ISA's features (AVX-512 VNNI when `vnni`); `p` must hold a packed group of `nb` blocks
 /// and each activation row `nb` Q8_K blocks; `out` must hold `n_act * GROUP` floats.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm(
     q6: bool,
     vnni: bool,
