@@ -124,6 +124,7 @@ impl From<SubmitError> for ApiError {
             SubmitError::ZeroMaxTokens => ("invalid_value", Some("max_tokens")),
             SubmitError::QueueFull { .. } => ("queue_full", None),
             SubmitError::ShuttingDown => ("shutting_down", None),
+            SubmitError::NoDrafter => ("invalid_value", Some("speculative")),
             _ => ("invalid_value", None),
         };
         ApiError {

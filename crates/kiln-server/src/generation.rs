@@ -6,7 +6,7 @@
 use crate::error::ApiError;
 use crate::params::GenOptions;
 use crate::state::{AppState, Ready};
-use kiln_engine::scheduler::{Event, Finish, Request, Ticket, TokenLogprobs};
+use kiln_engine::scheduler::{Event, Finish, Request, Speculative, Ticket, TokenLogprobs};
 use kiln_engine::StopMatcher;
 use kiln_tokenizer::{StreamDecoder, Tokenizer};
 use std::sync::Arc;
@@ -89,7 +89,13 @@ impl Generation {
             sampler.seed = state.fresh_seed();
         }
         let prompt_len = prompt.len();
+        // A request's own `speculative` wins; otherwise the server's default applies when a drafter is loaded.
+        let speculative = opts
+            .speculative
+            .unwrap_or(state.cfg.draft_default && ready.handle.has_drafter())
+            .then(Speculative::default);
         let request = Request {
+            speculative,
             max_tokens: opts.max_tokens.or(default_max).unwrap_or(usize::MAX),
             stop_tokens: ready.tok.eos_ids().to_vec(),
             sampler,

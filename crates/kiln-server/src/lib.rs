@@ -9,6 +9,12 @@
 //! model loads — the socket is bound first), `GET /metrics` (Prometheus), `POST /tokenize`, `POST /detokenize`.
 //! Errors use OpenAI's JSON shape ([`ApiError`]).
 //!
+//! Speculative decoding: with [`ServerConfig::draft`] (`kiln serve --draft DIR`), a DFlash drafter is loaded
+//! next to the model and requests are decoded speculatively inside the batched scheduler — every request by
+//! default, or only those that ask when [`ServerConfig::draft_default`] is off (`--draft-opt-in`). A request
+//! chooses with the body field `"speculative": true|false` (a kiln extension; asking for it on a server
+//! without a drafter is a 400). The output is the same either way; only the speed differs.
+//!
 //! ```no_run
 //! let cfg = kiln_server::ServerConfig::new("model.gguf");
 //! kiln_server::serve(cfg)?; // blocks until SIGINT/SIGTERM
@@ -31,6 +37,7 @@ pub use state::{AppState, Ready};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use kiln_engine::dflash::Drafter;
 use kiln_engine::scheduler::{Scheduler, SchedulerConfig};
 use kiln_engine::{Flags, LoadOptions, Model, Session, SessionConfig};
 use kiln_tokenizer::Tokenizer;
@@ -60,6 +67,10 @@ pub struct ServerConfig {
     pub threads: usize,
     /// Kill switches.
     pub flags: Flags,
+    /// A DFlash drafter (z-lab directory or converted GGUF) for speculative requests.
+    pub draft: Option<PathBuf>,
+    /// Whether requests that do not say (`"speculative"`) are speculative when a drafter is loaded.
+    pub draft_default: bool,
     /// Scheduler settings (prefill chunk, queue capacity, prefix reuse).
     pub scheduler: SchedulerConfig,
     /// Largest request body.
@@ -82,6 +93,8 @@ impl ServerConfig {
             parallel: 4,
             threads: 0,
             flags: Flags::default(),
+            draft: None,
+            draft_default: true,
             scheduler: SchedulerConfig::default(),
             max_body_bytes: 8 << 20,
             read_timeout: Duration::from_secs(10),
@@ -114,7 +127,8 @@ pub fn serve(cfg: ServerConfig) -> Result<(), Error> {
 /// `loaded` (the server answers 503 until then).
 fn engine_main(state: Arc<AppState>, loaded: oneshot::Sender<Result<(), String>>) {
     let cfg = &state.cfg;
-    let setup = || -> Result<(Model, Tokenizer), String> {
+    type Setup = (Model, Tokenizer, Option<Arc<Drafter>>);
+    let setup = || -> Result<Setup, String> {
         let model = Model::load(
             &cfg.model,
             LoadOptions {
@@ -125,19 +139,47 @@ fn engine_main(state: Arc<AppState>, loaded: oneshot::Sender<Result<(), String>>
         )
         .map_err(|e| e.to_string())?;
         let tok = Tokenizer::from_gguf(model.gguf()).map_err(|e| e.to_string())?;
-        Ok((model, tok))
+        let drafter = match &cfg.draft {
+            Some(dir) => {
+                Some(Arc::new(Drafter::load(dir, &model).map_err(|e| {
+                    format!("loading the drafter {}: {e}", dir.display())
+                })?))
+            }
+            None => None,
+        };
+        Ok((model, tok, drafter))
     };
-    let (model, tok) = match setup() {
+    let (model, tok, drafter) = match setup() {
         Ok(x) => x,
         Err(e) => {
             let _ = loaded.send(Err(e));
             return;
         }
     };
+    if let Some(d) = &drafter {
+        let dc = d.config();
+        eprintln!(
+            "kiln serve: DFlash drafter: {} layers, block {}, taps {:?}; speculative {}",
+            dc.n_layer,
+            dc.block_size,
+            dc.target_layer_ids,
+            if cfg.draft_default {
+                "by default (\"speculative\": false opts out)"
+            } else {
+                "on request (\"speculative\": true)"
+            }
+        );
+    }
+    let batch = match &drafter {
+        Some(d) => cfg
+            .scheduler
+            .session_batch_speculative(cfg.parallel, d.config().block_size),
+        None => cfg.scheduler.session_batch(cfg.parallel),
+    };
     let scfg = SessionConfig {
         n_ctx: cfg.ctx,
         n_slots: cfg.parallel,
-        batch: cfg.scheduler.session_batch(cfg.parallel),
+        batch,
         ..SessionConfig::default()
     };
     let mut session = match Session::new(&model, scfg) {
@@ -147,7 +189,11 @@ fn engine_main(state: Arc<AppState>, loaded: oneshot::Sender<Result<(), String>>
             return;
         }
     };
-    let (sched, handle) = match Scheduler::new(&mut session, cfg.scheduler) {
+    let made = Scheduler::new(&mut session, cfg.scheduler).and_then(|(s, h)| match drafter {
+        Some(d) => s.with_drafter(d).map(|s| (s, h)),
+        None => Ok((s, h)),
+    });
+    let (sched, handle) = match made {
         Ok(x) => x,
         Err(e) => {
             let _ = loaded.send(Err(e.to_string()));

@@ -117,7 +117,7 @@ impl Metrics {
             for (name, help, v) in gauges {
                 let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
             }
-            let counters: [(&str, &str, u64); 7] = [
+            let counters: [(&str, &str, u64); 9] = [
                 ("kiln_requests_submitted_total", "Generation requests accepted by the scheduler.", st.submitted),
                 ("kiln_requests_finished_total", "Generation requests finished (any reason).", st.finished),
                 ("kiln_prompt_tokens_total", "Prompt tokens of admitted requests.", st.prompt_tokens),
@@ -129,6 +129,8 @@ impl Metrics {
                 ("kiln_prompt_tokens_reused_total", "Prompt tokens served from a slot's cached prefix.", st.prompt_tokens_reused),
                 ("kiln_generated_tokens_total", "Tokens generated.", st.generated_tokens),
                 ("kiln_engine_steps_total", "Forward passes run by the scheduler.", st.steps),
+                ("kiln_spec_rounds_total", "Speculative verify blocks run.", st.spec_rounds),
+                ("kiln_spec_tokens_total", "Tokens emitted by speculative verify blocks (per round: tau).", st.spec_tokens),
             ];
             for (name, help, v) in counters {
                 let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");

@@ -34,6 +34,9 @@ pub struct GenOptions {
     pub include_usage: bool,
     /// Log-probabilities: `Some(k)` alternatives per token.
     pub logprobs: Option<usize>,
+    /// `speculative` (a kiln extension): decode with the server's DFlash drafter or not; `None` = the server's
+    /// default (`kiln serve --draft`).
+    pub speculative: Option<bool>,
 }
 
 /// A validated chat request.
@@ -306,7 +309,9 @@ pub fn gen_options(o: &Map<String, Value>, chat: bool) -> Result<GenOptions, Api
     } else {
         get_int(o, "logprobs", 0, 5)?.map(|k| k as usize)
     };
+    let speculative = get_bool(o, "speculative")?;
     Ok(GenOptions {
+        speculative,
         model,
         max_tokens,
         sampler,

@@ -53,6 +53,7 @@ fn request(prompt: Vec<u32>, max_tokens: usize, stop: &[u32]) -> (Request, Log) 
         stop_tokens: stop.to_vec(),
         sampler: SamplerParams::greedy(),
         top_logprobs: None,
+        speculative: None,
         sink: Box::new(move |ev| {
             sink_log.lock().unwrap().push(ev);
             true

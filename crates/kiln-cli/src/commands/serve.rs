@@ -54,6 +54,13 @@ pub struct Args {
     /// Seconds a client has to send a request's headers, and then its body.
     #[arg(long = "read-timeout", default_value_t = 10.0)]
     pub read_timeout: f64,
+    /// DFlash drafter (z-lab directory or converted GGUF): requests are decoded speculatively inside the batched
+    /// scheduler, with the same output. A request's `"speculative": false` opts out.
+    #[arg(long, value_name = "DIR")]
+    pub draft: Option<PathBuf>,
+    /// With --draft: only requests that send `"speculative": true` are speculative.
+    #[arg(long = "draft-opt-in", requires = "draft")]
+    pub draft_opt_in: bool,
     /// Seconds running requests may take to finish on SIGINT/SIGTERM before they are cancelled.
     #[arg(long = "shutdown-grace", default_value_t = 10.0)]
     pub shutdown_grace: f64,
@@ -83,6 +90,8 @@ pub fn run(args: Args) -> Result<()> {
         parallel: args.parallel,
         threads: args.threads,
         flags,
+        draft: args.draft,
+        draft_default: !args.draft_opt_in,
         scheduler: SchedulerConfig {
             chunk: args.chunk,
             queue_capacity: args.queue,

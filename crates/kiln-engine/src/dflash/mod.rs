@@ -12,7 +12,7 @@
 mod config;
 mod drafter;
 mod gguf;
-mod spec;
+pub(crate) mod spec;
 mod synth;
 
 pub use config::{default_layer_ids, DraftConfig};

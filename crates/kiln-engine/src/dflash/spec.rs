@@ -86,6 +86,18 @@ pub struct SpecOutput {
 
 /// Context features (`rows × taps·hidden`, taps in the drafter's order) of the first `rows` batch rows.
 fn features(out: &Output, ids: &[usize], hidden: usize, rows: usize) -> Result<Vec<f32>> {
+    features_of_rows(out, ids, hidden, 0, rows)
+}
+
+/// Context features of batch rows `start..start + rows` of a forward pass that tapped the drafter's layers
+/// `ids` (the scheduler's batches hold other sequences' rows too).
+pub(crate) fn features_of_rows(
+    out: &Output,
+    ids: &[usize],
+    hidden: usize,
+    start: usize,
+    rows: usize,
+) -> Result<Vec<f32>> {
     let mut f = vec![0f32; rows * ids.len() * hidden];
     for (t, &l) in ids.iter().enumerate() {
         let (_, h) = out
@@ -93,12 +105,29 @@ fn features(out: &Output, ids: &[usize], hidden: usize, rows: usize) -> Result<V
             .iter()
             .find(|(layer, _)| *layer == l)
             .ok_or_else(|| Error::Batch(format!("target layer {l} was not tapped")))?;
+        let src = h
+            .get(start * hidden..(start + rows) * hidden)
+            .ok_or_else(|| Error::Batch(format!("tapped layer {l} holds too few rows")))?;
         for r in 0..rows {
             let dst = (r * ids.len() + t) * hidden;
-            f[dst..dst + hidden].copy_from_slice(&h[r * hidden..(r + 1) * hidden]);
+            f[dst..dst + hidden].copy_from_slice(&src[r * hidden..(r + 1) * hidden]);
         }
     }
     Ok(f)
+}
+
+/// Replaces `drafts` (block rows 1..) by the forced continuation: `emitted` tokens are out so far, the last of
+/// them is the block's row 0.
+pub(crate) fn force_drafts(f: &Forced, drafts: &mut [u32], emitted: usize, n_vocab: usize) {
+    for (j0, d) in drafts.iter_mut().enumerate() {
+        let j = j0 + 1; // block row
+        if let Some(&c) = f.continuation.get(emitted - 1 + j) {
+            *d = c;
+        }
+        if f.cap.is_some_and(|k| j > k) || f.corrupt.contains(&j) {
+            *d = (*d + 1) % n_vocab as u32;
+        }
+    }
 }
 
 /// Generates from `prompt` in `slot` of `session` with `drafter`, speculatively. `on_token` sees each emitted
@@ -233,16 +262,7 @@ pub fn generate_with(
         let mut drafts = drafter.propose(session.model().backend(), &dstate, pending, v)?;
         stats.draft_time += t0.elapsed();
         if let Some(f) = forced {
-            let e = tokens.len();
-            for (j0, d) in drafts.iter_mut().enumerate() {
-                let j = j0 + 1; // block row
-                if let Some(&c) = f.continuation.get(e - 1 + j) {
-                    *d = c;
-                }
-                if f.cap.is_some_and(|k| j > k) || f.corrupt.contains(&j) {
-                    *d = (*d + 1) % n_vocab as u32;
-                }
-            }
+            force_drafts(f, &mut drafts, tokens.len(), n_vocab);
         }
         let mut block = Vec::with_capacity(v);
         block.push(pending);

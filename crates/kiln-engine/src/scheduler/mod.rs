@@ -14,14 +14,23 @@
 //!   the slot at the next step. A request ends at its `max_tokens`, a stop token, or its slot's context
 //!   ([`Finish::Length`]).
 //!
-//! Invariant: for every slot, `slots[i].cache == tokens whose K/V the session holds`, i.e.
-//! `slots[i].cache.len() == session.len(i)`.
+//! - Speculative requests ([`Request::speculative`], with a drafter given to [`Scheduler::with_drafter`]) put a
+//!   DFlash verify block (`[pending, drafts…]`, one row per draft) into the same batch instead of one decode
+//!   row; see [`spec`](self) for the walk. Their output equals the plain path's token for token (greedy, and
+//!   sampling with the same seed), because every verify row is bit-identical to a decode row and the sampler is
+//!   called once per emitted token in the same order.
+//!
+//! Invariants: for every slot, `slots[i].cache == tokens whose K/V the session holds`, i.e.
+//! `slots[i].cache.len() == session.len(i)`; a slot's drafter context, when it has one, covers a prefix of its
+//! cache (`draft.len() <= cache.len()`).
 
 mod plan;
 mod queue;
+mod spec;
 
 pub use queue::{Handle, Stats, SubmitError, Ticket};
 
+use crate::dflash::{DraftState, Drafter, Forced};
 use crate::error::Result;
 use crate::sampler::{Sampler, SamplerParams};
 use crate::session::{Batch, BatchRow, Session};
@@ -30,6 +39,13 @@ use queue::{Queued, Shared};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Speculative decoding settings of one request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Speculative {
+    /// Replaces the drafter's proposals (tests and measurements; see [`Forced`]). `None`: the drafter's own.
+    pub forced: Option<Forced>,
+}
 
 /// Scheduler settings (the session provides the slots and their context).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +73,11 @@ impl SchedulerConfig {
     /// prefill chunk.
     pub fn session_batch(&self, n_slots: usize) -> usize {
         self.chunk + n_slots
+    }
+
+    /// The session batch size with a drafter of block size `block`: every slot may hold a verify block.
+    pub fn session_batch_speculative(&self, n_slots: usize, block: usize) -> usize {
+        self.chunk + n_slots * block.max(1)
     }
 }
 
@@ -138,6 +159,8 @@ pub struct Request {
     pub sampler: SamplerParams,
     /// `Some(k)`: report each token's log-probability and the `k` most likely tokens.
     pub top_logprobs: Option<usize>,
+    /// `Some`: decode speculatively with the scheduler's drafter (refused on submit when it has none).
+    pub speculative: Option<Speculative>,
     /// Where events go.
     pub sink: Box<dyn Sink>,
 }
@@ -157,6 +180,8 @@ struct Job {
     reused: usize,
     /// Admission order.
     seq: u64,
+    /// Set for a speculative request.
+    spec: Option<Speculative>,
 }
 
 struct Slot {
@@ -164,13 +189,31 @@ struct Slot {
     cache: Vec<u32>,
     last_used: u64,
     job: Option<Job>,
+    /// The drafter's context for a prefix of `cache` (speculative requests only).
+    draft: Option<DraftState>,
 }
 
 /// What a batch row is for.
 #[derive(Clone, Copy)]
 enum RowKind {
-    Prefill { slot: usize },
-    Decode { slot: usize },
+    Prefill {
+        slot: usize,
+    },
+    Decode {
+        slot: usize,
+    },
+    /// A row of a speculative verify block.
+    Verify {
+        slot: usize,
+    },
+}
+
+impl RowKind {
+    fn slot(self) -> usize {
+        match self {
+            RowKind::Prefill { slot } | RowKind::Decode { slot } | RowKind::Verify { slot } => slot,
+        }
+    }
 }
 
 /// The engine side of continuous batching; see the module docs.
@@ -182,6 +225,7 @@ pub struct Scheduler<'s, 'm> {
     /// Admission counter: orders prefill first-come first-served.
     admitted: u64,
     tick: u64,
+    drafter: Option<Arc<Drafter>>,
 }
 
 impl<'s, 'm> Scheduler<'s, 'm> {
@@ -213,6 +257,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 cache: Vec::new(),
                 last_used: 0,
                 job: None,
+                draft: None,
             })
             .collect();
         let handle = Handle {
@@ -226,9 +271,27 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 slots,
                 admitted: 0,
                 tick: 0,
+                drafter: None,
             },
             handle,
         ))
+    }
+
+    /// Gives the scheduler a DFlash drafter (bound to the session's model) for speculative requests. The session
+    /// batch must hold [`SchedulerConfig::session_batch_speculative`] rows.
+    pub fn with_drafter(mut self, drafter: Arc<Drafter>) -> Result<Self> {
+        let sc = self.session.config();
+        let block = drafter.config().block_size;
+        let need = self.cfg.session_batch_speculative(sc.n_slots, block);
+        if sc.batch < need {
+            return Err(crate::Error::Config(format!(
+                "a drafter with block {block} and {} slots needs a session batch of at least {need} (it is {})",
+                sc.n_slots, sc.batch
+            )));
+        }
+        self.shared.has_drafter.store(true, Ordering::Relaxed);
+        self.drafter = Some(drafter);
+        Ok(self)
     }
 
     /// Runs until the handle is closed and every request has finished (or until aborted).
@@ -260,34 +323,49 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 // Only the requests in this batch are affected; their slots start over from an empty cache.
                 let msg = e.to_string();
                 for k in &kinds {
-                    let slot = match *k {
-                        RowKind::Prefill { slot, .. } | RowKind::Decode { slot } => slot,
-                    };
+                    let slot = k.slot();
                     if let Some(job) = self.slots[slot].job.take() {
                         self.end(job, None, Some(msg.clone()));
                     }
                     self.slots[slot].cache.clear();
+                    self.slots[slot].draft = None;
                     self.session.truncate(slot, 0)?;
                 }
                 return Ok(true);
             }
         };
+        self.prefill_features(&batch, &kinds, &out);
         let mut produced = 0u64;
         let mut prompt_rows = 0u64;
         let mut logit_idx = 0;
-        for (i, (row, kind)) in batch.rows.iter().zip(&kinds).enumerate() {
-            let slot = match *kind {
-                RowKind::Prefill { slot, .. } => {
+        let mut i = 0;
+        while i < batch.rows.len() {
+            let (row, kind) = (batch.rows[i], kinds[i]);
+            let slot = match kind {
+                RowKind::Prefill { slot } => {
                     prompt_rows += 1;
                     slot
                 }
                 RowKind::Decode { slot } => slot,
+                RowKind::Verify { slot } => {
+                    // A verify block: consecutive rows of one slot, every one with logits.
+                    let n = kinds[i..]
+                        .iter()
+                        .take_while(|k| matches!(k, RowKind::Verify { slot: s } if *s == slot))
+                        .count();
+                    produced +=
+                        self.verify(slot, &batch.rows[i..i + n], &out, i, logit_idx)? as u64;
+                    logit_idx += n;
+                    i += n;
+                    continue;
+                }
             };
             self.slots[slot].cache.push(row.token);
+            i += 1;
             if !row.logits {
                 continue;
             }
-            debug_assert_eq!(out.rows.get(logit_idx), Some(&i));
+            debug_assert_eq!(out.rows.get(logit_idx), Some(&(i - 1)));
             let logits = out.row(logit_idx);
             logit_idx += 1;
             if self.sample_into(slot, logits) {
@@ -323,6 +401,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             let Some(Queued { req, cancel }) = self.shared.pop() else {
                 break;
             };
+            let speculative = req.speculative.is_some() && self.drafter.is_some();
             let free: Vec<FreeSlot> = self
                 .slots
                 .iter()
@@ -330,10 +409,14 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 .filter(|(_, s)| s.job.is_none())
                 .map(|(index, s)| FreeSlot {
                     index,
-                    reuse: if self.cfg.prefix_reuse {
-                        plan::reusable(&s.cache, &req.prompt)
-                    } else {
+                    reuse: if !self.cfg.prefix_reuse {
                         0
+                    } else if speculative {
+                        // The drafter needs context features for every reused position.
+                        let have = s.draft.as_ref().map_or(0, DraftState::len);
+                        plan::reusable(&s.cache, &req.prompt).min(have)
+                    } else {
+                        plan::reusable(&s.cache, &req.prompt)
                     },
                     last_used: s.last_used,
                 })
@@ -344,6 +427,14 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             let slot = &mut self.slots[pick.index];
             self.session.truncate(pick.index, pick.reuse)?;
             slot.cache.truncate(pick.reuse);
+            if let Some(d) = &self.drafter {
+                if speculative && slot.draft.is_none() {
+                    slot.draft = Some(d.new_state());
+                }
+                if let Some(st) = slot.draft.as_mut() {
+                    d.truncate(st, pick.reuse);
+                }
+            }
             slot.last_used = self.tick;
             let c = &self.shared.counters;
             c.active.fetch_add(1, Ordering::Relaxed);
@@ -364,6 +455,11 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                         generated: 0,
                         reused: pick.reuse,
                         sampler,
+                        spec: if speculative {
+                            req.speculative.clone()
+                        } else {
+                            None
+                        },
                         req,
                         cancel,
                     });
@@ -376,6 +472,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                         generated: 0,
                         reused: 0,
                         seq: 0,
+                        spec: None,
                         sampler: Sampler::new(SamplerParams::greedy())
                             .expect("greedy parameters are valid"),
                         req,
@@ -393,7 +490,17 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         let mut rows = Vec::new();
         let mut kinds = Vec::new();
         let mut prefilling = Vec::new();
-        for (s, slot) in self.slots.iter().enumerate() {
+        let mut tap = false;
+        for s in 0..self.slots.len() {
+            let Some(job) = &self.slots[s].job else {
+                continue;
+            };
+            tap |= job.spec.is_some();
+            if job.spec.is_some() && job.pending.is_some() {
+                self.plan_verify(s, &mut rows, &mut kinds);
+                continue;
+            }
+            let slot = &self.slots[s];
             let Some(job) = &slot.job else { continue };
             if let Some(token) = job.pending {
                 rows.push(BatchRow {
@@ -429,13 +536,12 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             }
             job.next = end;
         }
-        (
-            Batch {
-                rows,
-                taps: Vec::new(),
-            },
-            kinds,
-        )
+        // Tapping costs a copy of a few hidden rows; only batches with a speculative request need it.
+        let taps = match &self.drafter {
+            Some(d) if tap => d.config().target_layer_ids.clone(),
+            _ => Vec::new(),
+        };
+        (Batch { rows, taps }, kinds)
     }
 
     /// Samples the next token of `slot`'s request from `logits`, delivers it and decides whether the request
