@@ -15,9 +15,9 @@
 //! roundings, vertically per lane. A pair's result is therefore bit-identical to the reference and to the
 //! single-row SIMD kernels, whatever the tile and the number of rows in the call (batch invariance).
 
+use super::kquants::scales_mins_k4;
 use super::{load_f32, Simd};
 use crate::blocks::{BlockQ4K, BlockQ6K, BlockQ8K, QK_K};
-use crate::dot::scalar::scale_min_k4;
 use std::arch::x86_64::*;
 use std::mem::{offset_of, size_of};
 
@@ -54,85 +54,152 @@ pub(crate) const fn packed_block_bytes(q6: bool) -> usize {
     p_q(q6) + GROUP * QK_K
 }
 
-/// 256 decoded quants of the 8 rows of a group, 32-byte aligned for the transposing loads.
-#[repr(C, align(32))]
-struct Decoded([[u8; QK_K]; GROUP]);
-
-/// Decodes block `b` of Q4_K row `x` into `q` (bytes 0..15), writing its scale, min and d/dmin for lane `i`.
+/// 8 × 8 transpose of 4-byte runs: output `k` holds run `k` (bytes 4k..4k+4) of each of the 8 inputs.
 #[inline(always)]
-unsafe fn decode_q4_k(x: *const u8, i: usize, q: &mut [u8; QK_K], o: *mut u8) {
-    let d = super::load_f16(x.add(offset_of!(BlockQ4K, d)));
-    let dmin = super::load_f16(x.add(offset_of!(BlockQ4K, dmin)));
-    o.add(P_D + 4 * i).cast::<f32>().write_unaligned(d);
-    o.add(P_DMIN + 4 * i).cast::<f32>().write_unaligned(dmin);
-    let mut packed = [0u8; 12];
-    std::ptr::copy_nonoverlapping(x.add(offset_of!(BlockQ4K, scales)), packed.as_mut_ptr(), 12);
-    for s in 0..8 {
-        let (sc, m) = scale_min_k4(s, &packed);
-        o.add(P_SC + GROUP * s + i).write(sc);
-        // The min of 32-element sub-block s multiplies both Q8_K 16-element sums 2s and 2s+1.
-        let pair = m as u32 | ((m as u32) << 16);
-        o.add(P_OFF + 32 * s + 4 * i)
-            .cast::<u32>()
-            .write_unaligned(pair);
+unsafe fn transpose_runs(r: [__m256i; GROUP]) -> [__m256i; GROUP] {
+    let t = [
+        _mm256_unpacklo_epi32(r[0], r[1]),
+        _mm256_unpackhi_epi32(r[0], r[1]),
+        _mm256_unpacklo_epi32(r[2], r[3]),
+        _mm256_unpackhi_epi32(r[2], r[3]),
+        _mm256_unpacklo_epi32(r[4], r[5]),
+        _mm256_unpackhi_epi32(r[4], r[5]),
+        _mm256_unpacklo_epi32(r[6], r[7]),
+        _mm256_unpackhi_epi32(r[6], r[7]),
+    ];
+    let u = [
+        _mm256_unpacklo_epi64(t[0], t[2]),
+        _mm256_unpackhi_epi64(t[0], t[2]),
+        _mm256_unpacklo_epi64(t[1], t[3]),
+        _mm256_unpackhi_epi64(t[1], t[3]),
+        _mm256_unpacklo_epi64(t[4], t[6]),
+        _mm256_unpackhi_epi64(t[4], t[6]),
+        _mm256_unpacklo_epi64(t[5], t[7]),
+        _mm256_unpackhi_epi64(t[5], t[7]),
+    ];
+    [
+        _mm256_permute2x128_si256(u[0], u[4], 0x20),
+        _mm256_permute2x128_si256(u[1], u[5], 0x20),
+        _mm256_permute2x128_si256(u[2], u[6], 0x20),
+        _mm256_permute2x128_si256(u[3], u[7], 0x20),
+        _mm256_permute2x128_si256(u[0], u[4], 0x31),
+        _mm256_permute2x128_si256(u[1], u[5], 0x31),
+        _mm256_permute2x128_si256(u[2], u[6], 0x31),
+        _mm256_permute2x128_si256(u[3], u[7], 0x31),
+    ]
+}
+
+/// The 32 bytes at offset `off` of block `b` of each of the group's rows (zeros past `rows`), transposed into
+/// 4-byte runs. Quants are decoded after the transpose: every decode step is per byte position, so it commutes
+/// with moving whole 4-byte runs around, and the transpose then moves packed bytes (half as many for Q4_K).
+#[inline(always)]
+unsafe fn load_runs(x: [*const u8; GROUP], rows: usize, off: usize) -> [__m256i; GROUP] {
+    let mut r = [_mm256_setzero_si256(); GROUP];
+    for (i, v) in r.iter_mut().enumerate().take(rows) {
+        *v = _mm256_loadu_si256(x[i].add(off).cast());
     }
-    let qs = x.add(offset_of!(BlockQ4K, qs));
-    let m4 = _mm256_set1_epi8(0xF);
-    for j in 0..4 {
-        let bits = _mm256_loadu_si256(qs.add(32 * j).cast());
-        let dst = q.as_mut_ptr().add(64 * j);
-        _mm256_storeu_si256(dst.cast(), _mm256_and_si256(bits, m4));
-        let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-        _mm256_storeu_si256(dst.add(32).cast(), hi);
+    transpose_runs(r)
+}
+
+/// 8 × 8 transpose of i16 elements within each 128-bit lane: output `k` holds element `k` of each input.
+#[inline(always)]
+unsafe fn transpose_i16(v: [__m256i; GROUP]) -> [__m256i; GROUP] {
+    let t: [__m256i; GROUP] = std::array::from_fn(|k| {
+        let (a, b) = (v[2 * (k / 2)], v[2 * (k / 2) + 1]);
+        if k % 2 == 0 {
+            _mm256_unpacklo_epi16(a, b)
+        } else {
+            _mm256_unpackhi_epi16(a, b)
+        }
+    });
+    // u[k]: elements 2k, 2k+1 of rows 0..4 (k < 4) or rows 4..8 (k >= 4).
+    let u: [__m256i; GROUP] = std::array::from_fn(|k| {
+        let base = 4 * (k / 4);
+        let (a, b) = (t[base + (k % 4) / 2], t[base + 2 + (k % 4) / 2]);
+        if k % 2 == 0 {
+            _mm256_unpacklo_epi32(a, b)
+        } else {
+            _mm256_unpackhi_epi32(a, b)
+        }
+    });
+    std::array::from_fn(|k| {
+        let (a, b) = (u[k / 2], u[4 + k / 2]);
+        if k % 2 == 0 {
+            _mm256_unpacklo_epi64(a, b)
+        } else {
+            _mm256_unpackhi_epi64(a, b)
+        }
+    })
+}
+
+/// The f16 at byte `off` of each row's block (zero past `rows`) as 8 f32 lanes.
+#[inline(always)]
+unsafe fn gather_f16(x: [*const u8; GROUP], rows: usize, off: usize) -> __m256 {
+    let mut h = [0u16; GROUP];
+    for (i, v) in h.iter_mut().enumerate().take(rows) {
+        *v = std::ptr::read_unaligned(x[i].add(off).cast::<u16>());
+    }
+    _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast()))
+}
+
+/// Writes the Q4_K block header of the group (d, dmin, scales, and mins as offset weights) into `o`.
+#[inline(always)]
+unsafe fn scales_q4_k(x: [*const u8; GROUP], rows: usize, o: *mut u8) {
+    _mm256_storeu_ps(
+        o.add(P_D).cast(),
+        gather_f16(x, rows, offset_of!(BlockQ4K, d)),
+    );
+    _mm256_storeu_ps(
+        o.add(P_DMIN).cast(),
+        gather_f16(x, rows, offset_of!(BlockQ4K, dmin)),
+    );
+    let mut v = [_mm256_setzero_si256(); GROUP];
+    for (i, v) in v.iter_mut().enumerate().take(rows) {
+        *v = scales_mins_k4(x[i].add(offset_of!(BlockQ4K, scales)));
+    }
+    // w[s]: scale s of the 8 rows (low lane) and min s (high lane), as i16.
+    let w = transpose_i16(v);
+    for (s, w) in w.into_iter().enumerate() {
+        let sc = _mm256_castsi256_si128(_mm256_packus_epi16(w, w));
+        _mm_storel_epi64(o.add(P_SC + GROUP * s).cast(), sc);
+        // The min of 32-element sub-block s multiplies both Q8_K 16-element sums 2s and 2s+1: (m, m) pairs.
+        let m = _mm256_extracti128_si256(w, 1);
+        _mm_storeu_si128(o.add(P_OFF + 32 * s).cast(), _mm_unpacklo_epi16(m, m));
+        _mm_storeu_si128(o.add(P_OFF + 32 * s + 16).cast(), _mm_unpackhi_epi16(m, m));
     }
 }
 
-/// Decodes block `b` of Q6_K row `x` into `q` (bytes 0..63, the stored +32 kept), writing its scales and d.
+/// Writes the Q6_K block header of the group (d, scales, and scale pairs as offset weights) into `o`.
 #[inline(always)]
-unsafe fn decode_q6_k(x: *const u8, i: usize, q: &mut [u8; QK_K], o: *mut u8) {
-    let d = super::load_f16(x.add(offset_of!(BlockQ6K, d)));
-    o.add(P_D + 4 * i).cast::<f32>().write_unaligned(d);
-    o.add(P_DMIN + 4 * i).cast::<f32>().write_unaligned(0.0);
-    let sc = x.add(offset_of!(BlockQ6K, scales));
-    for s in 0..16 {
-        o.add(P_SC + GROUP * s + i).write(sc.add(s).read());
+unsafe fn scales_q6_k(x: [*const u8; GROUP], rows: usize, o: *mut u8) {
+    _mm256_storeu_ps(
+        o.add(P_D).cast(),
+        gather_f16(x, rows, offset_of!(BlockQ6K, d)),
+    );
+    _mm256_storeu_ps(o.add(P_DMIN).cast(), _mm256_setzero_ps());
+    let mut v = [_mm256_setzero_si256(); GROUP];
+    for (i, v) in v.iter_mut().enumerate().take(rows) {
+        let sc = _mm_loadu_si128(x[i].add(offset_of!(BlockQ6K, scales)).cast());
+        *v = _mm256_castsi128_si256(sc);
     }
-    // The -32 offset is Σ scale · bsum per 16 elements: i16 pairs (scale 2t, scale 2t+1) against the Q8_K
-    // sums 2t, 2t+1.
-    for t in 0..8 {
-        let lo = sc.add(2 * t).read() as i8 as i16 as u16 as u32;
-        let hi = sc.add(2 * t + 1).read() as i8 as i16 as u16 as u32;
-        o.add(P_OFF + 32 * t + 4 * i)
-            .cast::<u32>()
-            .write_unaligned(lo | (hi << 16));
-    }
-    let ql = x.add(offset_of!(BlockQ6K, ql));
-    let qh = x.add(offset_of!(BlockQ6K, qh));
-    let m4 = _mm256_set1_epi8(0xF);
-    let m2 = _mm256_set1_epi8(3);
-    for h in 0..2 {
-        let l0 = _mm256_loadu_si256(ql.add(64 * h).cast());
-        let l1 = _mm256_loadu_si256(ql.add(64 * h + 32).cast());
-        let hb = _mm256_loadu_si256(qh.add(32 * h).cast());
-        // Element 128h + 32k + l: nibble of l0 (k even) or l1 (k odd), low for k < 2, top bits qh >> 2k.
-        let top = |k: i32| {
-            let t = _mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * k));
-            _mm256_slli_epi16(_mm256_and_si256(t, m2), 4)
-        };
-        let v = [
-            _mm256_or_si256(_mm256_and_si256(l0, m4), top(0)),
-            _mm256_or_si256(_mm256_and_si256(l1, m4), top(1)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), top(2)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), top(3)),
-        ];
-        for (k, v) in v.into_iter().enumerate() {
-            _mm256_storeu_si256(q.as_mut_ptr().add(128 * h + 32 * k).cast(), v);
-        }
+    // w[t]: the byte pair (scale 2t, scale 2t+1) of each of the 8 rows (low lane).
+    let w = transpose_i16(v);
+    let split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (t, w) in w.into_iter().enumerate() {
+        let pairs = _mm256_castsi256_si128(w);
+        // The -32 offset is Σ scale · bsum per 16 elements: i16 pairs (scale 2t, scale 2t+1) against the
+        // Q8_K sums 2t, 2t+1.
+        _mm256_storeu_si256(o.add(P_OFF + 32 * t).cast(), _mm256_cvtepi8_epi16(pairs));
+        // Scales 2t and 2t+1 of the 8 rows: 16 contiguous bytes of the scale table.
+        _mm_storeu_si128(
+            o.add(P_SC + GROUP * 2 * t).cast(),
+            _mm_shuffle_epi8(pairs, split),
+        );
     }
 }
 
 /// Packs `rows` (1..=8) rows of `nb` super-blocks, row `i` at `w + i * stride`, into one group at `o`
-/// (`nb * packed_block_bytes` bytes); lanes past `rows` get zero scales, so they compute zeros.
+/// (`nb * packed_block_bytes` bytes); lanes past `rows` get zero scales and quants, so they compute zeros.
 #[inline(always)]
 unsafe fn pack_group<const Q6: bool>(
     nb: usize,
@@ -147,49 +214,60 @@ unsafe fn pack_group<const Q6: bool>(
         size_of::<BlockQ4K>()
     };
     let pbb = packed_block_bytes(Q6);
-    let mut dec = Decoded([[0u8; QK_K]; GROUP]);
+    let m4 = _mm256_set1_epi8(0xF);
+    let m2 = _mm256_set1_epi8(3);
     for b in 0..nb {
         let ob = o.add(b * pbb);
-        std::ptr::write_bytes(ob, 0, p_q(Q6));
-        for (i, q) in dec.0.iter_mut().enumerate().take(rows) {
-            let x = w.add(i * stride + b * wb);
-            if Q6 {
-                decode_q6_k(x, i, q, ob);
-            } else {
-                decode_q4_k(x, i, q, ob);
-            }
+        // Lanes past `rows` read no row (zero vectors), so every header and quant byte is written.
+        let x: [*const u8; GROUP] =
+            std::array::from_fn(|i| w.add(i.min(rows - 1) * stride + b * wb));
+        if Q6 {
+            scales_q6_k(x, rows, ob);
+        } else {
+            scales_q4_k(x, rows, ob);
         }
-        // Lanes past `rows` keep the zeros written once (their d is zero too).
-        let qo = ob.add(p_q(Q6));
-        for c in 0..QK_K / 32 {
-            let r: [__m256i; GROUP] =
-                std::array::from_fn(|i| _mm256_load_si256(dec.0[i].as_ptr().add(32 * c).cast()));
-            // 8 × 8 transpose of 4-byte runs: output vector k holds run 8c + k of each row.
-            let t = [
-                _mm256_unpacklo_epi32(r[0], r[1]),
-                _mm256_unpackhi_epi32(r[0], r[1]),
-                _mm256_unpacklo_epi32(r[2], r[3]),
-                _mm256_unpackhi_epi32(r[2], r[3]),
-                _mm256_unpacklo_epi32(r[4], r[5]),
-                _mm256_unpackhi_epi32(r[4], r[5]),
-                _mm256_unpacklo_epi32(r[6], r[7]),
-                _mm256_unpackhi_epi32(r[6], r[7]),
-            ];
-            let u = [
-                _mm256_unpacklo_epi64(t[0], t[2]),
-                _mm256_unpackhi_epi64(t[0], t[2]),
-                _mm256_unpacklo_epi64(t[1], t[3]),
-                _mm256_unpackhi_epi64(t[1], t[3]),
-                _mm256_unpacklo_epi64(t[4], t[6]),
-                _mm256_unpackhi_epi64(t[4], t[6]),
-                _mm256_unpacklo_epi64(t[5], t[7]),
-                _mm256_unpackhi_epi64(t[5], t[7]),
-            ];
-            for k in 0..4 {
-                let lo = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
-                let hi = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
-                _mm256_storeu_si256(qo.add(32 * (8 * c + k)).cast(), lo);
-                _mm256_storeu_si256(qo.add(32 * (8 * c + k + 4)).cast(), hi);
+        // Output vector g holds elements 4g..4g+4 of the 8 rows.
+        let store = |g: usize, v: __m256i| _mm256_storeu_si256(ob.add(p_q(Q6) + 32 * g).cast(), v);
+        if Q6 {
+            let ql = offset_of!(BlockQ6K, ql);
+            let qh = offset_of!(BlockQ6K, qh);
+            for h in 0..2 {
+                let l0 = load_runs(x, rows, ql + 64 * h);
+                let l1 = load_runs(x, rows, ql + 64 * h + 32);
+                let hb = load_runs(x, rows, qh + 32 * h);
+                // Element 128h + 32k + l: nibble of ql[64h + l] (k even) or ql[64h + 32 + l] (k odd), low for
+                // k < 2, top bits qh[32h + l] >> 2k.
+                for kk in 0..GROUP {
+                    let top = |sh: i32| {
+                        let t = _mm256_srl_epi16(hb[kk], _mm_cvtsi32_si128(sh));
+                        _mm256_slli_epi16(_mm256_and_si256(t, m2), 4)
+                    };
+                    let hi0 = _mm256_and_si256(_mm256_srli_epi16(l0[kk], 4), m4);
+                    let hi1 = _mm256_and_si256(_mm256_srli_epi16(l1[kk], 4), m4);
+                    store(
+                        32 * h + kk,
+                        _mm256_or_si256(_mm256_and_si256(l0[kk], m4), top(0)),
+                    );
+                    store(
+                        32 * h + 8 + kk,
+                        _mm256_or_si256(_mm256_and_si256(l1[kk], m4), top(2)),
+                    );
+                    store(32 * h + 16 + kk, _mm256_or_si256(hi0, top(4)));
+                    store(32 * h + 24 + kk, _mm256_or_si256(hi1, top(6)));
+                }
+            }
+        } else {
+            let qs = offset_of!(BlockQ4K, qs);
+            for c in 0..4 {
+                // Bytes 32c..32c+32: low nibbles are elements 64c + l, high nibbles 64c + 32 + l.
+                let t = load_runs(x, rows, qs + 32 * c);
+                for (kk, v) in t.into_iter().enumerate() {
+                    store(16 * c + kk, _mm256_and_si256(v, m4));
+                    store(
+                        16 * c + 8 + kk,
+                        _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                    );
+                }
             }
         }
     }

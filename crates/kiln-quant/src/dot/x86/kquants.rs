@@ -17,7 +17,7 @@ const Y_BSUMS: usize = offset_of!(BlockQ8K, bsums);
 
 /// The 8 scales and 8 minimums of a Q4_K/Q5_K block (12 packed bytes at `p`) as 16 i16: scales, then mins.
 #[inline(always)]
-unsafe fn scales_mins_k4(p: *const u8) -> __m256i {
+pub(super) unsafe fn scales_mins_k4(p: *const u8) -> __m256i {
     const KMASK1: u32 = 0x3f3f_3f3f;
     const KMASK2: u32 = 0x0f0f_0f0f;
     const KMASK3: u32 = 0x0303_0303;
