@@ -52,21 +52,20 @@ def main():
             worst = max(worst, (r - o).abs().max().item())
             same &= bool((ref.compute_logits(r, target.lm_head).argmax(-1)
                           == target.lm_head(o).argmax(-1)).all())
-        # The training path: all anchors of the sequence in one masked pass.
-        n = len(anchors) * bl
-        blk_ids = torch.full((1, n), mask_id)
-        pos = torch.zeros(1, n, dtype=torch.long)
-        m = torch.zeros(1, 1, n, feat.shape[1] + n, dtype=torch.bool)
-        for j, anc in enumerate(anchors):
-            blk_ids[0, j * bl] = ids[0, anc]
-            pos[0, j * bl:(j + 1) * bl] = torch.arange(anc, anc + bl)
-            m[0, 0, j * bl:(j + 1) * bl, :anc] = True
-            m[0, 0, j * bl:(j + 1) * bl, feat.shape[1] + j * bl:feat.shape[1] + (j + 1) * bl] = True
-        multi = ours(feat, torch.arange(feat.shape[1])[None], emb[blk_ids], pos, m)
-        worst_multi = max((multi[:, j * bl:(j + 1) * bl] - s).abs().max().item() for j, s in enumerate(singles))
+        # The training path: all anchors of the sequence in one masked pass, batched with a shorter sequence
+        # (padding, a dummy block) as Batcher.build makes it.
+        seq = ids[0].tolist()
+        short = seq[:60]
+        batch = batcher.build([(seq, 0), (short, 0)], 0, None, [0, 1], fixed=[anchors, [7]])
+        multi = ours(*batch[:5])
+        labels = batch[5]
+        worst_multi = max((multi[0, j * bl:(j + 1) * bl] - s[0]).abs().max().item() for j, s in enumerate(singles))
+        ok_labels = all(labels[0, j].tolist() == [seq[anc + k] if anc + k < len(seq) else T.IGNORE
+                                                  for k in range(1, bl)] for j, anc in enumerate(anchors))
+        ok_labels &= labels[1, 0].tolist() == short[8:8 + bl - 1] and bool((labels[1, 1:] == T.IGNORE).all())
     print(f"reference vs train.py: max |dhidden| {worst:.3g}, same drafts {same}; "
-          f"masked multi-anchor vs single rounds: max |dhidden| {worst_multi:.3g}")
-    if worst > 1e-3 or not same or worst_multi > 1e-3:
+          f"masked multi-anchor batch vs single rounds: max |dhidden| {worst_multi:.3g}, labels {ok_labels}")
+    if worst > 1e-3 or not same or worst_multi > 1e-3 or not ok_labels:
         sys.exit("train.py's drafter disagrees with the reference dflash model")
 
 

@@ -206,6 +206,47 @@ def load_data(path, max_len):
     return train, test
 
 
+@torch.no_grad()
+def generate(target, prompts, temp, max_new, batch, eos, device):
+    """The target's continuation of each prompt (sampled at `temp`, top-p 0.95; greedy when temp is 0), cut after
+    its first EOS. Batched with left padding, so every prompt ends where generation starts."""
+    out = []
+    for i in range(0, len(prompts), batch):
+        chunk = prompts[i:i + batch]
+        width = max(len(p) for p in chunk)
+        ids = torch.full((len(chunk), width), eos, dtype=torch.long)
+        att = torch.zeros(len(chunk), width, dtype=torch.long)
+        for j, p in enumerate(chunk):
+            ids[j, width - len(p):] = torch.tensor(p)
+            att[j, width - len(p):] = 1
+        kw = dict(do_sample=True, temperature=temp, top_p=0.95, top_k=0) if temp > 0 else dict(do_sample=False)
+        gen = target.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=max_new,
+                              eos_token_id=eos, pad_token_id=eos, **kw)
+        for row in gen[:, width:].tolist():
+            out.append(row[:row.index(eos) + 1] if eos in row else row)
+    return out
+
+
+def self_instruct(target, rows, n, max_new, batch, eos, device, user_header, temp=1.0):
+    """More prompts than any hand-written set: the target writes the user turn itself (sampled after the chat
+    template's user header), then answers it greedily, as at inference. Returns (ids, prompt length) rows."""
+    ids0 = rows[0][0][:rows[0][1]]
+    h = len(user_header)
+    at = next((i for i in range(len(ids0) - h + 1) if ids0[i:i + h] == user_header), None)
+    if at is None:
+        sys.exit(f"--gen-prompts: the chat template's user header {user_header} is not in the data's prompts")
+    prefix = ids0[:at + h]  # system turn + user header
+    # What follows the user's text: <|im_end|> "\n" then the assistant header, as the data's prompts end.
+    tail = [eos] + ids0[len(ids0) - 5:] if ids0[-6] == eos else None
+    if tail is None:
+        sys.exit("--gen-prompts: the data's prompts do not end with <|im_end|> + newline + assistant header")
+    questions = generate(target, [prefix] * n, temp, 96, batch, eos, device)
+    prompts = [prefix + [t for t in q if t != eos] + tail for q in questions
+               if q and q[-1] == eos and len(q) >= 4]  # keep finished, non-trivial questions
+    answers = generate(target, prompts, 0.0, max_new, batch, eos, device)
+    return [(p + a, len(p)) for p, a in zip(prompts, answers) if len(a) >= 2]
+
+
 class Batcher:
     """Turns sequences into one training batch: target features (on the fly or cached), anchors, blocks, masks."""
 
@@ -245,43 +286,41 @@ class Batcher:
             out[i, :c.shape[0]] = c.to(self.device).float()
         return out
 
-    def build(self, seqs, anchors_per_seq, rng, keys, all_anchors=False):
-        b, bl = len(seqs), self.block
+    def build(self, seqs, anchors_per_seq, rng, keys, all_anchors=False, fixed=None):
+        """One batch: random anchors (evenly spaced with all_anchors, or the lists in `fixed`)."""
+        bl, d = self.block, self.device
         feat = self.cached_features(seqs, keys)
-        t = feat.shape[1]
-        anchors = []
-        for ids, p_len in seqs:
-            cand = list(range(p_len, len(ids) - 1))  # anchor = a response token with at least one token after it
+        b, t = feat.shape[:2]
+        anchors = [] if fixed is None else fixed
+        for ids, p_len in seqs if fixed is None else []:
+            cand = range(p_len, len(ids) - 1)  # anchor = a response token with at least one token after it
             if all_anchors:
-                step = max(1, len(cand) // anchors_per_seq)
-                a = cand[::step][:anchors_per_seq]
+                a = list(cand[::max(1, len(cand) // anchors_per_seq)][:anchors_per_seq])
             else:
                 a = sorted(rng.sample(cand, min(anchors_per_seq, len(cand))))
             anchors.append(a)
         na = max(len(a) for a in anchors)
         n = na * bl
-        blk_ids = torch.full((b, n), self.mask_id, dtype=torch.long)
-        blk_pos = torch.zeros(b, n, dtype=torch.long)
-        labels = torch.full((b, na, bl - 1), IGNORE, dtype=torch.long)
-        mask = torch.zeros(b, 1, n, t + n, dtype=torch.bool)
-        for i, ((ids, _), a_list) in enumerate(zip(seqs, anchors)):
-            for j in range(na):
-                lo = j * bl
-                # A missing anchor (short response) is a dummy block: it sees only itself and has no labels.
-                a = a_list[j] if j < len(a_list) else 0
-                blk_pos[i, lo:lo + bl] = torch.arange(a, a + bl)
-                mask[i, 0, lo:lo + bl, t + lo:t + lo + bl] = True
-                if j < len(a_list):
-                    blk_ids[i, lo] = ids[a]
-                    mask[i, 0, lo:lo + bl, :a] = True
-                    tgt = ids[a + 1:a + bl]
-                    labels[i, j, :len(tgt)] = torch.tensor(tgt)
-                else:
-                    blk_ids[i, lo] = self.mask_id
-        ctx_pos = torch.arange(t).expand(b, t)
-        d = self.device
-        return (feat, ctx_pos.to(d), F.embedding(blk_ids.to(d), self.embed), blk_pos.to(d), mask.to(d),
-                labels.to(d))
+        # A missing anchor (-1, short response) makes a dummy block: it sees only itself and has no labels.
+        anc = torch.full((b, na), -1, dtype=torch.long)
+        toks = torch.full((b, t + bl), IGNORE, dtype=torch.long)
+        for i, ((ids, _), a) in enumerate(zip(seqs, anchors)):
+            anc[i, :len(a)] = torch.tensor(a, dtype=torch.long)
+            toks[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        anc, toks = anc.to(d), toks.to(d)
+        real = anc >= 0
+        a0 = anc.clamp_min(0)
+        blk_pos = a0[..., None] + torch.arange(bl, device=d)  # [b, na, bl]: positions a .. a+B-1
+        blk_tok = toks.gather(1, blk_pos.view(b, n)).view(b, na, bl)  # IGNORE past the sequence's end
+        blk_ids = torch.full((b, na, bl), self.mask_id, dtype=torch.long, device=d)
+        blk_ids[..., 0] = torch.where(real, blk_tok[..., 0], self.mask_id)
+        labels = torch.where(real[..., None], blk_tok[..., 1:], IGNORE)
+        qb = torch.arange(n, device=d) // bl  # block of each query / block key
+        sees_ctx = torch.arange(t, device=d).view(1, 1, t) < (a0 * real)[:, qb].unsqueeze(-1)  # context before a
+        sees_blk = (qb[:, None] == qb[None, :]).expand(b, n, n)  # its own block, in both directions
+        mask = torch.cat([sees_ctx, sees_blk], dim=-1).unsqueeze(1)
+        ctx_pos = torch.arange(t, device=d).expand(b, t)
+        return (feat, ctx_pos, F.embedding(blk_ids.view(b, n), self.embed), blk_pos.view(b, n), mask, labels)
 
 
 def draft_loss(drafter, head_w, batch, pos_weight, block, amp):
@@ -349,6 +388,16 @@ def main():
     ap.add_argument("--cache-features", action="store_true",
                     help="keep each sequence's target features after its first use (f16, in RAM): epochs after the "
                          "first skip the target forward (worth it on a CPU)")
+    ap.add_argument("--gen-samples", type=int, default=0,
+                    help="before training, sample this many extra target responses per training prompt (GPU)")
+    ap.add_argument("--gen-temp", type=float, default=0.8)
+    ap.add_argument("--gen-prompts", type=int, default=0,
+                    help="before training, let the target write this many user prompts and answer them greedily (GPU)")
+    ap.add_argument("--user-header", default="1,4093,198",
+                    help="token ids of the chat template's user header (SmolLM2: <|im_start|> user \\n)")
+    ap.add_argument("--gen-max-new", type=int, default=256)
+    ap.add_argument("--gen-batch", type=int, default=128)
+    ap.add_argument("--dump-generated", help="write the generated training rows here (jsonl of token ids)")
     ap.add_argument("--eval-every", type=float, default=5.0, help="minutes between held-out evaluations + saves")
     ap.add_argument("--eval-batch", type=int, default=4)
     ap.add_argument("--eval-anchors", type=int, default=24)
@@ -389,6 +438,28 @@ def main():
     train, test = load_data(args.data, args.max_len)
     if not train:
         sys.exit(f"{args.data}: no training sequences")
+    n_data = len(train)
+    eos = tc.eos_token_id if isinstance(tc.eos_token_id, int) else tc.eos_token_id[0]
+    if args.gen_samples:
+        t1 = time.time()
+        prompts = [list(p) for p in {tuple(ids[:p]): None for ids, p in train}]
+        jobs = [p for p in prompts for _ in range(args.gen_samples)]
+        answers = generate(target, jobs, args.gen_temp, args.gen_max_new, args.gen_batch, eos, dev)
+        extra = [(p + a, len(p)) for p, a in zip(jobs, answers) if len(a) >= 2]
+        print(f"sampled {len(extra)} extra responses ({sum(len(s) - p for s, p in extra)} tokens) "
+              f"in {time.time() - t1:.0f} s", flush=True)
+        train += extra
+    if args.gen_prompts:
+        t1 = time.time()
+        header = [int(x) for x in args.user_header.split(",")]
+        extra = self_instruct(target, train, args.gen_prompts, args.gen_max_new, args.gen_batch, eos, dev, header)
+        print(f"self-instructed {len(extra)} prompts + greedy answers ({sum(len(s) - p for s, p in extra)} "
+              f"response tokens) in {time.time() - t1:.0f} s", flush=True)
+        train += extra
+    if args.dump_generated and (args.gen_samples or args.gen_prompts):
+        with open(args.dump_generated, "w") as f:
+            for ids, p in train[n_data:]:
+                f.write(json.dumps({"prompt_ids": ids[:p], "response_ids": ids[p:]}, separators=(",", ":")) + "\n")
     n_params = sum(p.numel() for p in drafter.parameters())
     print(f"device {dev}, target loaded in {time.time() - t0:.1f} s; drafter {args.layers} layer(s), "
           f"{n_params / 1e6:.2f} M params, taps {taps}, mask id {args.mask_id}; "
