@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # GPU check for a carried release binary (the device has no Rust toolchain; nothing is built here):
-#   1. kernel self-test (every kernel vs a host reference, batch invariance by bit equality);
-#   2. CPU-vs-CUDA parity with `kiln score --ref-logits` on synthesized models;
-#   3. a `kiln bench` table, CUDA and CPU.
-# Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda
+#   1. kernel self-test (every kernel vs a host reference, batch invariance and graph replay by bit equality),
+#      then under compute-sanitizer (memcheck, racecheck) when it is installed;
+#   2. parity with `kiln score --ref-logits` on synthesized models: CUDA vs the CPU in the reference mode
+#      (KILN_NO_QUANT_ACT=1 on both) and in the default fast mode; graph replay vs no graph (identical logits);
+#   3. the bench table: synth Qwen3-8B Q4_K_M / Q8_0 and a 0.6B-shape Q4_K_M with the real Qwen3 tokenizer,
+#      tg128, a 16-row block through the decode path (pp16 -b 16), and the kill-switch A/B of each optimization.
+# Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip debug info to carry it).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
-# Logs go to $OUT (default /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
+# Sections: STEPS="selftest sanitizer parity bench" (default all). Logs go to $OUT (default
+# /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
 set -uo pipefail
 
 KILN=${1:-${KILN:-target/release/kiln}}
@@ -13,6 +17,8 @@ OUT=${OUT:-/tmp/kiln-device-check}
 WORK=${WORK:-$(mktemp -d)}
 CHUNKS=${CHUNKS:-4}
 CTX=${CTX:-256}
+STEPS=${STEPS:-selftest sanitizer parity bench}
+TOKENIZER=${TOKENIZER:-.test-assets/tokenizer-qwen3/tokenizer.json}
 mkdir -p "$OUT"
 export XDG_CACHE_HOME="$WORK/cache" # a fresh kernel cache: the first self-test compiles, the second loads
 
@@ -32,35 +38,79 @@ step() {
     fi
     say "ok: $name ($((SECONDS - t0)) s)"
 }
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+# Only a few files come back from the device: pack the logs into one archive at exit.
+trap 'tar czf "$OUT/logs.tgz" -C "$OUT" --remove-files $(cd "$OUT" && ls *.log 2>/dev/null) 2>/dev/null' EXIT
 
 [ -x "$KILN" ] || { say "no kiln binary at $KILN (build with --features cuda and carry it)"; exit 1; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$OUT/summary.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$OUT/summary.txt"
+tok=()
+[ -f "$TOKENIZER" ] && tok=(--tokenizer "$TOKENIZER")
 
 # 1. Kernels (the first run compiles them with NVRTC; the second must hit the disk cache).
-step selftest "$KILN" selftest --device cuda
-grep -E "^(ok|FAIL|device|all)" "$OUT/selftest.log" | tee -a "$OUT/summary.txt"
-step selftest-cached "$KILN" selftest --device cuda
-grep -E "^device" "$OUT/selftest-cached.log" | tee -a "$OUT/summary.txt"
+if want selftest; then
+    step selftest "$KILN" selftest --device cuda
+    grep -E "^(FAIL|device|all)" "$OUT/selftest.log" | tee -a "$OUT/summary.txt"
+    step selftest-cached "$KILN" selftest --device cuda
+    grep -E "^device" "$OUT/selftest-cached.log" | tee -a "$OUT/summary.txt"
+fi
+if want sanitizer && command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck; do
+        step "sanitizer-$tool" timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$KILN" selftest --device cuda
+        grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool.log" | tail -n 3 | tee -a "$OUT/summary.txt"
+    done
+fi
 
 # 2. Parity. Text: this repository's prose, the same bytes on both devices.
 cat README.md docs/*.md crates/*/src/lib.rs 2>/dev/null | head -c 60000 >"$WORK/text.txt"
 parity() {
     local tag=$1 arch=$2 preset=$3 quant=$4
     local m="$WORK/$tag.gguf"
-    step "synth-$tag" "$KILN" synth --arch "$arch" --preset "$preset" --quant "$quant" -o "$m"
-    step "score-cpu-$tag" "$KILN" score -m "$m" -f "$WORK/text.txt" -c "$CTX" --chunks "$CHUNKS" \
-        --dump-logits "$WORK/ref-$tag"
-    step "score-cuda-$tag" "$KILN" score -m "$m" -f "$WORK/text.txt" -c "$CTX" --chunks "$CHUNKS" \
-        --device cuda --ref-logits "$WORK/ref-$tag"
-    tail -n 12 "$OUT/score-cuda-$tag.log" | tee -a "$OUT/summary.txt"
+    local t=()
+    # The real Qwen3 tokenizer for the real-size Qwen3 presets; llama and tiny presets carry their own vocabulary.
+    [ "$arch" != llama ] && [ "$preset" != tiny ] && t=("${tok[@]}")
+    step "synth-$tag" "$KILN" synth --arch "$arch" --preset "$preset" --quant "$quant" "${t[@]}" -o "$m"
+    local sc=(score -m "$m" -f "$WORK/text.txt" -c "$CTX" --chunks "$CHUNKS")
+    step "score-cpu-ref-$tag" env KILN_NO_QUANT_ACT=1 "$KILN" "${sc[@]}" --dump-logits "$WORK/ref-$tag"
+    step "score-cuda-ref-$tag" env KILN_NO_QUANT_ACT=1 "$KILN" "${sc[@]}" --device cuda --ref-logits "$WORK/ref-$tag"
+    step "score-cpu-$tag" "$KILN" "${sc[@]}" --dump-logits "$WORK/fast-$tag"
+    step "score-cuda-$tag" "$KILN" "${sc[@]}" --device cuda --ref-logits "$WORK/fast-$tag" \
+        --dump-logits "$WORK/graph-$tag"
+    step "score-cuda-nograph-$tag" env KILN_NO_CUDA_GRAPH=1 "$KILN" "${sc[@]}" --device cuda \
+        --ref-logits "$WORK/graph-$tag"
+    for run in cuda-ref cuda cuda-nograph; do
+        say "parity $tag $run:"
+        grep -iE "top-1|KL|max" "$OUT/score-$run-$tag.log" | head -n 6 | tee -a "$OUT/summary.txt"
+    done
 }
-parity llama-q4_1 llama smollm2-135m q4_1
-parity llama-q4_k_m llama smollm2-135m q4_k_m
-parity qwen3-q8_0 qwen3 0.6b q8_0
+if want parity; then
+    parity qwen3moe-q8_0 qwen3moe tiny q8_0
+    parity llama-q4_1 llama smollm2-135m q4_1
+    parity llama-q4_k_m llama smollm2-135m q4_k_m
+    parity qwen3-q4_k_m qwen3 0.6b q4_k_m
+    parity qwen3-q8_0 qwen3 0.6b q8_0
+fi
 
-# 3. Speed (the simple kernels of this stage; see docs for what is left).
-step bench-cuda "$KILN" bench -m "$WORK/llama-q4_1.gguf" -m "$WORK/qwen3-q8_0.gguf" --device cuda -p 64 -n 32 -r 2
-step bench-cpu "$KILN" bench -m "$WORK/llama-q4_1.gguf" -m "$WORK/qwen3-q8_0.gguf" -p 64 -n 32 -r 2
-say "bench (CUDA, then CPU):"
-grep -E "^\|" "$OUT/bench-cuda.log" | tee -a "$OUT/summary.txt"
-grep -E "^\|" "$OUT/bench-cpu.log" | tee -a "$OUT/summary.txt"
+# 3. Speed. Byte counts for the roofline: `kiln info` gives each model's size.
+if want bench; then
+    step synth-8b-q4km "$KILN" synth --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}" -o "$WORK/q8b-q4km.gguf"
+    step synth-8b-q8 "$KILN" synth --arch qwen3 --preset 8b --quant q8_0 "${tok[@]}" -o "$WORK/q8b-q8.gguf"
+    step synth-06b-q4km "$KILN" synth --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}" -o "$WORK/q06-q4km.gguf"
+    models=(-m "$WORK/q8b-q4km.gguf" -m "$WORK/q8b-q8.gguf" -m "$WORK/q06-q4km.gguf")
+    step bench-tg "$KILN" bench "${models[@]}" --device cuda -p 0 -n 128 -r 3
+    step bench-block16 "$KILN" bench "${models[@]}" --device cuda -p 16 -b 16 -n 0 -r 5
+    step bench-pp "$KILN" bench "${models[@]}" --device cuda -p 512 -n 0 -r 2
+    # Kill-switch A/B (interleaved, one process per run): graphs matter most on the launch-bound 0.6B.
+    step ab-KILN_NO_CUDA_GRAPH "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
+        -p 0 -n 128 -r 2 --ab KILN_NO_CUDA_GRAPH=1
+    for flag in KILN_NO_CUDA_FUSE KILN_NO_CUDA_GEMV KILN_NO_CUDA_SPLIT_KV; do
+        step "ab-$flag" "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -r 2 --ab "$flag=1"
+    done
+    say "bench (CUDA):"
+    for f in bench-tg bench-block16 bench-pp ab-KILN_NO_CUDA_GRAPH ab-KILN_NO_CUDA_FUSE \
+        ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV; do
+        grep -E "^\||ratio|median" "$OUT/$f.log" | tee -a "$OUT/summary.txt"
+    done
+    step bench-depth timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -d 4096 -r 2
+    grep -E "^\|" "$OUT/bench-depth.log" | tee -a "$OUT/summary.txt"
+fi

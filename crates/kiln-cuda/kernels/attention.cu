@@ -66,3 +66,205 @@ extern "C" __global__ void attn_decode(float* out, const float* q, const void* k
         orow[d] = acc * inv;
     }
 }
+
+// ---- The fused decode path: attn_prep, then attn_split + attn_merge ("flash decoding"). ----
+
+#define AT_MAXG 8
+
+__device__ __forceinline__ long long kv_row(int layer, int slot, int pos, int n_slots, int slot_ctx, int kv_dim) {
+    return (((long long)layer * n_slots + slot) * slot_ctx + pos) * kv_dim;
+}
+
+// Per row (grid.x): QK-norm (when the weights are given) and RoPE of every query and key head in place, then the
+// row's K and V stored into the cache at (layer, slots[r], positions[r]). One warp per head at a time.
+extern "C" __global__ void attn_prep(float* q, float* k, const float* v, void* kc, void* vc, const float* q_norm,
+                                     const float* k_norm, const int* slots, const int* positions, int layer,
+                                     int n_slots, int slot_ctx, int n_head, int n_head_kv, int head_dim, float eps,
+                                     float theta, float freq_scale, int neox, int f16) {
+    __shared__ float hb[4][256];
+    int r = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int kv_dim = n_head_kv * head_dim, half = head_dim / 2;
+    long long dst = kv_row(layer, slots[r], positions[r], n_slots, slot_ctx, kv_dim);
+    float p = (float)positions[r] * freq_scale;
+    for (int hh = warp; hh < n_head + n_head_kv; hh += 4) {
+        bool is_q = hh < n_head;
+        int h = is_q ? hh : hh - n_head;
+        float* src = is_q ? q + ((long long)r * n_head + h) * head_dim : k + ((long long)r * n_head_kv + h) * head_dim;
+        const float* nw = is_q ? q_norm : k_norm;
+        float ss = 0.0f;
+        for (int i = lane; i < head_dim; i += 32) {
+            float x = src[i];
+            hb[warp][i] = x;
+            ss += x * x;
+        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        float scale = nw ? 1.0f / sqrtf(ss / (float)head_dim + eps) : 1.0f;
+        __syncwarp();
+        if (nw)
+            for (int i = lane; i < head_dim; i += 32) hb[warp][i] = hb[warp][i] * scale * nw[i];
+        __syncwarp();
+        for (int i = lane; i < half; i += 32) {
+            float inv = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+            float a = p * inv;
+            float c = cosf(a), s = sinf(a);
+            int ia = neox ? i : 2 * i;
+            int ib = neox ? i + half : 2 * i + 1;
+            float x0 = hb[warp][ia], x1 = hb[warp][ib];
+            float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+            if (is_q) {
+                src[ia] = y0;
+                src[ib] = y1;
+            } else if (f16) {
+                ((u16*)kc)[dst + h * head_dim + ia] = f2h(y0);
+                ((u16*)kc)[dst + h * head_dim + ib] = f2h(y1);
+            } else {
+                ((float*)kc)[dst + h * head_dim + ia] = y0;
+                ((float*)kc)[dst + h * head_dim + ib] = y1;
+            }
+        }
+        __syncwarp();
+    }
+    const float* vr = v + (long long)r * kv_dim;
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        if (f16)
+            ((u16*)vc)[dst + i] = f2h(vr[i]);
+        else
+            ((float*)vc)[dst + i] = vr[i];
+    }
+}
+
+__device__ __forceinline__ void kv_load8(const void* c, int f16, long long i, float* out) {
+    if (f16) {
+        int4 raw = __ldg((const int4*)((const u16*)c + i));
+        u32 w[4] = {(u32)raw.x, (u32)raw.y, (u32)raw.z, (u32)raw.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            out[2 * j] = h2f((u16)(w[j] & 0xFFFF));
+            out[2 * j + 1] = h2f((u16)(w[j] >> 16));
+        }
+    } else {
+        float4 a = __ldg((const float4*)((const float*)c + i)), b = __ldg((const float4*)((const float*)c + i) + 1);
+        out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+        out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+    }
+}
+
+// One block (4 warps) per (KV head, row, split of `chunk` positions): the partial softmax state of every query head
+// of the KV head's group over positions [split * chunk, min(split * chunk + chunk, pos + 1)). A group of
+// head_dim / 8 lanes takes one position (8 elements a lane, one 16-byte load of K and of V), 32 / (head_dim / 8)
+// positions a warp at a time, with an online softmax per lane group; the groups' states are merged in a fixed
+// order. Writes (acc[head_dim], max, sum) per (row, query head, split) to `ws`. head_dim in {32, 64, 128, 256}.
+extern "C" __global__ void __launch_bounds__(128) attn_split(float* ws, const float* q, const void* kc, const void* vc,
+                                                            const int* slots, const int* positions, int layer,
+                                                            int n_slots, int slot_ctx, int n_head, int n_head_kv,
+                                                            int head_dim, float scale, int chunk, int n_splits,
+                                                            int f16) {
+    __shared__ float sacc[AT_MAXG * 1024];
+    __shared__ float sm[AT_MAXG * 32], sl[AT_MAXG * 32];
+    int g = blockIdx.x, r = blockIdx.y, sp = blockIdx.z;
+    int n_pos = positions[r] + 1;
+    int start = sp * chunk;
+    if (start >= n_pos) return;
+    int end = min(start + chunk, n_pos);
+    int G = n_head / n_head_kv;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int LP = head_dim / 8, PPW = 32 / LP, NS = 4 * PPW;
+    int sub = lane % LP, grp = lane / LP;
+    int kv_dim = n_head_kv * head_dim;
+    long long base = kv_row(layer, slots[r], 0, n_slots, slot_ctx, kv_dim) + (long long)g * head_dim + sub * 8;
+    float qv[AT_MAXG][8], acc[AT_MAXG][8], m[AT_MAXG], l[AT_MAXG];
+#pragma unroll
+    for (int gi = 0; gi < AT_MAXG; gi++) {
+        m[gi] = __int_as_float(0xff800000);
+        l[gi] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            acc[gi][e] = 0.0f;
+            qv[gi][e] = gi < G ? q[((long long)r * n_head + g * G + gi) * head_dim + sub * 8 + e] : 0.0f;
+        }
+    }
+    for (int t0 = start + warp * PPW; t0 < end; t0 += 4 * PPW) {
+        int t = t0 + grp;
+        bool valid = t < end;
+        float kf[8], vf[8];
+        if (valid) {
+            kv_load8(kc, f16, base + (long long)t * kv_dim, kf);
+            kv_load8(vc, f16, base + (long long)t * kv_dim, vf);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) kf[e] = vf[e] = 0.0f;
+        }
+#pragma unroll
+        for (int gi = 0; gi < AT_MAXG; gi++) {
+            if (gi < G) {
+                float s = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) s += qv[gi][e] * kf[e];
+                for (int o = LP / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                s *= scale;
+                if (valid) {
+                    float mn = fmaxf(m[gi], s);
+                    float corr = expf(m[gi] - mn), pr = expf(s - mn);
+                    l[gi] = l[gi] * corr + pr;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[gi][e] = acc[gi][e] * corr + pr * vf[e];
+                    m[gi] = mn;
+                }
+            }
+        }
+    }
+    int st = warp * PPW + grp;
+#pragma unroll
+    for (int gi = 0; gi < AT_MAXG; gi++) {
+        if (gi < G) {
+            if (sub == 0) {
+                sm[gi * 32 + st] = m[gi];
+                sl[gi * 32 + st] = l[gi];
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) sacc[(gi * NS + st) * head_dim + sub * 8 + e] = acc[gi][e];
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < G * head_dim; idx += blockDim.x) {
+        int gi = idx / head_dim, e = idx % head_dim;
+        float M = __int_as_float(0xff800000);
+        for (int s = 0; s < NS; s++) M = fmaxf(M, sm[gi * 32 + s]);
+        float L = 0.0f, A = 0.0f;
+        for (int s = 0; s < NS; s++) {
+            float ms = sm[gi * 32 + s];
+            if (ms == __int_as_float(0xff800000)) continue;
+            float f = expf(ms - M);
+            L += sl[gi * 32 + s] * f;
+            A += sacc[(gi * NS + s) * head_dim + e] * f;
+        }
+        float* out = ws + (((long long)r * n_head + g * G + gi) * n_splits + sp) * (head_dim + 2);
+        out[e] = A;
+        if (e == 0) {
+            out[head_dim] = M;
+            out[head_dim + 1] = L;
+        }
+    }
+}
+
+// Merges the splits of each (query head, row) in split order: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+// grid = (n_head, rows), block = head_dim threads; with `xq` non-null also writes the Q8 blocks of the output.
+extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, float* xs, const float* ws,
+                                      const int* positions, int n_head, int head_dim, int chunk, int n_splits) {
+    int h = blockIdx.x, r = blockIdx.y, e = threadIdx.x;
+    int n_act = (positions[r] + chunk) / chunk;
+    const float* p = ws + ((long long)r * n_head + h) * n_splits * (head_dim + 2);
+    float M = __int_as_float(0xff800000);
+    for (int s = 0; s < n_act; s++) M = fmaxf(M, p[s * (head_dim + 2) + head_dim]);
+    float L = 0.0f, A = 0.0f;
+    for (int s = 0; s < n_act; s++) {
+        const float* ps = p + s * (head_dim + 2);
+        float f = expf(ps[head_dim] - M);
+        L += ps[head_dim + 1] * f;
+        A += ps[e] * f;
+    }
+    float v = A * (1.0f / L);
+    long long i = ((long long)r * n_head + h) * head_dim + e;
+    out[i] = v;
+    if (xq) q8_warp(v, xq, xd, xs, i / 32);
+}

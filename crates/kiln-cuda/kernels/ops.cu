@@ -85,3 +85,58 @@ extern "C" __global__ void copy_f32(float* dst, const float* src, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = src[i];
 }
+
+// Fused Q8 quantization: lane j of a warp holds element j of one 32-element block `blk`; writes the quant, the
+// block scale and scale * sum(quants). Same math as quantize_q8 (exact max, roundf, integer sum), so the bits match.
+__device__ __forceinline__ void q8_warp(float v, signed char* xq, float* xd, float* xs, long long blk) {
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int q = (int)roundf(v * id);
+    int sum = q;
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    int lane = threadIdx.x & 31;
+    xq[blk * 32 + lane] = (signed char)q;
+    if (lane == 0) {
+        xd[blk] = d;
+        xs[blk] = d * (float)sum;
+    }
+}
+
+// rms_norm that also writes the Q8 blocks of its output (width % 32 == 0). grid.x = rows, block = 256.
+extern "C" __global__ void rms_norm_q8(float* out, signed char* xq, float* xd, float* xs, const float* x,
+                                       const float* w, int width, float eps) {
+    __shared__ float sh[32];
+    long long base = (long long)blockIdx.x * width;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) ss += x[base + i] * x[base + i];
+    ss = block_sum(ss, sh);
+    float scale = 1.0f / sqrtf(ss / (float)width + eps);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int b = warp; b < width / 32; b += nw) {
+        int i = b * 32 + lane;
+        float v = x[base + i] * scale * w[i];
+        out[base + i] = v;
+        q8_warp(v, xq, xd, xs, base / 32 + b);
+    }
+}
+
+// swiglu over n elements (n % 32 == 0) that also writes the Q8 blocks. One warp per block of 32.
+extern "C" __global__ void swiglu_q8(float* out, signed char* xq, float* xd, float* xs, const float* gate,
+                                     const float* up, long long n) {
+    long long blk = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (blk * 32 >= n) return;
+    long long i = blk * 32 + (threadIdx.x & 31);
+    float g = gate[i];
+    float v = g / (1.0f + expf(-g)) * up[i];
+    out[i] = v;
+    q8_warp(v, xq, xd, xs, blk);
+}
+
+// Q8 blocks of n elements (n % 32 == 0), one warp per block (the standalone form of the fused writers).
+extern "C" __global__ void quantize_q8_warp(signed char* xq, float* xd, float* xs, const float* x, long long n) {
+    long long blk = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (blk * 32 >= n) return;
+    q8_warp(x[blk * 32 + (threadIdx.x & 31)], xq, xd, xs, blk);
+}

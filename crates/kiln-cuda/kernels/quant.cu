@@ -143,6 +143,17 @@ __device__ bool wq32(int ty, const u8* row, int b, signed char* q, float* s, flo
     }
 }
 
+// Block-sums each row's accumulator (fixed tree) and stores (or adds) it.
+__device__ void mm_store(float* out, const float* acc, float* sh, int o, int r0, int nr, int n_out, int accumulate) {
+    for (int r = 0; r < nr; r++) {
+        float v = block_sum(acc[r], sh);
+        if (threadIdx.x == 0) {
+            float* p = out + (long long)(r0 + r) * n_out + o;
+            *p = accumulate ? *p + v : v;
+        }
+    }
+}
+
 __device__ __forceinline__ int pack4(const signed char* q) {
     return (int)((u32)(u8)q[0] | ((u32)(u8)q[1] << 8) | ((u32)(u8)q[2] << 16) | ((u32)(u8)q[3] << 24));
 }
@@ -200,7 +211,8 @@ extern "C" __global__ void quantize_q8(signed char* xq, float* xd, float* xs, co
 
 // out[r * n_out + o] = W[o] . x[r] for quantized W. grid = (n_out, ceil(n_rows / MM_ROWS)), block = MM_THREADS.
 extern "C" __global__ void matmul_q8(float* out, const u8* w, long long row_bytes, int ty, const signed char* xq,
-                                     const float* xd, const float* xs, int width, int n_out, int n_rows) {
+                                     const float* xd, const float* xs, int width, int n_out, int n_rows,
+                                     int accumulate) {
     __shared__ float sh[32];
     int o = blockIdx.x;
     int r0 = blockIdx.y * MM_ROWS;
@@ -224,15 +236,12 @@ extern "C" __global__ void matmul_q8(float* out, const u8* w, long long row_byte
             acc[r] += xd[xb] * (s[0] * (float)lo + s[1] * (float)hi) + mn * xs[xb];
         }
     }
-    for (int r = 0; r < nr; r++) {
-        float v = block_sum(acc[r], sh);
-        if (threadIdx.x == 0) out[(long long)(r0 + r) * n_out + o] = v;
-    }
+    mm_store(out, acc, sh, o, r0, nr, n_out, accumulate);
 }
 
 // The same for F32/F16/BF16 weights on f32 activations (no activation quantization; any width).
 extern "C" __global__ void matmul_f(float* out, const u8* w, long long row_bytes, int ty, const float* x, int width,
-                                    int n_out, int n_rows) {
+                                    int n_out, int n_rows, int accumulate) {
     __shared__ float sh[32];
     int o = blockIdx.x;
     int r0 = blockIdx.y * MM_ROWS;
@@ -244,8 +253,30 @@ extern "C" __global__ void matmul_f(float* out, const u8* w, long long row_bytes
         float wv = wf(ty, row, i);
         for (int r = 0; r < nr; r++) acc[r] += wv * x[(long long)(r0 + r) * width + i];
     }
-    for (int r = 0; r < nr; r++) {
-        float v = block_sum(acc[r], sh);
-        if (threadIdx.x == 0) out[(long long)(r0 + r) * n_out + o] = v;
+    mm_store(out, acc, sh, o, r0, nr, n_out, accumulate);
+}
+
+// The reference (f32-activation) matmul: quantized weights dequantized 32 at a time, multiplied with f32
+// activations (the CUDA side of KILN_NO_QUANT_ACT). Same grid as matmul_q8.
+extern "C" __global__ void matmul_deq(float* out, const u8* w, long long row_bytes, int ty, const float* x, int width,
+                                      int n_out, int n_rows, int accumulate) {
+    __shared__ float sh[32];
+    int o = blockIdx.x;
+    int r0 = blockIdx.y * MM_ROWS;
+    int nr = min(MM_ROWS, n_rows - r0);
+    const u8* row = w + (long long)o * row_bytes;
+    float acc[MM_ROWS];
+    for (int r = 0; r < MM_ROWS; r++) acc[r] = 0.0f;
+    signed char q[32];
+    float s[2], mn;
+    for (int b = threadIdx.x; b < width / 32; b += blockDim.x) {
+        if (!wq32(ty, row, b, q, s, mn)) break;
+        for (int r = 0; r < nr; r++) {
+            const float* xr = x + (long long)(r0 + r) * width + b * 32;
+            float a = 0.0f;
+            for (int j = 0; j < 32; j++) a += (s[j >> 4] * (float)q[j] + mn) * xr[j];
+            acc[r] += a;
+        }
     }
+    mm_store(out, acc, sh, o, r0, nr, n_out, accumulate);
 }

@@ -1,26 +1,92 @@
 //! The device: context, stream, the compiled kernel module, and one method per kernel.
 //!
-//! Buffers are plain device allocations ([`DBuf`] of f32, [`DWeight`] holding a weight's GGUF bytes as they are
-//! in the file, uploaded once). Everything runs on one stream, so kernels see each other's writes in launch
-//! order; only [`Device::read`] synchronizes.
+//! Buffers are plain device allocations: [`DBuf`] of f32 with a Q8 shadow (the activation blocks the quantized
+//! matmuls read, written by the fused norm/SwiGLU/attention kernels or quantized on first use), [`DWeight`]
+//! holding a weight repacked at upload into the layout its GEMV kernel loads with 16-byte vectors (or the GGUF
+//! bytes as they are, for the generic kernels). Everything runs on one stream, so kernels see each other's writes
+//! in launch order; only [`Device::read`] synchronizes.
+//!
+//! A forward pass reads its per-row metadata (tokens, KV slots, positions, rows that want logits) from one device
+//! buffer set by [`Device::set_pass`], and no op allocates or copies from the host, so a whole pass can be
+//! captured once as a CUDA graph and replayed ([`Device::run_pass`]) with new metadata.
 
 use crate::compile::{arch_name, cubin_cached};
 use crate::error::{drv, Error, Result};
 use cudarc::driver::{
-    sys as cu, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
+    sys as cu, CudaContext, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream, DevicePtr,
     LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 use kiln_quant::GgmlType;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Threads per block of the matmul kernels (also fixes their reduction order).
+/// Threads per block of the generic matmul kernels (also fixes their reduction order).
 const MM_THREADS: u32 = 128;
-/// Activation rows per matmul block (`MM_ROWS` in quant.cu).
+/// Activation rows per generic matmul block (`MM_ROWS` in quant.cu).
 const MM_ROWS: usize = 8;
+/// Output features per GEMV block (`GV_WARPS` in gemv.cu) and activation rows per GEMV row group (`GV_ROWS`).
+const GV_WARPS: usize = 4;
+const GV_ROWS: usize = 8;
 /// Threads per block of the row kernels (norms, attention).
 const ROW_THREADS: u32 = 256;
+/// Most query heads per KV head the split-KV kernel takes (`AT_MAXG` in attention.cu).
+const AT_MAXG: usize = 8;
+/// Graphs kept before the cache is cleared (one per batch shape in practice).
+const MAX_GRAPHS: usize = 64;
+
+/// Which fast paths the device uses. Each is on by default and has a kill switch in kiln's flag registry, so
+/// before/after is one binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Weights repacked at upload and the 16-byte-load GEMV kernels (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K); else the
+    /// generic kernel on the GGUF bytes.
+    pub fast_gemv: bool,
+    /// Fused kernels: RMSNorm, SwiGLU and attention write the Q8 activations of their output; QK-norm, RoPE and
+    /// the KV append are one kernel; the residual add happens in the output projection's matmul.
+    pub fused: bool,
+    /// Split-KV ("flash decoding") attention; else one block per (head, row) over all positions.
+    pub split_kv: bool,
+    /// Each forward pass captured once as a CUDA graph and replayed.
+    pub graphs: bool,
+    /// The reference mode: every matmul on f32 activations against dequantized weights.
+    pub reference: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            fast_gemv: true,
+            fused: true,
+            split_kv: true,
+            graphs: true,
+            reference: false,
+        }
+    }
+}
+
+/// Identities of buffers (graph keys): never reused within a process.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Per-pass row metadata on the device: `[tokens | slots | positions | logit rows]`, `cap` entries each.
+struct Meta {
+    buf: CudaSlice<i32>,
+    cap: usize,
+    host: Vec<i32>,
+    /// `(slot, pos)` of the current pass's rows, for the host-side checks.
+    rows: Vec<(usize, usize)>,
+    n_logits: usize,
+}
+
+/// CUDA graphs by pass key. A graph is only touched under the device's lock.
+struct Graphs(HashMap<[u64; 6], CudaGraph>);
+// SAFETY: CudaGraph holds raw driver handles; every use is serialized by the Mutex around `Graphs`.
+unsafe impl Send for Graphs {}
 
 /// An open GPU with the kernels loaded.
 pub struct Device {
@@ -28,6 +94,17 @@ pub struct Device {
     stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
     funcs: HashMap<&'static str, CudaFunction>,
+    opts: Options,
+    meta: Mutex<Meta>,
+    /// Attention scratch (split partials or scores), grown only outside graph capture.
+    ws: Mutex<CudaSlice<f32>>,
+    graphs: Mutex<Graphs>,
+    /// Mixture-of-experts intermediates, sized by [`Device::reserve_moe`].
+    moe: Mutex<Option<MoeScratch>>,
+    /// Bumped whenever `meta` or `ws` is reallocated: captured graphs hold their old addresses.
+    generation: Mutex<u64>,
+    /// Set while a pass is being captured (allocation is then an error).
+    capturing: AtomicBool,
     /// Marketing name of the GPU.
     pub name: String,
     /// The architecture the kernels were compiled for (`sm_90a`).
@@ -40,11 +117,20 @@ pub struct Device {
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Device({} {})", self.name, self.arch)
+        write!(f, "Device({} {}, {:?})", self.name, self.arch, self.opts)
     }
 }
 
-/// A weight on the device: its GGUF bytes, row-major, `rows × row_bytes`.
+/// How a weight's bytes are laid out on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// The GGUF rows as they are (generic kernels, embedding lookups).
+    Native,
+    /// Repacked for the named GEMV kernel (see gemv.cu).
+    Gemv(&'static str),
+}
+
+/// A weight on the device.
 pub struct DWeight {
     /// Tensor name (for errors).
     pub name: String,
@@ -54,17 +140,35 @@ pub struct DWeight {
     pub cols: usize,
     /// Rows (output features).
     pub rows: usize,
-    /// Bytes per row.
+    /// Bytes per GGUF row.
     pub row_bytes: usize,
+    layout: Layout,
     data: CudaSlice<u8>,
 }
 
-/// An f32 activation buffer.
+impl DWeight {
+    /// Whether the weight is repacked for a 16-byte-load GEMV kernel.
+    pub fn is_repacked(&self) -> bool {
+        matches!(self.layout, Layout::Gemv(_))
+    }
+}
+
+/// An f32 activation buffer with its Q8 shadow: int8 quants, block scales and scale × quant sums per 32 elements.
 pub struct DBuf {
     data: CudaSlice<f32>,
+    xq: CudaSlice<i8>,
+    xd: CudaSlice<f32>,
+    xs: CudaSlice<f32>,
+    /// Leading elements whose Q8 shadow matches the f32 data.
+    q8_valid: AtomicUsize,
+    id: u64,
 }
 
 impl DBuf {
+    /// A process-unique identity (keys captured graphs).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
     /// Elements.
     pub fn len(&self) -> usize {
         self.data.len()
@@ -83,6 +187,62 @@ pub struct DKv {
     pub dims: (usize, usize, usize, usize),
     /// Whether elements are f16.
     pub f16: bool,
+    id: u64,
+}
+
+impl DKv {
+    /// A process-unique identity (keys captured graphs).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+/// The intermediates of one MoE FFN call: router logits, choices, expert activations and outputs.
+struct MoeScratch {
+    rows: usize,
+    logits: DBuf,
+    ids: CudaSlice<i32>,
+    wts: DBuf,
+    gate: DBuf,
+    up: DBuf,
+    act: DBuf,
+    y: DBuf,
+}
+
+/// The shape of a mixture-of-experts FFN (weights `[width, ff, n_exp]` and `[ff, width, n_exp]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeShape {
+    /// Experts.
+    pub n_exp: usize,
+    /// Experts per token.
+    pub k: usize,
+    /// Expert hidden size.
+    pub ff: usize,
+    /// Model width.
+    pub width: usize,
+    /// Renormalise the chosen experts' weights.
+    pub norm_topk: bool,
+}
+
+/// Attention geometry and RoPE / QK-norm parameters of [`Device::attention_fused`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnShape {
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_head_kv: usize,
+    /// Per-head dimension.
+    pub head_dim: usize,
+    /// Score scale.
+    pub scale: f32,
+    /// RoPE base frequency.
+    pub theta: f32,
+    /// RoPE position multiplier.
+    pub freq_scale: f32,
+    /// NEOX (half-split) pairs, else adjacent pairs.
+    pub neox: bool,
+    /// QK-norm epsilon.
+    pub eps: f32,
 }
 
 /// Whether the CUDA driver library can be loaded.
@@ -104,10 +264,57 @@ pub fn supports(ty: GgmlType) -> bool {
     )
 }
 
+/// The GEMV kernel for `ty` and the bytes of one GGUF block that hold quants vs scales, or None (generic).
+fn gemv_kernel(ty: GgmlType) -> Option<&'static str> {
+    use GgmlType::*;
+    match ty {
+        Q4_K => Some("gemv_q4k"),
+        Q6_K => Some("gemv_q6k"),
+        Q8_0 => Some("gemv_q8_0"),
+        Q4_0 => Some("gemv_q4_0"),
+        Q4_1 => Some("gemv_q4_1"),
+        _ => None,
+    }
+}
+
+/// Repacks GGUF rows into the GEMV layout of `ty` (gemv.cu's header): the 16-byte-aligned quant part of every block
+/// first, then the scale part of every block, both in row-major block order.
+fn repack(ty: GgmlType, bytes: &[u8]) -> Vec<u8> {
+    use GgmlType::*;
+    // (block bytes, offset and length of the aligned part, offsets of the scale part)
+    let (blk, q_off, q_len): (usize, usize, usize) = match ty {
+        Q4_K => return bytes.to_vec(),
+        Q6_K => (210, 0, 208),
+        Q8_0 => (34, 2, 32),
+        Q4_0 => (18, 2, 16),
+        Q4_1 => (20, 4, 16),
+        _ => return bytes.to_vec(),
+    };
+    let n = bytes.len() / blk;
+    let meta_len = blk - q_len;
+    let mut out = vec![0u8; bytes.len()];
+    let (qs, meta) = out.split_at_mut(n * q_len);
+    for (i, b) in bytes.chunks_exact(blk).enumerate() {
+        qs[i * q_len..(i + 1) * q_len].copy_from_slice(&b[q_off..q_off + q_len]);
+        let m = &mut meta[i * meta_len..(i + 1) * meta_len];
+        // The scale part is whatever is outside the quant range, in file order.
+        m[..q_off].copy_from_slice(&b[..q_off]);
+        m[q_off..].copy_from_slice(&b[q_off + q_len..]);
+    }
+    out
+}
+
+/// Split-KV geometry for a slot of `slot_ctx` positions: positions per split and the number of splits. Depends
+/// only on the session, so a row's reduction order never depends on the batch.
+fn attn_splits(slot_ctx: usize) -> (usize, usize) {
+    let chunk = slot_ctx.div_ceil(64).div_ceil(64).max(1) * 64;
+    (chunk, slot_ctx.div_ceil(chunk))
+}
+
 impl Device {
     /// Opens GPU `ordinal`, compiles (or loads from the cache) the kernels for its architecture.
     /// Without a driver or GPU this returns an error saying so; it never panics.
-    pub fn open(ordinal: usize) -> Result<Device> {
+    pub fn open(ordinal: usize, opts: Options) -> Result<Device> {
         if !driver_available() {
             return Err(Error::NoDriver);
         }
@@ -140,17 +347,42 @@ impl Device {
                 .map_err(drv(format!("loading kernel {k}")))?;
             funcs.insert(k, f);
         }
-        let stream = ctx.default_stream();
+        // A created stream, not the legacy default one: only those can be captured into graphs.
+        let stream = ctx.new_stream().map_err(drv("stream creation"))?;
+        let meta = Meta {
+            buf: stream
+                .alloc_zeros::<i32>(4 * 64)
+                .map_err(drv("allocating metadata"))?,
+            cap: 64,
+            host: vec![0; 4 * 64],
+            rows: Vec::new(),
+            n_logits: 0,
+        };
+        let ws = stream
+            .alloc_zeros::<f32>(1)
+            .map_err(drv("allocating attention scratch"))?;
         Ok(Device {
             ctx,
             stream,
             _module: module,
             funcs,
+            opts,
+            meta: Mutex::new(meta),
+            ws: Mutex::new(ws),
+            graphs: Mutex::new(Graphs(HashMap::new())),
+            moe: Mutex::new(None),
+            generation: Mutex::new(0),
+            capturing: AtomicBool::new(false),
             name,
             arch,
             cache_hit,
             warning,
         })
+    }
+
+    /// The fast paths in use.
+    pub fn options(&self) -> Options {
+        self.opts
     }
 
     fn f(&self, name: &'static str) -> &CudaFunction {
@@ -163,9 +395,24 @@ impl Device {
         p
     }
 
+    fn lock<'a, T>(&self, m: &'a Mutex<T>) -> MutexGuard<'a, T> {
+        // A panic while holding a device lock leaves plain data behind; keep going with it.
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump_generation(&self) {
+        *self.lock(&self.generation) += 1;
+        self.lock(&self.graphs).0.clear();
+    }
+
     /// Waits for all queued work.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize().map_err(drv("synchronize"))
+    }
+
+    /// The stream every kernel runs on (for timing with events).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
     }
 
     /// The context (for callers that allocate their own buffers).
@@ -173,13 +420,26 @@ impl Device {
         &self.ctx
     }
 
-    /// A zeroed buffer of `len` f32.
+    /// A zeroed buffer of `len` f32 (plus its Q8 shadow).
     pub fn alloc(&self, len: usize) -> Result<DBuf> {
         let data = self
             .stream
             .alloc_zeros::<f32>(len.max(1))
             .map_err(drv(format!("allocating {len} floats")))?;
-        Ok(DBuf { data })
+        self.with_shadow(data)
+    }
+
+    fn with_shadow(&self, data: CudaSlice<f32>) -> Result<DBuf> {
+        let nb = data.len().div_ceil(32);
+        let err = || drv("allocating Q8 activations");
+        Ok(DBuf {
+            xq: self.stream.alloc_zeros::<i8>(nb * 32).map_err(err())?,
+            xd: self.stream.alloc_zeros::<f32>(nb).map_err(err())?,
+            xs: self.stream.alloc_zeros::<f32>(nb).map_err(err())?,
+            data,
+            q8_valid: AtomicUsize::new(0),
+            id: next_id(),
+        })
     }
 
     /// A buffer holding `x`.
@@ -188,7 +448,7 @@ impl Device {
             .stream
             .clone_htod(x)
             .map_err(drv(format!("uploading {} floats", x.len())))?;
-        Ok(DBuf { data })
+        self.with_shadow(data)
     }
 
     /// Copies the first `dst.len()` elements of `x` to the host (synchronizes).
@@ -205,7 +465,9 @@ impl Device {
         self.synchronize()
     }
 
-    /// Uploads a weight's bytes (`rows × row_bytes`).
+    /// Uploads a weight (`rows × row_bytes` GGUF bytes). With `gemv` and a type that has a GEMV kernel (and not
+    /// in the reference mode), the bytes are repacked for it; otherwise kept as they are (needed by
+    /// [`Device::embed`]).
     pub fn upload_weight(
         &self,
         name: &str,
@@ -213,6 +475,7 @@ impl Device {
         cols: usize,
         rows: usize,
         bytes: &[u8],
+        gemv: bool,
     ) -> Result<DWeight> {
         if !supports(ty) {
             return Err(Error::Unsupported {
@@ -233,17 +496,20 @@ impl Device {
                 ),
             });
         }
-        let data = self
-            .stream
-            .clone_htod(bytes)
-            .map_err(drv(format!("uploading tensor '{name}'")))?;
+        let kernel =
+            gemv_kernel(ty).filter(|_| gemv && self.opts.fast_gemv && !self.opts.reference);
+        let (layout, data) = match kernel {
+            Some(k) => (Layout::Gemv(k), self.stream.clone_htod(&repack(ty, bytes))),
+            None => (Layout::Native, self.stream.clone_htod(bytes)),
+        };
         Ok(DWeight {
             name: name.into(),
             ty,
             cols,
             rows,
             row_bytes,
-            data,
+            layout,
+            data: data.map_err(drv(format!("uploading tensor '{name}'")))?,
         })
     }
 
@@ -270,7 +536,276 @@ impl Device {
             v,
             dims: (n_layer, n_slots, slot_ctx, kv_dim),
             f16,
+            id: next_id(),
         })
+    }
+
+    /// Sizes the attention scratch for passes of up to `rows` rows of `n_head × head_dim` over slots of
+    /// `slot_ctx` (called before any pass is captured, so capture never allocates).
+    pub fn reserve_attention(
+        &self,
+        rows: usize,
+        n_head: usize,
+        head_dim: usize,
+        slot_ctx: usize,
+    ) -> Result<()> {
+        let (_, n_splits) = attn_splits(slot_ctx);
+        let need = rows * n_head * (n_splits * (head_dim + 2)).max(slot_ctx);
+        let mut ws = self.lock(&self.ws);
+        if ws.len() < need {
+            if self.capturing.load(Ordering::Relaxed) {
+                return Err(Error::Shape {
+                    op: "attention",
+                    detail: "scratch not reserved before graph capture".into(),
+                });
+            }
+            *ws = self
+                .stream
+                .alloc_zeros::<f32>(need)
+                .map_err(drv("allocating attention scratch"))?;
+            drop(ws);
+            self.bump_generation();
+        }
+        Ok(())
+    }
+
+    /// Sizes the MoE intermediates for passes of up to `rows` rows (before any pass is captured).
+    pub fn reserve_moe(&self, rows: usize, m: &MoeShape) -> Result<()> {
+        let mut g = self.lock(&self.moe);
+        if g.as_ref().is_some_and(|s| s.rows >= rows) {
+            return Ok(());
+        }
+        if self.capturing.load(Ordering::Relaxed) {
+            return Err(Error::Shape {
+                op: "moe_ffn",
+                detail: "scratch not reserved before graph capture".into(),
+            });
+        }
+        let c = rows * m.k;
+        *g = Some(MoeScratch {
+            rows,
+            logits: self.alloc(rows * m.n_exp)?,
+            ids: self
+                .stream
+                .alloc_zeros::<i32>(c.max(1))
+                .map_err(drv("allocating MoE choices"))?,
+            wts: self.alloc(c)?,
+            gate: self.alloc(c * m.ff)?,
+            up: self.alloc(c * m.ff)?,
+            act: self.alloc(c * m.ff)?,
+            y: self.alloc(c * m.width)?,
+        });
+        drop(g);
+        self.bump_generation();
+        Ok(())
+    }
+
+    /// Mixture-of-experts FFN of `n_rows` rows of `x`: routing on the device (softmax, top-k, optional
+    /// renormalisation), each chosen expert's SwiGLU FFN, outputs summed in ascending expert order into `out`.
+    /// Expert weights must be in GGUF layout (3-D tensors are never repacked).
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_ffn(
+        &self,
+        out: &mut DBuf,
+        x: &DBuf,
+        n_rows: usize,
+        router: &DWeight,
+        gate: &DWeight,
+        up: &DWeight,
+        down: &DWeight,
+        m: &MoeShape,
+    ) -> Result<()> {
+        let (d, ff, k) = (m.width, m.ff, m.k);
+        self.check(
+            "moe_ffn",
+            k > 0
+                && k <= 16
+                && k <= m.n_exp
+                && router.cols == d
+                && router.rows == m.n_exp
+                && gate.cols == d
+                && up.cols == d
+                && gate.rows == ff * m.n_exp
+                && up.rows == ff * m.n_exp
+                && down.cols == ff
+                && down.rows == d * m.n_exp
+                && [gate, up, down]
+                    .iter()
+                    .all(|w| w.layout == Layout::Native && !is_float(w.ty))
+                && x.len() >= n_rows * d
+                && out.len() >= n_rows * d,
+            || format!("'{}': {m:?} on {n_rows} rows", gate.name),
+        )?;
+        out.q8_valid.store(0, Ordering::Relaxed);
+        if n_rows == 0 {
+            return Ok(());
+        }
+        self.reserve_moe(n_rows, m)?;
+        let mut g = self.lock(&self.moe);
+        let s = g.as_mut().ok_or_else(|| Error::Shape {
+            op: "moe_ffn",
+            detail: "no scratch".into(),
+        })?;
+        self.matmul(&mut s.logits, router, x, n_rows, false)?;
+        let (ip, wp, lp) = (
+            self.ptr(&s.ids),
+            self.ptr(&s.wts.data),
+            self.ptr(&s.logits.data),
+        );
+        self.launch(
+            "moe_route",
+            grid(n_rows as u32, 1, 32),
+            &[
+                &ip,
+                &wp,
+                &lp,
+                &(m.n_exp as i32),
+                &(k as i32),
+                &(m.norm_topk as i32),
+            ],
+        )?;
+        let reference = self.opts.reference;
+        let expert =
+            |o: &mut DBuf, w: &DWeight, a: &DBuf, per_choice: bool, n_out: usize| -> Result<()> {
+                let width = w.cols;
+                if !reference {
+                    self.quantize(a, (if per_choice { n_rows * k } else { n_rows }) * width)?;
+                }
+                o.q8_valid.store(0, Ordering::Relaxed);
+                let (op, wp) = (self.ptr(&o.data), self.ptr(&w.data));
+                let (qp, dp, sp, fp) = (
+                    self.ptr(&a.xq),
+                    self.ptr(&a.xd),
+                    self.ptr(&a.xs),
+                    self.ptr(&a.data),
+                );
+                self.launch(
+                    "moe_matmul",
+                    grid(n_out as u32, (n_rows * k) as u32, MM_THREADS),
+                    &[
+                        &op,
+                        &wp,
+                        &((n_out * w.row_bytes) as i64),
+                        &(w.row_bytes as i64),
+                        &(w.ty.id() as i32),
+                        &qp,
+                        &dp,
+                        &sp,
+                        &fp,
+                        &(reference as i32),
+                        &ip,
+                        &(k as i32),
+                        &(per_choice as i32),
+                        &(width as i32),
+                        &(n_out as i32),
+                    ],
+                )
+            };
+        let MoeScratch {
+            gate: sg,
+            up: su,
+            act,
+            y,
+            ..
+        } = s;
+        expert(sg, gate, x, false, ff)?;
+        expert(su, up, x, false, ff)?;
+        self.swiglu(act, sg, su, n_rows * k * ff)?;
+        expert(y, down, act, true, d)?;
+        let (o, yp) = (self.ptr(&out.data), self.ptr(&y.data));
+        self.launch(
+            "moe_combine",
+            grid(n_rows as u32, 1, ROW_THREADS),
+            &[&o, &yp, &wp, &(k as i32), &(d as i32)],
+        )
+    }
+
+    /// Sets the rows of the next pass: their tokens, `(slot, pos)` and the batch rows that want logits. Ops of the
+    /// pass ([`Device::embed`], [`Device::attention`], [`Device::gather_rows`] …) read these from the device.
+    pub fn set_pass(
+        &self,
+        tokens: &[u32],
+        rows: &[(usize, usize)],
+        logit_rows: &[usize],
+    ) -> Result<()> {
+        let n = tokens.len().max(rows.len()).max(logit_rows.len());
+        let mut m = self.lock(&self.meta);
+        if n > m.cap {
+            let cap = n.next_power_of_two();
+            m.buf = self
+                .stream
+                .alloc_zeros::<i32>(4 * cap)
+                .map_err(drv("allocating metadata"))?;
+            m.cap = cap;
+            m.host = vec![0; 4 * cap];
+            self.bump_generation();
+        }
+        let cap = m.cap;
+        m.host.fill(0);
+        for (i, &t) in tokens.iter().enumerate() {
+            m.host[i] = t as i32;
+        }
+        for (i, &(s, p)) in rows.iter().enumerate() {
+            m.host[cap + i] = s as i32;
+            m.host[2 * cap + i] = p as i32;
+        }
+        for (i, &r) in logit_rows.iter().enumerate() {
+            m.host[3 * cap + i] = r as i32;
+        }
+        m.rows = rows.to_vec();
+        m.n_logits = logit_rows.len();
+        let Meta { buf, host, .. } = &mut *m;
+        self.stream
+            .memcpy_htod(host.as_slice(), buf)
+            .map_err(drv("uploading pass metadata"))
+    }
+
+    /// Device pointers of the pass metadata: tokens, slots, positions, logit rows.
+    fn meta_ptrs(&self) -> [u64; 4] {
+        let m = self.lock(&self.meta);
+        let base = self.ptr(&m.buf);
+        let step = (m.cap * 4) as u64;
+        [base, base + step, base + 2 * step, base + 3 * step]
+    }
+
+    /// Runs one forward pass `f` (whose ops use the metadata of the last [`Device::set_pass`]). With graphs on
+    /// and `capturable`, the pass is captured as a CUDA graph the first time a `key` is seen and replayed after:
+    /// `key` must identify everything the launches depend on besides the metadata (row counts, buffers).
+    pub fn run_pass(
+        &self,
+        key: [u64; 4],
+        capturable: bool,
+        f: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
+        if !capturable || !self.opts.graphs {
+            return f();
+        }
+        let mut graphs = self.lock(&self.graphs);
+        let gen = *self.lock(&self.generation);
+        let full = [key[0], key[1], key[2], key[3], gen, 0];
+        if let Some(g) = graphs.0.get(&full) {
+            return g.launch().map_err(drv("launching a graph"));
+        }
+        self.stream
+            .begin_capture(cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(drv("beginning graph capture"))?;
+        self.capturing.store(true, Ordering::Relaxed);
+        let r = f();
+        self.capturing.store(false, Ordering::Relaxed);
+        let g = self.stream.end_capture(cu::CUgraphInstantiate_flags(0));
+        r?;
+        let g = g
+            .map_err(drv("capturing a graph"))?
+            .ok_or_else(|| Error::Shape {
+                op: "graph",
+                detail: "capture produced no graph".into(),
+            })?;
+        g.launch().map_err(drv("launching a graph"))?;
+        if graphs.0.len() >= MAX_GRAPHS {
+            graphs.0.clear();
+        }
+        graphs.0.insert(full, g);
+        Ok(())
     }
 
     fn check(&self, op: &'static str, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
@@ -296,34 +831,28 @@ impl Device {
         Ok(())
     }
 
-    /// `out[i] = table[tokens[i]]`, dequantized.
-    pub fn embed(&self, out: &mut DBuf, w: &DWeight, tokens: &[u32]) -> Result<()> {
-        self.check("embed", out.len() >= tokens.len() * w.cols, || {
-            format!(
-                "output of {} for {} rows of {}",
-                out.len(),
-                tokens.len(),
-                w.cols
-            )
-        })?;
-        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= w.rows) {
-            return Err(Error::Shape {
-                op: "embed",
-                detail: format!(
-                    "token {t} outside the table of {} rows ('{}')",
-                    w.rows, w.name
-                ),
-            });
-        }
-        if tokens.is_empty() {
+    /// `out[i] = table[tokens[i]]`, dequantized, for the `n` tokens of the pass. `w` must be in GGUF layout.
+    pub fn embed(&self, out: &mut DBuf, w: &DWeight, n: usize) -> Result<()> {
+        self.check(
+            "embed",
+            out.len() >= n * w.cols && w.layout == Layout::Native,
+            || {
+                format!(
+                    "output of {} for {n} rows of {} ('{}', {:?})",
+                    out.len(),
+                    w.cols,
+                    w.name,
+                    w.layout
+                )
+            },
+        )?;
+        out.q8_valid.store(0, Ordering::Relaxed);
+        if n == 0 {
             return Ok(());
         }
-        let toks = self
-            .stream
-            .clone_htod(tokens)
-            .map_err(drv("uploading tokens"))?;
-        let cfg = grid(tokens.len() as u32, 1, ROW_THREADS);
-        let (o, wp, tp) = (self.ptr(&out.data), self.ptr(&w.data), self.ptr(&toks));
+        let [tp, ..] = self.meta_ptrs();
+        let cfg = grid(n as u32, 1, ROW_THREADS);
+        let (o, wp) = (self.ptr(&out.data), self.ptr(&w.data));
         self.launch(
             "embed_rows",
             cfg,
@@ -338,8 +867,36 @@ impl Device {
         )
     }
 
-    /// `out[r] = W · x[r]` for `n_rows` rows (`x` is `n_rows × w.cols`, `out` is `n_rows × w.rows`).
-    pub fn matmul(&self, out: &mut DBuf, w: &DWeight, x: &DBuf, n_rows: usize) -> Result<()> {
+    /// Makes the Q8 shadow of `x`'s first `n` elements current (`n % 32 == 0`).
+    fn quantize(&self, x: &DBuf, n: usize) -> Result<()> {
+        if x.q8_valid.load(Ordering::Relaxed) >= n {
+            return Ok(());
+        }
+        let (qp, dp, sp, xp) = (
+            self.ptr(&x.xq),
+            self.ptr(&x.xd),
+            self.ptr(&x.xs),
+            self.ptr(&x.data),
+        );
+        self.launch(
+            "quantize_q8_warp",
+            grid((n / 32).div_ceil(8) as u32, 1, 256),
+            &[&qp, &dp, &sp, &xp, &(n as i64)],
+        )?;
+        x.q8_valid.store(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `out[r] (+)= W · x[r]` for `n_rows` rows (`x` is `n_rows × w.cols`, `out` is `n_rows × w.rows`); with
+    /// `accumulate` the product is added to `out` (the residual connection).
+    pub fn matmul(
+        &self,
+        out: &mut DBuf,
+        w: &DWeight,
+        x: &DBuf,
+        n_rows: usize,
+        accumulate: bool,
+    ) -> Result<()> {
         self.check(
             "matmul",
             x.len() >= n_rows * w.cols && out.len() >= n_rows * w.rows,
@@ -355,57 +912,64 @@ impl Device {
                 )
             },
         )?;
+        out.q8_valid.store(0, Ordering::Relaxed);
         if n_rows == 0 {
             return Ok(());
         }
-        let cfg = LaunchConfig {
-            grid_dim: (w.rows as u32, n_rows.div_ceil(MM_ROWS) as u32, 1),
-            block_dim: (MM_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
         let (o, wp, xp) = (self.ptr(&out.data), self.ptr(&w.data), self.ptr(&x.data));
-        let (rb, ty, width, n_out, nr) = (
+        let (rb, ty, width, n_out, nr, acc) = (
             w.row_bytes as i64,
             w.ty.id() as i32,
             w.cols as i32,
             w.rows as i32,
             n_rows as i32,
+            accumulate as i32,
         );
+        let generic = LaunchConfig {
+            grid_dim: (w.rows as u32, n_rows.div_ceil(MM_ROWS) as u32, 1),
+            block_dim: (MM_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
         if is_float(w.ty) {
             return self.launch(
                 "matmul_f",
-                cfg,
-                &[&o, &wp, &rb, &ty, &xp, &width, &n_out, &nr],
+                generic,
+                &[&o, &wp, &rb, &ty, &xp, &width, &n_out, &nr, &acc],
             );
         }
-        // Activations quantized to Q8 blocks once per call.
-        let nb = n_rows * w.cols / 32;
-        let xq = self
-            .stream
-            .alloc_zeros::<i8>(n_rows * w.cols)
-            .map_err(drv("allocating Q8 activations"))?;
-        let xd = self
-            .stream
-            .alloc_zeros::<f32>(nb)
-            .map_err(drv("allocating Q8 scales"))?;
-        let xs = self
-            .stream
-            .alloc_zeros::<f32>(nb)
-            .map_err(drv("allocating Q8 sums"))?;
-        let (qp, dp, sp) = (self.ptr(&xq), self.ptr(&xd), self.ptr(&xs));
-        self.launch(
-            "quantize_q8",
-            grid(n_rows as u32, 1, MM_THREADS),
-            &[&qp, &dp, &sp, &xp, &width],
-        )?;
-        self.launch(
-            "matmul_q8",
-            cfg,
-            &[&o, &wp, &rb, &ty, &qp, &dp, &sp, &width, &n_out, &nr],
-        )
+        if self.opts.reference {
+            return self.launch(
+                "matmul_deq",
+                generic,
+                &[&o, &wp, &rb, &ty, &xp, &width, &n_out, &nr, &acc],
+            );
+        }
+        self.quantize(x, n_rows * w.cols)?;
+        let (qp, dp, sp) = (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs));
+        match w.layout {
+            Layout::Gemv(k) => self.launch(
+                k,
+                LaunchConfig {
+                    grid_dim: (
+                        w.rows.div_ceil(GV_WARPS) as u32,
+                        n_rows.div_ceil(GV_ROWS) as u32,
+                        1,
+                    ),
+                    block_dim: (32 * GV_WARPS as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                },
+                &[&o, &wp, &qp, &dp, &sp, &width, &n_out, &nr, &acc],
+            ),
+            Layout::Native => self.launch(
+                "matmul_q8",
+                generic,
+                &[&o, &wp, &rb, &ty, &qp, &dp, &sp, &width, &n_out, &nr, &acc],
+            ),
+        }
     }
 
-    /// Row-wise RMSNorm of `n_rows × width` rows of `x` into `out`, times `w` (`width` values).
+    /// Row-wise RMSNorm of `n_rows × width` rows of `x` into `out`, times `w` (`width` values). With the fused
+    /// kernels on and `width % 32 == 0`, also writes `out`'s Q8 shadow.
     pub fn rms_norm(
         &self,
         out: &mut DBuf,
@@ -415,30 +979,41 @@ impl Device {
         width: usize,
         eps: f32,
     ) -> Result<()> {
-        self.check("rms_norm", out.len() >= n_rows * width, || {
-            format!("output {} for {n_rows} rows of {width}", out.len())
-        })?;
-        let o = self.ptr(&out.data);
-        self.rms_norm_ptr(o, x, w, n_rows, width, eps)
+        self.check(
+            "rms_norm",
+            out.len() >= n_rows * width && x.len() >= n_rows * width && w.len() >= width,
+            || {
+                format!(
+                    "{n_rows} rows of {width}: output {} / input {} / weight {}",
+                    out.len(),
+                    x.len(),
+                    w.len()
+                )
+            },
+        )?;
+        out.q8_valid.store(0, Ordering::Relaxed);
+        if n_rows == 0 {
+            return Ok(());
+        }
+        let (o, xp, wp) = (self.ptr(&out.data), self.ptr(&x.data), self.ptr(&w.data));
+        let cfg = grid(n_rows as u32, 1, ROW_THREADS);
+        if self.opts.fused && width.is_multiple_of(32) {
+            let (qp, dp, sp) = (self.ptr(&out.xq), self.ptr(&out.xd), self.ptr(&out.xs));
+            self.launch(
+                "rms_norm_q8",
+                cfg,
+                &[&o, &qp, &dp, &sp, &xp, &wp, &(width as i32), &eps],
+            )?;
+            out.q8_valid.store(n_rows * width, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.launch("rms_norm", cfg, &[&o, &xp, &wp, &(width as i32), &eps])
     }
 
     /// [`Device::rms_norm`] in place (QK-norm: rows are tokens × heads, `width` the head dimension).
     pub fn rms_norm_inplace(
         &self,
         x: &mut DBuf,
-        w: &DBuf,
-        n_rows: usize,
-        width: usize,
-        eps: f32,
-    ) -> Result<()> {
-        let o = self.ptr(&x.data);
-        self.rms_norm_ptr(o, x, w, n_rows, width, eps)
-    }
-
-    fn rms_norm_ptr(
-        &self,
-        o: u64,
-        x: &DBuf,
         w: &DBuf,
         n_rows: usize,
         width: usize,
@@ -455,6 +1030,7 @@ impl Device {
                 )
             },
         )?;
+        x.q8_valid.store(0, Ordering::Relaxed);
         if n_rows == 0 {
             return Ok(());
         }
@@ -462,16 +1038,16 @@ impl Device {
         self.launch(
             "rms_norm",
             grid(n_rows as u32, 1, ROW_THREADS),
-            &[&o, &xp, &wp, &(width as i32), &eps],
+            &[&xp, &xp, &wp, &(width as i32), &eps],
         )
     }
 
-    /// Rotates `n_heads` heads in each of `positions.len()` rows in place.
+    /// Rotates `n_heads` heads in each of the pass's `n_rows` rows in place (positions from the pass metadata).
     #[allow(clippy::too_many_arguments)]
     pub fn rope(
         &self,
         x: &mut DBuf,
-        positions: &[usize],
+        n_rows: usize,
         n_heads: usize,
         head_dim: usize,
         theta: f32,
@@ -480,27 +1056,18 @@ impl Device {
     ) -> Result<()> {
         self.check(
             "rope",
-            x.len() >= positions.len() * n_heads * head_dim && head_dim.is_multiple_of(2),
-            || {
-                format!(
-                    "{} rows of {n_heads}x{head_dim} in {}",
-                    positions.len(),
-                    x.len()
-                )
-            },
+            x.len() >= n_rows * n_heads * head_dim && head_dim.is_multiple_of(2),
+            || format!("{n_rows} rows of {n_heads}x{head_dim} in {}", x.len()),
         )?;
-        if positions.is_empty() {
+        x.q8_valid.store(0, Ordering::Relaxed);
+        if n_rows == 0 {
             return Ok(());
         }
-        let pos: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
-        let pd = self
-            .stream
-            .clone_htod(&pos)
-            .map_err(drv("uploading positions"))?;
-        let (xp, pp) = (self.ptr(&x.data), self.ptr(&pd));
+        let [_, _, pp, _] = self.meta_ptrs();
+        let xp = self.ptr(&x.data);
         self.launch(
             "rope",
-            grid(positions.len() as u32, 1, ROW_THREADS),
+            grid(n_rows as u32, 1, ROW_THREADS),
             &[
                 &xp,
                 &pp,
@@ -513,13 +1080,14 @@ impl Device {
         )
     }
 
-    /// `out = silu(gate) * up` over `n` elements.
+    /// `out = silu(gate) * up` over `n` elements (with the fused kernels, also `out`'s Q8 shadow).
     pub fn swiglu(&self, out: &mut DBuf, gate: &DBuf, up: &DBuf, n: usize) -> Result<()> {
         self.check(
             "swiglu",
             out.len() >= n && gate.len() >= n && up.len() >= n,
             || format!("{n} elements"),
         )?;
+        out.q8_valid.store(0, Ordering::Relaxed);
         if n == 0 {
             return Ok(());
         }
@@ -528,6 +1096,16 @@ impl Device {
             self.ptr(&gate.data),
             self.ptr(&up.data),
         );
+        if self.opts.fused && n.is_multiple_of(32) {
+            let (qp, dp, sp) = (self.ptr(&out.xq), self.ptr(&out.xd), self.ptr(&out.xs));
+            self.launch(
+                "swiglu_q8",
+                grid((n / 32).div_ceil(8) as u32, 1, 256),
+                &[&o, &qp, &dp, &sp, &g, &u, &(n as i64)],
+            )?;
+            out.q8_valid.store(n, Ordering::Relaxed);
+            return Ok(());
+        }
         self.launch(
             "swiglu",
             grid(n.div_ceil(256) as u32, 1, 256),
@@ -540,6 +1118,7 @@ impl Device {
         self.check("add", x.len() >= n && y.len() >= n, || {
             format!("{n} elements")
         })?;
+        x.q8_valid.store(0, Ordering::Relaxed);
         if n == 0 {
             return Ok(());
         }
@@ -556,6 +1135,7 @@ impl Device {
         self.check("copy", dst.len() >= n && src.len() >= n, || {
             format!("{n} elements")
         })?;
+        dst.q8_valid.store(0, Ordering::Relaxed);
         if n == 0 {
             return Ok(());
         }
@@ -567,32 +1147,32 @@ impl Device {
         )
     }
 
-    /// `out[i] = x[rows[i]]` for rows of `width`.
-    pub fn gather_rows(
-        &self,
-        out: &mut DBuf,
-        x: &DBuf,
-        rows: &[usize],
-        width: usize,
-    ) -> Result<()> {
-        let max = rows.iter().copied().max().unwrap_or(0);
+    /// `out[i] = x[logit_rows[i]]` for the pass's rows that want logits (rows of `width`).
+    pub fn gather_rows(&self, out: &mut DBuf, x: &DBuf, width: usize) -> Result<()> {
+        let (n, max) = {
+            let m = self.lock(&self.meta);
+            let cap = m.cap;
+            let max = m.host[3 * cap..3 * cap + m.n_logits]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0) as usize;
+            (m.n_logits, max)
+        };
         self.check(
             "gather_rows",
-            out.len() >= rows.len() * width && (rows.is_empty() || x.len() >= (max + 1) * width),
-            || format!("{} rows (max {max}) of {width}", rows.len()),
+            out.len() >= n * width && (n == 0 || x.len() >= (max + 1) * width),
+            || format!("{n} rows (max {max}) of {width}"),
         )?;
-        if rows.is_empty() {
+        out.q8_valid.store(0, Ordering::Relaxed);
+        if n == 0 {
             return Ok(());
         }
-        let r: Vec<i32> = rows.iter().map(|&v| v as i32).collect();
-        let rd = self
-            .stream
-            .clone_htod(&r)
-            .map_err(drv("uploading row indices"))?;
-        let (o, xp, rp) = (self.ptr(&out.data), self.ptr(&x.data), self.ptr(&rd));
+        let [_, _, _, rp] = self.meta_ptrs();
+        let (o, xp) = (self.ptr(&out.data), self.ptr(&x.data));
         self.launch(
             "gather_rows",
-            grid(rows.len() as u32, 1, ROW_THREADS),
+            grid(n as u32, 1, ROW_THREADS),
             &[&o, &xp, &rp, &(width as i32)],
         )
     }
@@ -623,8 +1203,49 @@ impl Device {
         Ok(h.into_iter().map(|v| v as u32).collect())
     }
 
-    /// Stores each row's k/v at `(slot, pos)` of `layer`, then attention of each row's query over positions
-    /// `0..=pos` of its slot. `rows` are `(slot, pos)`.
+    /// Checks an attention call against the pass metadata and the cache.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_checks(
+        &self,
+        out: &DBuf,
+        q: &DBuf,
+        k: &DBuf,
+        v: &DBuf,
+        kv: &DKv,
+        layer: usize,
+        n: usize,
+        n_head: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+    ) -> Result<()> {
+        let (n_layer, n_slots, slot_ctx, kv_dim) = kv.dims;
+        let m = self.lock(&self.meta);
+        let bad_row = m
+            .rows
+            .iter()
+            .take(n)
+            .find(|&&(s, p)| s >= n_slots || p >= slot_ctx)
+            .copied();
+        self.check(
+            "attention",
+            layer < n_layer
+                && m.rows.len() >= n
+                && kv_dim == n_head_kv * head_dim
+                && n_head_kv > 0
+                && n_head.is_multiple_of(n_head_kv)
+                && head_dim <= 256
+                && head_dim.is_multiple_of(2)
+                && bad_row.is_none()
+                && q.len() >= n * n_head * head_dim
+                && out.len() >= n * n_head * head_dim
+                && k.len() >= n * kv_dim
+                && v.len() >= n * kv_dim,
+            || format!("layer {layer}, {n} rows (bad row {bad_row:?}), heads {n_head}/{n_head_kv}x{head_dim}, cache {:?}", kv.dims),
+        )
+    }
+
+    /// Stores each pass row's k/v at its `(slot, pos)` of `layer`, then attention of each row's query over
+    /// positions `0..=pos` of its slot (q and k already normalised and rotated).
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
@@ -634,52 +1255,24 @@ impl Device {
         v: &DBuf,
         kv: &mut DKv,
         layer: usize,
-        rows: &[(usize, usize)],
+        n: usize,
         n_head: usize,
         n_head_kv: usize,
         head_dim: usize,
         scale: f32,
     ) -> Result<()> {
-        let (n_layer, n_slots, slot_ctx, kv_dim) = kv.dims;
-        let n = rows.len();
-        let bad_row = rows.iter().find(|&&(s, p)| s >= n_slots || p >= slot_ctx);
-        self.check(
-            "attention",
-            layer < n_layer
-                && kv_dim == n_head_kv * head_dim
-                && n_head_kv > 0
-                && n_head.is_multiple_of(n_head_kv)
-                && head_dim <= 512
-                && bad_row.is_none()
-                && q.len() >= n * n_head * head_dim
-                && out.len() >= n * n_head * head_dim
-                && k.len() >= n * kv_dim
-                && v.len() >= n * kv_dim,
-            || format!("layer {layer}, {n} rows (bad row {bad_row:?}), heads {n_head}/{n_head_kv}x{head_dim}, cache {:?}", kv.dims),
-        )?;
+        self.attention_checks(out, q, k, v, kv, layer, n, n_head, n_head_kv, head_dim)?;
+        out.q8_valid.store(0, Ordering::Relaxed);
         if n == 0 {
             return Ok(());
         }
-        let slots: Vec<i32> = rows.iter().map(|r| r.0 as i32).collect();
-        let pos: Vec<i32> = rows.iter().map(|r| r.1 as i32).collect();
-        let sd = self
-            .stream
-            .clone_htod(&slots)
-            .map_err(drv("uploading slots"))?;
-        let pd = self
-            .stream
-            .clone_htod(&pos)
-            .map_err(drv("uploading positions"))?;
-        let scores = self
-            .stream
-            .alloc_zeros::<f32>(n * n_head * slot_ctx)
-            .map_err(drv("allocating scores"))?;
-        let (kc, vc) = (self.ptr(&kv.k), self.ptr(&kv.v));
-        let (kp, vp, sp, pp) = (
+        let (_, n_slots, slot_ctx, kv_dim) = kv.dims;
+        let [_, sp, pp, _] = self.meta_ptrs();
+        let (kc, vc, kp, vp) = (
+            self.ptr(&kv.k),
+            self.ptr(&kv.v),
             self.ptr(&k.data),
             self.ptr(&v.data),
-            self.ptr(&sd),
-            self.ptr(&pd),
         );
         let f16 = kv.f16 as i32;
         let (li, ns, sc, kd) = (layer as i32, n_slots as i32, slot_ctx as i32, kv_dim as i32);
@@ -688,29 +1281,149 @@ impl Device {
             grid(n as u32, 1, ROW_THREADS),
             &[&kc, &vc, &kp, &vp, &sp, &pp, &li, &ns, &sc, &kd, &f16],
         )?;
-        let (o, qp, scp) = (self.ptr(&out.data), self.ptr(&q.data), self.ptr(&scores));
+        self.attend(out, q, kv, layer, n, n_head, n_head_kv, head_dim, scale)
+    }
+
+    /// QK-norm (when `norms` are given), RoPE, KV append and attention of the pass's `n` rows in two to three
+    /// kernels; `q` and `k` are rotated in place. The output's Q8 shadow is written too.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_fused(
+        &self,
+        out: &mut DBuf,
+        q: &mut DBuf,
+        k: &mut DBuf,
+        v: &DBuf,
+        kv: &mut DKv,
+        layer: usize,
+        n: usize,
+        a: &AttnShape,
+        norms: Option<(&DBuf, &DBuf)>,
+    ) -> Result<()> {
+        let (n_head, n_head_kv, head_dim) = (a.n_head, a.n_head_kv, a.head_dim);
+        self.attention_checks(out, q, k, v, kv, layer, n, n_head, n_head_kv, head_dim)?;
+        if let Some((qn, kn)) = norms {
+            self.check(
+                "attention",
+                qn.len() >= head_dim && kn.len() >= head_dim,
+                || {
+                    format!(
+                        "QK-norm weights of {} / {} for head_dim {head_dim}",
+                        qn.len(),
+                        kn.len()
+                    )
+                },
+            )?;
+        }
+        out.q8_valid.store(0, Ordering::Relaxed);
+        q.q8_valid.store(0, Ordering::Relaxed);
+        k.q8_valid.store(0, Ordering::Relaxed);
+        if n == 0 {
+            return Ok(());
+        }
+        let (_, n_slots, slot_ctx, _) = kv.dims;
+        let [_, sp, pp, _] = self.meta_ptrs();
+        let (qp, kp, vp) = (self.ptr(&q.data), self.ptr(&k.data), self.ptr(&v.data));
+        let (kc, vc) = (self.ptr(&kv.k), self.ptr(&kv.v));
+        let (qn, kn) = match norms {
+            Some((qn, kn)) => (self.ptr(&qn.data), self.ptr(&kn.data)),
+            None => (0u64, 0u64),
+        };
         self.launch(
-            "attn_decode",
-            grid(n_head as u32, n as u32, 128),
+            "attn_prep",
+            grid(n as u32, 1, 128),
             &[
-                &o,
                 &qp,
+                &kp,
+                &vp,
                 &kc,
                 &vc,
-                &scp,
+                &qn,
+                &kn,
                 &sp,
                 &pp,
-                &li,
-                &ns,
-                &sc,
+                &(layer as i32),
+                &(n_slots as i32),
+                &(slot_ctx as i32),
                 &(n_head as i32),
                 &(n_head_kv as i32),
                 &(head_dim as i32),
-                &scale,
+                &a.eps,
+                &a.theta,
+                &a.freq_scale,
+                &(a.neox as i32),
+                &(kv.f16 as i32),
+            ],
+        )?;
+        self.attend(out, q, kv, layer, n, n_head, n_head_kv, head_dim, a.scale)
+    }
+
+    /// The attention proper over a cache that already holds the rows' K/V.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        out: &mut DBuf,
+        q: &DBuf,
+        kv: &DKv,
+        layer: usize,
+        n: usize,
+        n_head: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        scale: f32,
+    ) -> Result<()> {
+        let (_, n_slots, slot_ctx, _) = kv.dims;
+        self.reserve_attention(n, n_head, head_dim, slot_ctx)?;
+        let [_, sp, pp, _] = self.meta_ptrs();
+        let wsp = self.ptr(&*self.lock(&self.ws));
+        let (o, qp, kc, vc) = (
+            self.ptr(&out.data),
+            self.ptr(&q.data),
+            self.ptr(&kv.k),
+            self.ptr(&kv.v),
+        );
+        let f16 = kv.f16 as i32;
+        let (li, ns, sc) = (layer as i32, n_slots as i32, slot_ctx as i32);
+        let (nh, nkv, hd) = (n_head as i32, n_head_kv as i32, head_dim as i32);
+        let split_ok = self.opts.split_kv
+            && matches!(head_dim, 32 | 64 | 128 | 256)
+            && n_head / n_head_kv <= AT_MAXG;
+        if !split_ok {
+            return self.launch(
+                "attn_decode",
+                grid(n_head as u32, n as u32, 128),
+                &[
+                    &o, &qp, &kc, &vc, &wsp, &sp, &pp, &li, &ns, &sc, &nh, &nkv, &hd, &scale, &f16,
+                ],
+            );
+        }
+        let (chunk, n_splits) = attn_splits(slot_ctx);
+        let (ch, nsp) = (chunk as i32, n_splits as i32);
+        self.launch(
+            "attn_split",
+            LaunchConfig {
+                grid_dim: (n_head_kv as u32, n as u32, n_splits as u32),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            },
+            &[
+                &wsp, &qp, &kc, &vc, &sp, &pp, &li, &ns, &sc, &nh, &nkv, &hd, &scale, &ch, &nsp,
                 &f16,
             ],
         )?;
-        // The scores scratch is freed when this returns; the stream orders the free after the kernel.
+        let fused = self.opts.fused && head_dim.is_multiple_of(32);
+        let (xq, xd, xs) = if fused {
+            (self.ptr(&out.xq), self.ptr(&out.xd), self.ptr(&out.xs))
+        } else {
+            (0, 0, 0)
+        };
+        self.launch(
+            "attn_merge",
+            grid(n_head as u32, n as u32, head_dim as u32),
+            &[&o, &xq, &xd, &xs, &wsp, &pp, &nh, &hd, &ch, &nsp],
+        )?;
+        if fused {
+            out.q8_valid.store(n * n_head * head_dim, Ordering::Relaxed);
+        }
         Ok(())
     }
 }
@@ -738,3 +1451,45 @@ macro_rules! arg_impl {
     )*};
 }
 arg_impl!(u64, i64, i32, f32);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repack_moves_scales_after_the_quants() {
+        // Two Q8_0 blocks: d = [1, 2] / [3, 4], quants 10.. / 50..
+        let mut b = vec![1u8, 2];
+        b.extend(10..42u8);
+        b.extend([3u8, 4]);
+        b.extend(50..82u8);
+        let r = repack(GgmlType::Q8_0, &b);
+        assert_eq!(&r[..32], &(10..42u8).collect::<Vec<_>>()[..]);
+        assert_eq!(&r[32..64], &(50..82u8).collect::<Vec<_>>()[..]);
+        assert_eq!(&r[64..], &[1, 2, 3, 4]);
+        // Q6_K: the 208 quant/scale bytes stay, the trailing f16 d moves to the end.
+        let q6: Vec<u8> = (0..420u32).map(|i| (i % 251) as u8).collect();
+        let r = repack(GgmlType::Q6_K, &q6);
+        assert_eq!(&r[..208], &q6[..208]);
+        assert_eq!(&r[208..416], &q6[210..418]);
+        assert_eq!(&r[416..], &[q6[208], q6[209], q6[418], q6[419]]);
+        // Q4_1: d and m (4 bytes) after all nibbles.
+        let q41: Vec<u8> = (0..40u8).collect();
+        let r = repack(GgmlType::Q4_1, &q41);
+        assert_eq!(&r[..16], &q41[4..20]);
+        assert_eq!(&r[16..32], &q41[24..40]);
+        assert_eq!(&r[32..], &[0, 1, 2, 3, 20, 21, 22, 23]);
+    }
+
+    #[test]
+    fn splits_cover_the_slot() {
+        for ctx in [1usize, 40, 64, 65, 512, 4096, 4097, 33000, 131072] {
+            let (chunk, n) = attn_splits(ctx);
+            assert!(
+                chunk % 64 == 0 && chunk * n >= ctx && chunk * (n - 1) < ctx,
+                "{ctx}"
+            );
+            assert!(n <= 64, "{ctx}: {n} splits");
+        }
+    }
+}

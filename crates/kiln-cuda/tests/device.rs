@@ -3,7 +3,7 @@
 
 #[test]
 fn open_reports_missing_driver_or_runs_the_sweep() {
-    match kiln_cuda::Device::open(0) {
+    match kiln_cuda::Device::open(0, kiln_cuda::Options::default()) {
         Err(e) if !kiln_cuda::driver_available() => {
             assert!(matches!(e, kiln_cuda::Error::NoDriver), "{e}");
             assert_eq!(
@@ -23,11 +23,12 @@ fn open_reports_missing_driver_or_runs_the_sweep() {
 #[test]
 fn out_of_range_ordinal_is_an_error() {
     if kiln_cuda::driver_available() {
-        let e = kiln_cuda::Device::open(1 << 20).expect_err("no machine has that many GPUs");
+        let e = kiln_cuda::Device::open(1 << 20, kiln_cuda::Options::default())
+            .expect_err("no machine has that many GPUs");
         assert!(matches!(e, kiln_cuda::Error::NoDevice { .. }), "{e}");
     } else {
         assert!(matches!(
-            kiln_cuda::Device::open(1 << 20),
+            kiln_cuda::Device::open(1 << 20, kiln_cuda::Options::default()),
             Err(kiln_cuda::Error::NoDriver)
         ));
     }

@@ -170,6 +170,46 @@ pub trait Backend: Send + Sync {
         rows: &[AttnRow],
         p: &AttnParams,
     ) -> Result<()>;
+    /// The attention block after the Q/K/V projections, as one op a backend may fuse: per-head QK-norm of `q`
+    /// and `k` (when `qk_norm` gives the two weights), RoPE at each row's position, then [`Backend::attention`].
+    /// `q` and `k` are modified in place.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_block(
+        &self,
+        out: &mut Self::Buf,
+        q: &mut Self::Buf,
+        k: &mut Self::Buf,
+        v: &Self::Buf,
+        kv: &mut Self::Kv,
+        layer: usize,
+        rows: &[AttnRow],
+        positions: &[usize],
+        p: &AttnParams,
+        rope: &RopeParams,
+        qk_norm: Option<(&Weight, &Weight, f32)>,
+    ) -> Result<()> {
+        let n = rows.len();
+        if let Some((qn, kn, eps)) = qk_norm {
+            self.rms_norm_inplace(q, qn, n * p.n_head, p.head_dim, eps)?;
+            self.rms_norm_inplace(k, kn, n * p.n_head_kv, p.head_dim, eps)?;
+        }
+        self.rope(q, positions, p.n_head, p.head_dim, rope)?;
+        self.rope(k, positions, p.n_head_kv, p.head_dim, rope)?;
+        self.attention(out, q, k, v, kv, layer, rows, p)
+    }
+    /// `x += W · a` for `n_rows` rows (the residual projection), which a backend may fuse into the matmul; `tmp`
+    /// is scratch of the output's size for backends that do not.
+    fn matmul_add(
+        &self,
+        x: &mut Self::Buf,
+        w: &Weight,
+        a: &Self::Buf,
+        tmp: &mut Self::Buf,
+        n_rows: usize,
+    ) -> Result<()> {
+        self.matmul(tmp, w, a, n_rows)?;
+        self.add(x, tmp, n_rows * w.view().rows)
+    }
     /// `out = silu(gate) * up` over `n` elements.
     fn swiglu(&self, out: &mut Self::Buf, gate: &Self::Buf, up: &Self::Buf, n: usize)
         -> Result<()>;

@@ -3,14 +3,22 @@
 //! ([`crate::Model::use_cuda`]); ops look weights up by tensor name. Activations and the KV cache live on the
 //! device; only logits and tapped hidden states are read back.
 //!
-//! Not yet on the GPU: the mixture-of-experts FFN (qwen3moe fails with a clear error).
+//! Matrices are repacked at upload for the GEMV kernels; `token_embd.weight` stays in GGUF layout for the
+//! embedding lookup (and is uploaded a second time, repacked, when the output head is tied to it). A forward pass
+//! is run through [`CudaBackend::pass`]: its rows' metadata goes to the device once, and the pass is captured as a
+//! CUDA graph the first time its shape is seen and replayed after.
+//!
+//! The mixture-of-experts FFN routes on the device and runs each chosen expert with a generic (byte-load) kernel:
+//! correct, not yet fast.
 
 use crate::backend::{
     AttnParams, AttnRow, Backend, KvLayout, KvType, MoeFfn, RopeMode, RopeParams,
 };
 use crate::error::{Error, Result};
+use crate::flags::Flags;
+use crate::hparams::Hparams;
 use crate::weights::Weight;
-use kiln_cuda::{DBuf, DKv, DWeight, Device};
+use kiln_cuda::{AttnShape, DBuf, DKv, DWeight, Device, MoeShape};
 use kiln_gguf::GgufFile;
 use kiln_quant::GgmlType;
 use std::collections::HashMap;
@@ -19,6 +27,8 @@ use std::collections::HashMap;
 pub struct CudaBackend {
     dev: Device,
     mats: HashMap<String, DWeight>,
+    /// Tables read by `embed` (GGUF layout).
+    tables: HashMap<String, DWeight>,
     vecs: HashMap<String, DBuf>,
 }
 
@@ -33,6 +43,16 @@ impl std::fmt::Debug for CudaBackend {
     }
 }
 
+fn moe_shape(n_exp: usize, k: usize, ff: usize, width: usize, norm_topk: bool) -> MoeShape {
+    MoeShape {
+        n_exp,
+        k,
+        ff,
+        width,
+        norm_topk,
+    }
+}
+
 fn dev_err(e: kiln_cuda::Error) -> Error {
     Error::Device(e.to_string())
 }
@@ -42,11 +62,21 @@ impl CudaBackend {
     pub fn new(
         ordinal: usize,
         file: &GgufFile,
+        flags: Flags,
         progress: Option<&mut dyn FnMut(u64, u64)>,
     ) -> Result<Self> {
-        let dev = Device::open(ordinal).map_err(dev_err)?;
+        let opts = kiln_cuda::Options {
+            fast_gemv: flags.cuda_gemv,
+            fused: flags.cuda_fuse,
+            split_kv: flags.cuda_split_kv,
+            graphs: flags.cuda_graph,
+            reference: !flags.quant_act,
+        };
+        let dev = Device::open(ordinal, opts).map_err(dev_err)?;
         let mut mats = HashMap::new();
+        let mut tables = HashMap::new();
         let mut vecs = HashMap::new();
+        let tied = file.tensor("output.weight").is_none();
         let total: u64 = file.tensors().iter().map(|t| t.size).sum();
         let mut done = 0u64;
         let mut progress = progress;
@@ -62,10 +92,19 @@ impl CudaBackend {
             } else if kiln_cuda::supports(t.ty) {
                 let cols = t.shape[0] as usize;
                 let rows = t.shape[1..].iter().product::<u64>() as usize;
-                let w = dev
-                    .upload_weight(&t.name, t.ty, cols, rows, bytes)
-                    .map_err(dev_err)?;
-                mats.insert(t.name.clone(), w);
+                let upload = |gemv| {
+                    dev.upload_weight(&t.name, t.ty, cols, rows, bytes, gemv)
+                        .map_err(dev_err)
+                };
+                if t.name == "token_embd.weight" {
+                    tables.insert(t.name.clone(), upload(false)?);
+                    if tied {
+                        mats.insert(t.name.clone(), upload(true)?);
+                    }
+                } else {
+                    // Expert tensors (3-D) stay in GGUF layout for the MoE kernels.
+                    mats.insert(t.name.clone(), upload(t.shape.len() == 2)?);
+                }
             }
             // Other types stay on the host; an op that needs one reports it by name.
             done += t.size;
@@ -74,7 +113,65 @@ impl CudaBackend {
             }
         }
         dev.synchronize().map_err(dev_err)?;
-        Ok(CudaBackend { dev, mats, vecs })
+        Ok(CudaBackend {
+            dev,
+            mats,
+            tables,
+            vecs,
+        })
+    }
+
+    /// Sizes the device's scratch for a session of passes of up to `rows` rows over slots of `slot_ctx`
+    /// (before any pass is captured, so capture never allocates).
+    pub(crate) fn reserve(&self, rows: usize, hp: &Hparams, slot_ctx: usize) -> Result<()> {
+        self.dev
+            .reserve_attention(rows, hp.n_head, hp.head_dim, slot_ctx)
+            .map_err(dev_err)?;
+        if hp.n_expert > 0 {
+            let m = moe_shape(
+                hp.n_expert,
+                hp.n_expert_used,
+                hp.n_ff_exp,
+                hp.n_embd,
+                hp.norm_topk,
+            );
+            self.dev.reserve_moe(rows, &m).map_err(dev_err)?;
+        }
+        Ok(())
+    }
+
+    /// Runs one forward pass `f` over the rows described by `tokens`/`rows`/`logit_rows`: uploads their metadata,
+    /// then runs `f` eagerly or as a CUDA graph (captured the first time `key` is seen, replayed after). `key`
+    /// identifies the session's buffers; `capturable` is false when `f` reads anything back mid-pass.
+    pub(crate) fn pass(
+        &self,
+        key: [u64; 2],
+        tokens: &[u32],
+        rows: &[AttnRow],
+        logit_rows: &[usize],
+        capturable: bool,
+        f: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
+        let sp: Vec<(usize, usize)> = rows.iter().map(|r| (r.slot, r.pos)).collect();
+        self.dev
+            .set_pass(tokens, &sp, logit_rows)
+            .map_err(dev_err)?;
+        let full = [key[0], key[1], rows.len() as u64, logit_rows.len() as u64];
+        let mut err = None;
+        let mut g = || {
+            f().map_err(|e| {
+                let msg = e.to_string();
+                err = Some(e);
+                kiln_cuda::Error::Shape {
+                    op: "forward",
+                    detail: msg,
+                }
+            })
+        };
+        match self.dev.run_pass(full, capturable, &mut g) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(err.take().unwrap_or_else(|| dev_err(e))),
+        }
     }
 
     /// The device (name, architecture).
@@ -120,9 +217,15 @@ impl Backend for CudaBackend {
     }
 
     fn embed(&self, out: &mut DBuf, table: &Weight, tokens: &[u32]) -> Result<()> {
-        self.dev
-            .embed(out, self.mat(table)?, tokens)
-            .map_err(dev_err)
+        let t = self
+            .tables
+            .get(&table.name)
+            .ok_or_else(|| Error::TensorType {
+                name: table.name.clone(),
+                ty: table.ty,
+                usage: "an embedding table the CUDA backend supports",
+            })?;
+        self.dev.embed(out, t, tokens.len()).map_err(dev_err)
     }
 
     fn rms_norm(
@@ -154,8 +257,24 @@ impl Backend for CudaBackend {
 
     fn matmul(&self, out: &mut DBuf, w: &Weight, x: &DBuf, n_rows: usize) -> Result<()> {
         self.dev
-            .matmul(out, self.mat(w)?, x, n_rows)
+            .matmul(out, self.mat(w)?, x, n_rows, false)
             .map_err(dev_err)
+    }
+
+    fn matmul_add(
+        &self,
+        x: &mut DBuf,
+        w: &Weight,
+        a: &DBuf,
+        tmp: &mut DBuf,
+        n_rows: usize,
+    ) -> Result<()> {
+        let m = self.mat(w)?;
+        if self.dev.options().fused {
+            return self.dev.matmul(x, m, a, n_rows, true).map_err(dev_err);
+        }
+        self.dev.matmul(tmp, m, a, n_rows, false).map_err(dev_err)?;
+        self.dev.add(x, tmp, n_rows * m.rows).map_err(dev_err)
     }
 
     fn rope(
@@ -168,7 +287,15 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         let neox = p.mode == RopeMode::Neox;
         self.dev
-            .rope(x, positions, n_heads, head_dim, p.theta, p.freq_scale, neox)
+            .rope(
+                x,
+                positions.len(),
+                n_heads,
+                head_dim,
+                p.theta,
+                p.freq_scale,
+                neox,
+            )
             .map_err(dev_err)
     }
 
@@ -183,7 +310,6 @@ impl Backend for CudaBackend {
         rows: &[AttnRow],
         p: &AttnParams,
     ) -> Result<()> {
-        let rows: Vec<(usize, usize)> = rows.iter().map(|r| (r.slot, r.pos)).collect();
         self.dev
             .attention(
                 out,
@@ -192,12 +318,55 @@ impl Backend for CudaBackend {
                 v,
                 kv,
                 layer,
-                &rows,
+                rows.len(),
                 p.n_head,
                 p.n_head_kv,
                 p.head_dim,
                 p.scale,
             )
+            .map_err(dev_err)
+    }
+
+    fn attention_block(
+        &self,
+        out: &mut DBuf,
+        q: &mut DBuf,
+        k: &mut DBuf,
+        v: &DBuf,
+        kv: &mut DKv,
+        layer: usize,
+        rows: &[AttnRow],
+        positions: &[usize],
+        p: &AttnParams,
+        rope: &RopeParams,
+        qk_norm: Option<(&Weight, &Weight, f32)>,
+    ) -> Result<()> {
+        if !self.dev.options().fused {
+            // The unfused reference sequence (the trait's default).
+            if let Some((qn, kn, eps)) = qk_norm {
+                self.rms_norm_inplace(q, qn, rows.len() * p.n_head, p.head_dim, eps)?;
+                self.rms_norm_inplace(k, kn, rows.len() * p.n_head_kv, p.head_dim, eps)?;
+            }
+            self.rope(q, positions, p.n_head, p.head_dim, rope)?;
+            self.rope(k, positions, p.n_head_kv, p.head_dim, rope)?;
+            return self.attention(out, q, k, v, kv, layer, rows, p);
+        }
+        let shape = AttnShape {
+            n_head: p.n_head,
+            n_head_kv: p.n_head_kv,
+            head_dim: p.head_dim,
+            scale: p.scale,
+            theta: rope.theta,
+            freq_scale: rope.freq_scale,
+            neox: rope.mode == RopeMode::Neox,
+            eps: qk_norm.map(|n| n.2).unwrap_or(0.0),
+        };
+        let norms = match qk_norm {
+            Some((qn, kn, _)) => Some((self.vec(qn)?, self.vec(kn)?)),
+            None => None,
+        };
+        self.dev
+            .attention_fused(out, q, k, v, kv, layer, rows.len(), &shape, norms)
             .map_err(dev_err)
     }
 
@@ -209,15 +378,29 @@ impl Backend for CudaBackend {
         self.dev.add(x, y, n).map_err(dev_err)
     }
 
-    fn moe_ffn(&self, _out: &mut DBuf, _x: &DBuf, _n_rows: usize, m: &MoeFfn) -> Result<()> {
-        Err(Error::Unsupported(format!(
-            "mixture-of-experts FFN ('{}') on the CUDA backend: use --device cpu",
-            m.router.name
-        )))
+    fn moe_ffn(&self, out: &mut DBuf, x: &DBuf, n_rows: usize, m: &MoeFfn) -> Result<()> {
+        let gate = self.mat(m.gate)?;
+        let n_exp = m.router.shape.get(1).copied().unwrap_or(0) as usize;
+        let ff = m.gate.shape.get(1).copied().unwrap_or(0) as usize;
+        let shape = moe_shape(n_exp, m.n_used, ff, gate.cols, m.norm_topk);
+        self.dev
+            .moe_ffn(
+                out,
+                x,
+                n_rows,
+                self.mat(m.router)?,
+                gate,
+                self.mat(m.up)?,
+                self.mat(m.down)?,
+                &shape,
+            )
+            .map_err(dev_err)
     }
 
     fn gather_rows(&self, out: &mut DBuf, x: &DBuf, rows: &[usize], width: usize) -> Result<()> {
-        self.dev.gather_rows(out, x, rows, width).map_err(dev_err)
+        // The rows come from the pass metadata (the logit rows the pass was set up with).
+        let _ = rows;
+        self.dev.gather_rows(out, x, width).map_err(dev_err)
     }
 
     fn read(&self, x: &DBuf, dst: &mut [f32]) -> Result<()> {

@@ -29,6 +29,28 @@ pub const REGISTRY: &[FlagInfo] = &[
         disables: "SIMD dot-product kernels; the scalar reference kernels run instead",
         default_on: true,
     },
+    FlagInfo {
+        env: "KILN_NO_CUDA_GEMV",
+        disables: "CUDA: weights repacked at load and the 16-byte-load GEMV kernels; the generic byte-load \
+                   matmul kernel runs on the GGUF layout instead",
+        default_on: true,
+    },
+    FlagInfo {
+        env: "KILN_NO_CUDA_FUSE",
+        disables: "CUDA: fused kernels (norm/SwiGLU/attention writing Q8 activations, QK-norm+RoPE+KV append, \
+                   residual add inside the matmul); one kernel per op instead",
+        default_on: true,
+    },
+    FlagInfo {
+        env: "KILN_NO_CUDA_SPLIT_KV",
+        disables: "CUDA: split-KV (flash-decoding) attention; one block per head and row over all positions",
+        default_on: true,
+    },
+    FlagInfo {
+        env: "KILN_NO_CUDA_GRAPH",
+        disables: "CUDA: each forward pass captured once as a CUDA graph and replayed; kernels launched one by one",
+        default_on: true,
+    },
 ];
 
 /// The kill switches in effect, read once at start-up. `true` means the optimization is ON.
@@ -38,6 +60,14 @@ pub struct Flags {
     pub quant_act: bool,
     /// Use the SIMD dot products (off: scalar reference kernels).
     pub simd: bool,
+    /// CUDA: repacked weights and the 16-byte-load GEMV kernels.
+    pub cuda_gemv: bool,
+    /// CUDA: fused norm/SwiGLU/attention/residual kernels.
+    pub cuda_fuse: bool,
+    /// CUDA: split-KV attention.
+    pub cuda_split_kv: bool,
+    /// CUDA: forward passes replayed as CUDA graphs.
+    pub cuda_graph: bool,
 }
 
 impl Default for Flags {
@@ -46,6 +76,10 @@ impl Default for Flags {
         Flags {
             quant_act: true,
             simd: true,
+            cuda_gemv: true,
+            cuda_fuse: true,
+            cuda_split_kv: true,
+            cuda_graph: true,
         }
     }
 }
@@ -56,6 +90,10 @@ impl Flags {
         Flags {
             quant_act: false,
             simd: false,
+            cuda_gemv: false,
+            cuda_fuse: false,
+            cuda_split_kv: false,
+            cuda_graph: false,
         }
     }
 
@@ -94,6 +132,10 @@ impl Flags {
             match info.env {
                 "KILN_NO_QUANT_ACT" => flags.quant_act = !disabled,
                 "KILN_NO_SIMD" => flags.simd = !disabled,
+                "KILN_NO_CUDA_GEMV" => flags.cuda_gemv = !disabled,
+                "KILN_NO_CUDA_FUSE" => flags.cuda_fuse = !disabled,
+                "KILN_NO_CUDA_SPLIT_KV" => flags.cuda_split_kv = !disabled,
+                "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),
             }
         }

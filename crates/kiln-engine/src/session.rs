@@ -177,6 +177,7 @@ impl<'m> Session<'m> {
                 let be = model
                     .cuda()
                     .ok_or_else(|| Error::Device("no GPU backend".into()))?;
+                be.reserve(cfg.batch, hp, slot_ctx)?;
                 State::Cuda {
                     kv: be.alloc_kv(&layout)?,
                     scratch: Scratch::new(be, hp, cfg.batch, cfg.batch)?,
@@ -333,7 +334,26 @@ impl<'m> Session<'m> {
                 let be = model
                     .cuda()
                     .ok_or_else(|| Error::Device("no GPU backend".into()))?;
-                forward_on(model, be, kv, scratch, rows, pos, toks, lrows, taps, logits)?
+                let key = [scratch.x.id(), kv.id()];
+                let mut hidden = Vec::new();
+                let mut f = || {
+                    let mut pass = Pass {
+                        be,
+                        hp,
+                        st: &mut *scratch,
+                        kv: &mut *kv,
+                        rows,
+                        positions: pos,
+                        taps,
+                        tapped: &mut hidden,
+                    };
+                    model.forward(&mut pass, toks, lrows)
+                };
+                // Tapped passes read hidden states back mid-pass, so they cannot be a graph.
+                be.pass(key, toks, rows, lrows, taps.is_empty(), &mut f)?;
+                logits.resize(lrows.len() * hp.n_vocab, 0.0);
+                be.read(&scratch.logits, logits)?;
+                hidden
             }
         };
         self.lens = lens;

@@ -10,54 +10,80 @@ pub struct Args {
     /// Device to test (`cuda` or `cuda:N`; `cpu` has nothing to test here).
     #[arg(long, default_value = "cuda")]
     pub device: Device,
+    /// Also time the kernels on a Qwen3-8B decode step's shapes (GB/s against the bytes each must read).
+    #[arg(long)]
+    pub bench: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
     args.device.check()?;
     match args.device {
         Device::Cpu => bail!("kiln selftest tests a GPU's kernels: use --device cuda[:N] (the CPU path is covered by cargo test)"),
-        Device::Cuda(n) => cuda(n),
+        Device::Cuda(n) => cuda(n, args.bench),
     }
 }
 
 #[cfg(feature = "cuda")]
-fn cuda(n: usize) -> Result<()> {
-    let t0 = std::time::Instant::now();
-    let dev = kiln_cuda::Device::open(n)?;
-    println!(
-        "device {n}: {} ({}), kernels {} in {:.2} s",
-        dev.name,
-        dev.arch,
-        if dev.cache_hit {
-            "from the cache"
-        } else {
-            "compiled"
-        },
-        t0.elapsed().as_secs_f64()
-    );
-    if let Some(w) = &dev.warning {
-        eprintln!("kiln: warning: {w}");
-    }
-    let checks = kiln_cuda::selftest::run(&dev)?;
+fn cuda(n: usize, bench: bool) -> Result<()> {
+    // Every kernel family: the default fast paths, then every kill switch at once (generic matmul on GGUF
+    // layouts, unfused ops, whole-context attention) with the f32-activation reference matmul.
+    let simple = kiln_cuda::Options {
+        fast_gemv: false,
+        fused: false,
+        split_kv: false,
+        graphs: false,
+        reference: true,
+    };
     let mut failed = 0;
-    for c in &checks {
+    let mut total = 0;
+    for (label, opts) in [
+        ("fast paths", kiln_cuda::Options::default()),
+        ("kill switches + reference", simple),
+    ] {
+        let t0 = std::time::Instant::now();
+        let dev = kiln_cuda::Device::open(n, opts)?;
         println!(
-            "{} {:<58} err {:.3e} (tol {:.0e})",
-            if c.ok() { "ok  " } else { "FAIL" },
-            c.name,
-            c.err,
-            c.tol
+            "device {n}: {} ({}), {label}, kernels {} in {:.2} s",
+            dev.name,
+            dev.arch,
+            if dev.cache_hit {
+                "from the cache"
+            } else {
+                "compiled"
+            },
+            t0.elapsed().as_secs_f64()
         );
-        failed += usize::from(!c.ok());
+        if let Some(w) = &dev.warning {
+            eprintln!("kiln: warning: {w}");
+        }
+        let checks = kiln_cuda::selftest::run(&dev)?;
+        for c in &checks {
+            println!(
+                "{} {:<64} err {:.3e} (tol {:.0e})",
+                if c.ok() { "ok  " } else { "FAIL" },
+                c.name,
+                c.err,
+                c.tol
+            );
+            failed += usize::from(!c.ok());
+        }
+        total += checks.len();
     }
     if failed > 0 {
-        bail!("{failed} of {} kernel checks failed", checks.len());
+        bail!("{failed} of {total} kernel checks failed");
     }
-    println!("all {} kernel checks passed", checks.len());
+    println!("all {total} kernel checks passed");
+    if bench {
+        let dev = kiln_cuda::Device::open(n, kiln_cuda::Options::default())?;
+        println!("| kernel | µs | GB/s |\n| --- | ---: | ---: |");
+        for t in kiln_cuda::bench::run(&dev)? {
+            println!("| {} | {:.2} | {:.0} |", t.name, t.us, t.gbps());
+        }
+    }
     Ok(())
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda(_n: usize) -> Result<()> {
+fn cuda(_n: usize, _bench: bool) -> Result<()> {
     bail!("this kiln binary has no CUDA backend (build with --features cuda)")
 }

@@ -165,21 +165,30 @@ impl AttnWeights {
         be.matmul(&mut st.q, &self.q, &st.xn, n)?;
         be.matmul(&mut st.k, &self.k, &st.xn, n)?;
         be.matmul(&mut st.v, &self.v, &st.xn, n)?;
-        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-            be.rms_norm_inplace(&mut st.q, qn, n * hp.n_head, hp.head_dim, hp.rms_eps)?;
-            be.rms_norm_inplace(&mut st.k, kn, n * hp.n_head_kv, hp.head_dim, hp.rms_eps)?;
-        }
-        be.rope(&mut st.q, p.positions, hp.n_head, hp.head_dim, rope)?;
-        be.rope(&mut st.k, p.positions, hp.n_head_kv, hp.head_dim, rope)?;
         let ap = AttnParams {
             n_head: hp.n_head,
             n_head_kv: hp.n_head_kv,
             head_dim: hp.head_dim,
             scale: 1.0 / (hp.head_dim as f32).sqrt(),
         };
-        be.attention(&mut st.attn, &st.q, &st.k, &st.v, p.kv, layer, p.rows, &ap)?;
-        be.matmul(&mut st.out, &self.o, &st.attn, n)?;
-        be.add(&mut st.x, &st.out, n * hp.n_embd)
+        let qk_norm = match (&self.q_norm, &self.k_norm) {
+            (Some(qn), Some(kn)) => Some((qn, kn, hp.rms_eps)),
+            _ => None,
+        };
+        be.attention_block(
+            &mut st.attn,
+            &mut st.q,
+            &mut st.k,
+            &st.v,
+            p.kv,
+            layer,
+            p.rows,
+            p.positions,
+            &ap,
+            rope,
+            qk_norm,
+        )?;
+        be.matmul_add(&mut st.x, &self.o, &st.attn, &mut st.out, n)
     }
 }
 
@@ -213,8 +222,7 @@ impl DenseFfn {
         be.matmul(&mut st.gate, &self.gate, &st.xn, n)?;
         be.matmul(&mut st.up, &self.up, &st.xn, n)?;
         be.swiglu(&mut st.act, &st.gate, &st.up, n * hp.n_ff)?;
-        be.matmul(&mut st.out, &self.down, &st.act, n)?;
-        be.add(&mut st.x, &st.out, n * hp.n_embd)
+        be.matmul_add(&mut st.x, &self.down, &st.act, &mut st.out, n)
     }
 }
 

@@ -141,7 +141,10 @@ impl Model {
         progress: Option<&mut dyn FnMut(u64, u64)>,
     ) -> Result<()> {
         self.cuda = Some(crate::cuda::CudaBackend::new(
-            ordinal, &self.file, progress,
+            ordinal,
+            &self.file,
+            self.backend.flags(),
+            progress,
         )?);
         Ok(())
     }

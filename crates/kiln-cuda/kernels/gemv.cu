@@ -1,0 +1,292 @@
+// The decode-path matmul (GEMV for one activation row, the same kernels for up to GV_ROWS rows per launch row
+// group) on weights repacked at upload so every quant load is an aligned 16-byte vector (LDG.E.128):
+//   Q4_K  native 144-byte super-blocks (already 16-byte multiples): [d, dmin, scales[12]][qs 128]
+//   Q6_K  [ql 128][qh 64][scales 16] per super-block (208 bytes), the f16 `d` of every super-block after all rows
+//   Q8_0  32 quants per block, the f16 `d` of every block after all rows
+//   Q4_0  16 bytes of nibbles per block, then the f16 `d` of every block
+//   Q4_1  16 bytes of nibbles per block, then the f16 (d, m) pair of every block
+// One warp per output feature, GV_WARPS features per block; each lane owns a fixed set of 16-byte chunks of the
+// weight row, sums exact integer dot products (dp4a) against the Q8 activation blocks, and adds them into one
+// float accumulator per activation row in a fixed order; a fixed xor-shuffle tree then sums the lanes. So an
+// output's bits depend only on its weight row and its own activation row, never on how many rows share the launch.
+
+#define GV_WARPS 4
+#define GV_ROWS 8
+// Weight chunks whose loads a lane issues before using any (Q6_K lanes load 64 bytes a chunk, so fewer).
+#define GV_U 4
+#define GV_U6 2
+
+__device__ __forceinline__ int4 ldg16(const void* p) {
+    return __ldg((const int4*)p);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ int dot16(int4 w, int4 x, int acc) {
+    acc = __dp4a(w.x, x.x, acc);
+    acc = __dp4a(w.y, x.y, acc);
+    acc = __dp4a(w.z, x.z, acc);
+    return __dp4a(w.w, x.w, acc);
+}
+
+__device__ __forceinline__ int4 nib_lo(int4 v) {
+    return make_int4(v.x & 0x0F0F0F0F, v.y & 0x0F0F0F0F, v.z & 0x0F0F0F0F, v.w & 0x0F0F0F0F);
+}
+
+__device__ __forceinline__ int4 nib_hi(int4 v) {
+    return make_int4((v.x >> 4) & 0x0F0F0F0F, (v.y >> 4) & 0x0F0F0F0F, (v.z >> 4) & 0x0F0F0F0F,
+                     (v.w >> 4) & 0x0F0F0F0F);
+}
+
+// Byte-wise v - b (mod 256): unsigned codes to signed quants.
+__device__ __forceinline__ int4 sub_bytes(int4 v, int b) {
+    return make_int4(__vsub4(v.x, b), __vsub4(v.y, b), __vsub4(v.z, b), __vsub4(v.w, b));
+}
+
+__device__ __forceinline__ int byte_of(u32 w, int n) {
+    return (int)((w >> (8 * n)) & 0xFF);
+}
+
+// Q4_K 6-bit scale and min of sub-block j from the 12 scale bytes held in three words.
+__device__ __forceinline__ void k4_sm(u32 s0, u32 s1, u32 s2, int j, int& sc, int& m) {
+    if (j < 4) {
+        sc = byte_of(s0, j) & 63;
+        m = byte_of(s1, j) & 63;
+    } else {
+        sc = (byte_of(s2, j - 4) & 0xF) | ((byte_of(s0, j - 4) >> 6) << 4);
+        m = (byte_of(s2, j - 4) >> 4) | ((byte_of(s1, j - 4) >> 6) << 4);
+    }
+}
+
+__device__ __forceinline__ void gv_store(float* out, float* acc, int o, int r0, int nr, int n_out, int accumulate) {
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++) {
+        if (r < nr) {
+            float v = warp_sum(acc[r]);
+            if ((threadIdx.x & 31) == 0) {
+                float* p = out + (long long)(r0 + r) * n_out + o;
+                *p = accumulate ? *p + v : v;
+            }
+        }
+    }
+}
+
+// Common prologue: which output feature this warp computes and which activation rows.
+#define GV_PROLOGUE                                    \
+    int lane = threadIdx.x & 31;                       \
+    int o = blockIdx.x * GV_WARPS + (threadIdx.x >> 5); \
+    if (o >= n_out) return;                            \
+    int r0 = blockIdx.y * GV_ROWS;                     \
+    int nr = min(GV_ROWS, n_rows - r0);                \
+    int nb = width / 32;                               \
+    float acc[GV_ROWS];                                \
+    _Pragma("unroll") for (int r = 0; r < GV_ROWS; r++) acc[r] = 0.0f;
+
+// out[r * n_out + o] (+)= W[o] . x[r]. grid = (ceil(n_out / GV_WARPS), ceil(n_rows / GV_ROWS)), block = 32 * GV_WARPS.
+extern "C" __global__ void __launch_bounds__(128) gemv_q4k(float* out, const u8* w, const signed char* xq,
+                                                           const float* xd, const float* xs, int width, int n_out,
+                                                           int n_rows, int accumulate) {
+    GV_PROLOGUE
+    int nsb = width / 256;
+    const u8* row = w + (long long)o * nsb * 144;
+    int i = lane & 7;           // 16-byte chunk of the super-block's quants
+    int j0 = 2 * (i >> 1);      // the chunk holds sub-blocks j0 (low nibbles) and j0 + 1 (high nibbles)
+    int half = (i & 1) * 16;    // elements half..half+15 of each
+    // Loads for GV_U super-blocks per lane are issued before any is used (bytes in flight hide HBM latency);
+    // the accumulation order is still ascending super-block per lane.
+    for (int sb0 = lane >> 3; sb0 < nsb; sb0 += 4 * GV_U) {
+        int4 hdr[GV_U], qv[GV_U];
+#pragma unroll
+        for (int u = 0; u < GV_U; u++) {
+            int sb = sb0 + 4 * u;
+            if (sb < nsb) {
+                const u8* blk = row + (long long)sb * 144;
+                hdr[u] = ldg16(blk);
+                qv[u] = ldg16(blk + 16 + 16 * i);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GV_U; u++) {
+            int sb = sb0 + 4 * u;
+            if (sb >= nsb) break;
+            float d = h2f((u16)(hdr[u].x & 0xFFFF)), dmin = h2f((u16)((u32)hdr[u].x >> 16));
+            int sc0, m0, sc1, m1;
+            k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0, sc0, m0);
+            k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0 + 1, sc1, m1);
+            float s0 = d * (float)sc0, s1 = d * (float)sc1;
+            float mn0 = -dmin * (float)m0, mn1 = -dmin * (float)m1;
+            int4 wl = nib_lo(qv[u]), wh = nib_hi(qv[u]);
+            int b0 = sb * 8 + j0;
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; r++) {
+                if (r < nr) {
+                    const signed char* xr = xq + (long long)(r0 + r) * width + b0 * 32 + half;
+                    int lo = dot16(wl, ldg16(xr), 0);
+                    int hi = dot16(wh, ldg16(xr + 32), 0);
+                    long long xb = (long long)(r0 + r) * nb + b0;
+                    float p = xd[xb] * (s0 * (float)lo) + xd[xb + 1] * (s1 * (float)hi);
+                    if (half == 0) p += mn0 * xs[xb] + mn1 * xs[xb + 1];
+                    acc[r] += p;
+                }
+            }
+        }
+    }
+    gv_store(out, acc, o, r0, nr, n_out, accumulate);
+}
+
+// Q6_K, repacked. Each lane takes 16 values of l (half c of 32) in one half h of a super-block: elements
+// 128h + 32k + 16c + t of the four sub-blocks k, from ql[64h + 16c], ql[64h + 32 + 16c] and qh[32h + 16c].
+extern "C" __global__ void __launch_bounds__(128) gemv_q6k(float* out, const u8* w, const signed char* xq,
+                                                           const float* xd, const float* xs, int width, int n_out,
+                                                           int n_rows, int accumulate) {
+    GV_PROLOGUE
+    int nsb = width / 256;
+    const u8* row = w + (long long)o * nsb * 208;
+    const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208) + (long long)o * nsb;
+    int unit = lane & 3;
+    int h = unit >> 1, c = unit & 1;
+    for (int sb0 = lane >> 2; sb0 < nsb; sb0 += 8 * GV_U6) {
+        int4 qa_[GV_U6], qb_[GV_U6], qh_[GV_U6], sc_[GV_U6];
+#pragma unroll
+        for (int u = 0; u < GV_U6; u++) {
+            int sb = sb0 + 8 * u;
+            if (sb < nsb) {
+                const u8* blk = row + (long long)sb * 208;
+                qa_[u] = ldg16(blk + 64 * h + 16 * c);
+                qb_[u] = ldg16(blk + 64 * h + 32 + 16 * c);
+                qh_[u] = ldg16(blk + 128 + 32 * h + 16 * c);
+                sc_[u] = ldg16(blk + 192);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GV_U6; u++) {
+        int sb = sb0 + 8 * u;
+        if (sb >= nsb) break;
+        int4 qa = qa_[u], qb = qb_[u], qh = qh_[u], scv = sc_[u];
+        float d = h2f(dd[sb]);
+        // Scale bytes 8h + 2k + c for k = 0..3 (signed).
+        u32 sw0 = (u32)(h ? scv.z : scv.x), sw1 = (u32)(h ? scv.w : scv.y);
+        float s[4];
+        s[0] = d * (float)(signed char)byte_of(sw0, c);
+        s[1] = d * (float)(signed char)byte_of(sw0, 2 + c);
+        s[2] = d * (float)(signed char)byte_of(sw1, c);
+        s[3] = d * (float)(signed char)byte_of(sw1, 2 + c);
+        int4 q[4];
+        int4 al = nib_lo(qa), ah = nib_hi(qa), bl = nib_lo(qb), bh = nib_hi(qb);
+#define Q6_HI(v, sh) (((v) >> (sh)) & 0x03030303)
+        q[0] = sub_bytes(make_int4(al.x | (Q6_HI(qh.x, 0) << 4), al.y | (Q6_HI(qh.y, 0) << 4),
+                                   al.z | (Q6_HI(qh.z, 0) << 4), al.w | (Q6_HI(qh.w, 0) << 4)), 0x20202020);
+        q[1] = sub_bytes(make_int4(bl.x | (Q6_HI(qh.x, 2) << 4), bl.y | (Q6_HI(qh.y, 2) << 4),
+                                   bl.z | (Q6_HI(qh.z, 2) << 4), bl.w | (Q6_HI(qh.w, 2) << 4)), 0x20202020);
+        q[2] = sub_bytes(make_int4(ah.x | (Q6_HI(qh.x, 4) << 4), ah.y | (Q6_HI(qh.y, 4) << 4),
+                                   ah.z | (Q6_HI(qh.z, 4) << 4), ah.w | (Q6_HI(qh.w, 4) << 4)), 0x20202020);
+        q[3] = sub_bytes(make_int4(bh.x | (Q6_HI(qh.x, 6) << 4), bh.y | (Q6_HI(qh.y, 6) << 4),
+                                   bh.z | (Q6_HI(qh.z, 6) << 4), bh.w | (Q6_HI(qh.w, 6) << 4)), 0x20202020);
+#undef Q6_HI
+        int b0 = sb * 8 + 4 * h;
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++) {
+            if (r < nr) {
+                const signed char* xr = xq + (long long)(r0 + r) * width + b0 * 32 + 16 * c;
+                long long xb = (long long)(r0 + r) * nb + b0;
+                float p = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 4; k++) p += xd[xb + k] * (s[k] * (float)dot16(q[k], ldg16(xr + 32 * k), 0));
+                acc[r] += p;
+            }
+        }
+            }
+    }
+    gv_store(out, acc, o, r0, nr, n_out, accumulate);
+}
+
+// Q8_0, repacked: one 32-quant block per lane per step.
+extern "C" __global__ void __launch_bounds__(128) gemv_q8_0(float* out, const u8* w, const signed char* xq,
+                                                            const float* xd, const float* xs, int width, int n_out,
+                                                            int n_rows, int accumulate) {
+    GV_PROLOGUE
+    const u8* row = w + (long long)o * nb * 32;
+    const u16* dd = (const u16*)(w + (long long)n_out * nb * 32) + (long long)o * nb;
+    for (int b0 = lane; b0 < nb; b0 += 32 * GV_U) {
+        int4 w0[GV_U], w1[GV_U];
+        u16 dh[GV_U];
+#pragma unroll
+        for (int u = 0; u < GV_U; u++) {
+            int b = b0 + 32 * u;
+            if (b < nb) {
+                w0[u] = ldg16(row + b * 32);
+                w1[u] = ldg16(row + b * 32 + 16);
+                dh[u] = dd[b];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GV_U; u++) {
+            int b = b0 + 32 * u;
+            if (b >= nb) break;
+            float d = h2f(dh[u]);
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; r++) {
+                if (r < nr) {
+                    const signed char* xr = xq + (long long)(r0 + r) * width + b * 32;
+                    int s = dot16(w1[u], ldg16(xr + 16), dot16(w0[u], ldg16(xr), 0));
+                    acc[r] += xd[(long long)(r0 + r) * nb + b] * (d * (float)s);
+                }
+            }
+        }
+    }
+    gv_store(out, acc, o, r0, nr, n_out, accumulate);
+}
+
+// Q4_0 (has_min = 0) and Q4_1 (has_min = 1), repacked: one block per lane per step; byte j holds elements j
+// (low nibble) and j + 16 (high nibble).
+__device__ __forceinline__ void gemv_q4_legacy(float* out, const u8* w, const signed char* xq, const float* xd,
+                                               const float* xs, int width, int n_out, int n_rows, int accumulate,
+                                               int has_min) {
+    GV_PROLOGUE
+    const u8* row = w + (long long)o * nb * 16;
+    const u16* meta = (const u16*)(w + (long long)n_out * nb * 16) + (long long)o * nb * (1 + has_min);
+    for (int b0 = lane; b0 < nb; b0 += 32 * GV_U) {
+        int4 qv_[GV_U];
+#pragma unroll
+        for (int u = 0; u < GV_U; u++)
+            if (b0 + 32 * u < nb) qv_[u] = ldg16(row + (b0 + 32 * u) * 16);
+#pragma unroll
+        for (int u = 0; u < GV_U; u++) {
+        int b = b0 + 32 * u;
+        if (b >= nb) break;
+        int4 qv = qv_[u];
+        float d = h2f(meta[b * (1 + has_min)]);
+        float m = has_min ? h2f(meta[b * 2 + 1]) : 0.0f;
+        int4 lo = nib_lo(qv), hi = nib_hi(qv);
+        if (!has_min) {
+            lo = sub_bytes(lo, 0x08080808);
+            hi = sub_bytes(hi, 0x08080808);
+        }
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++) {
+            if (r < nr) {
+                const signed char* xr = xq + (long long)(r0 + r) * width + b * 32;
+                int s = dot16(hi, ldg16(xr + 16), dot16(lo, ldg16(xr), 0));
+                long long xb = (long long)(r0 + r) * nb + b;
+                acc[r] += xd[xb] * (d * (float)s) + m * xs[xb];
+            }
+        }
+        }
+    }
+    gv_store(out, acc, o, r0, nr, n_out, accumulate);
+}
+
+extern "C" __global__ void __launch_bounds__(128) gemv_q4_0(float* out, const u8* w, const signed char* xq,
+                                                            const float* xd, const float* xs, int width, int n_out,
+                                                            int n_rows, int accumulate) {
+    gemv_q4_legacy(out, w, xq, xd, xs, width, n_out, n_rows, accumulate, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(128) gemv_q4_1(float* out, const u8* w, const signed char* xq,
+                                                            const float* xd, const float* xs, int width, int n_out,
+                                                            int n_rows, int accumulate) {
+    gemv_q4_legacy(out, w, xq, xd, xs, width, n_out, n_rows, accumulate, 1);
+}

@@ -1,0 +1,108 @@
+// Mixture-of-experts FFN (Qwen3-MoE routing), correct first: routing on the device (so a pass stays one graph),
+// one block per (output feature, chosen expert of a row) reading that expert's weight row.
+
+// Per row (one warp): softmax over the router logits, the k largest (ties to the lower index), weights
+// renormalised to sum to one when `norm`, then sorted by expert index. ids/wts are rows x k.
+extern "C" __global__ void moe_route(int* ids, float* wts, const float* logits, int n_exp, int k, int norm) {
+    int r = blockIdx.x, lane = threadIdx.x;
+    const float* lr = logits + (long long)r * n_exp;
+    float mx = __int_as_float(0xff800000);
+    for (int e = lane; e < n_exp; e += 32) mx = fmaxf(mx, lr[e]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float sum = 0.0f;
+    for (int e = lane; e < n_exp; e += 32) sum += expf(lr[e] - mx);
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    int ci[16];
+    float cw[16];
+    float total = 0.0f;
+    for (int j = 0; j < k; j++) {
+        // The best expert not chosen yet: largest probability, then lowest index.
+        float bv = __int_as_float(0xff800000);
+        int bi = 0x7fffffff;
+        for (int e = lane; e < n_exp; e += 32) {
+            bool taken = false;
+            for (int t = 0; t < j; t++) taken |= ci[t] == e;
+            float p = expf(lr[e] - mx) / sum;
+            if (!taken && (p > bv || (p == bv && e < bi))) {
+                bv = p;
+                bi = e;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        ci[j] = bi;
+        cw[j] = bv;
+        total += bv;
+    }
+    if (lane != 0) return;
+    for (int j = 0; j < k; j++) {
+        if (norm) cw[j] /= total;
+    }
+    // Insertion sort by expert index (k <= 16).
+    for (int a = 1; a < k; a++) {
+        int e = ci[a];
+        float w = cw[a];
+        int b = a - 1;
+        while (b >= 0 && ci[b] > e) {
+            ci[b + 1] = ci[b];
+            cw[b + 1] = cw[b];
+            b--;
+        }
+        ci[b + 1] = e;
+        cw[b + 1] = w;
+    }
+    for (int j = 0; j < k; j++) {
+        ids[r * k + j] = ci[j];
+        wts[r * k + j] = cw[j];
+    }
+}
+
+// out[c * n_out + o] = W_e[o] . x[a] for every choice c = row * k + j (grid.y), e = ids[c], a = c when
+// `x_per_choice` else row. Q8 activations (xq/xd/xs), or f32 activations `xf` against dequantized weights when
+// `ref`. W_e starts `expert_bytes` after W_{e-1}. grid = (n_out, rows * k), block = MM_THREADS.
+extern "C" __global__ void moe_matmul(float* out, const u8* w, long long expert_bytes, long long row_bytes, int ty,
+                                      const signed char* xq, const float* xd, const float* xs, const float* xf,
+                                      int ref, const int* ids, int k, int x_per_choice, int width, int n_out) {
+    __shared__ float sh[32];
+    int o = blockIdx.x, c = blockIdx.y;
+    int a = x_per_choice ? c : c / k;
+    int nb = width / 32;
+    const u8* row = w + (long long)ids[c] * expert_bytes + (long long)o * row_bytes;
+    float acc = 0.0f;
+    signed char q[32];
+    float s[2], mn;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+        if (!wq32(ty, row, b, q, s, mn)) break;
+        if (ref) {
+            const float* xr = xf + (long long)a * width + b * 32;
+            float t = 0.0f;
+            for (int j = 0; j < 32; j++) t += (s[j >> 4] * (float)q[j] + mn) * xr[j];
+            acc += t;
+        } else {
+            const int* xp = (const int*)(xq + (long long)a * width + b * 32);
+            int lo = 0, hi = 0;
+            for (int j = 0; j < 4; j++) lo = __dp4a(pack4(q + 4 * j), xp[j], lo);
+            for (int j = 4; j < 8; j++) hi = __dp4a(pack4(q + 4 * j), xp[j], hi);
+            long long xb = (long long)a * nb + b;
+            acc += xd[xb] * (s[0] * (float)lo + s[1] * (float)hi) + mn * xs[xb];
+        }
+    }
+    float v = block_sum(acc, sh);
+    if (threadIdx.x == 0) out[(long long)c * n_out + o] = v;
+}
+
+// out[r] = sum_j wts[r * k + j] * y[r * k + j], j ascending (grid.x = rows).
+extern "C" __global__ void moe_combine(float* out, const float* y, const float* wts, int k, int width) {
+    int r = blockIdx.x;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) acc += wts[r * k + j] * y[((long long)r * k + j) * width + i];
+        out[(long long)r * width + i] = acc;
+    }
+}

@@ -1,0 +1,259 @@
+//! Kernel timings on the shapes of a Qwen3-8B decode step (`kiln selftest --device cuda --bench`): each GEMV
+//! kernel against the bytes it must read (GB/s, to compare with the card's ~4 TB/s copy rate), the fused row
+//! kernels, attention at two depths, the cost of one graph node, and reading a logits row back. Weights are
+//! random bytes (timing only: the self-test checks the arithmetic).
+
+use crate::device::{AttnShape, DBuf, Device, MoeShape};
+use crate::error::{drv, Result};
+use kiln_quant::GgmlType;
+
+/// One timed kernel or sequence.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// What ran.
+    pub name: String,
+    /// Microseconds per run (median of the batches).
+    pub us: f64,
+    /// Bytes it must move (0 when not meaningful).
+    pub bytes: f64,
+}
+
+impl Timing {
+    /// Achieved bandwidth in GB/s (0 when `bytes` is 0).
+    pub fn gbps(&self) -> f64 {
+        if self.bytes > 0.0 {
+            self.bytes / self.us / 1e3
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Median microseconds per call of `f`, over 5 batches of `reps` calls timed with device events.
+fn time(dev: &Device, reps: usize, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+    f()?; // warm-up (also the first-launch costs)
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        let ctx = dev.context();
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = ctx.new_event(flags).map_err(drv("creating an event"))?;
+        let end = ctx.new_event(flags).map_err(drv("creating an event"))?;
+        start
+            .record(dev.stream())
+            .map_err(drv("recording an event"))?;
+        for _ in 0..reps {
+            f()?;
+        }
+        end.record(dev.stream())
+            .map_err(drv("recording an event"))?;
+        let ms = start.elapsed_ms(&end).map_err(drv("timing"))?;
+        samples.push(ms as f64 * 1e3 / reps as f64);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
+}
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            // Keep f16 scale bytes away from NaN/Inf patterns: clear bit 6 of every byte (values stay random).
+            (s >> 24) as u8 & 0xBF
+        })
+        .collect()
+}
+
+fn random_floats(n: usize, seed: u64) -> Vec<f32> {
+    random_bytes(n, seed)
+        .into_iter()
+        .map(|b| b as f32 / 96.0 - 1.0)
+        .collect()
+}
+
+/// Runs every timing on `dev`.
+pub fn run(dev: &Device) -> Result<Vec<Timing>> {
+    let mut out = Vec::new();
+    let d = 4096usize;
+    let x = dev.upload(&random_floats(16 * 12288, 1))?;
+    // GEMV: Qwen3-8B's matrices (q/o 4096², k/v 1024×4096, gate/up 12288×4096, down 4096×12288, head 151936×4096).
+    use GgmlType::*;
+    let shapes = [
+        ("attn_q", d, d),
+        ("attn_k", d, 1024),
+        ("ffn_up", d, 12288),
+        ("ffn_down", 12288, d),
+        ("output", d, 151936),
+    ];
+    for ty in [Q4_K, Q6_K, Q8_0] {
+        for &(name, cols, rows) in &shapes {
+            if name == "output" && ty != Q6_K {
+                continue;
+            }
+            let rb = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
+            let bytes = random_bytes(rows * rb, (rows * 31 + cols) as u64);
+            for gemv in [true, false] {
+                let w = dev.upload_weight(name, ty, cols, rows, &bytes, gemv)?;
+                let kind = if w.is_repacked() { "gemv" } else { "generic" };
+                for n in [1usize, 16] {
+                    if !gemv && n > 1 {
+                        continue;
+                    }
+                    let mut o = dev.alloc(n * rows)?;
+                    let us = time(dev, 20, &mut || dev.matmul(&mut o, &w, &x, n, false))?;
+                    out.push(Timing {
+                        name: format!("{kind} {ty} {name} {rows}x{cols} n={n}"),
+                        us,
+                        bytes: (rows * rb) as f64,
+                    });
+                }
+            }
+        }
+    }
+    // Row kernels.
+    let nw = dev.upload(&random_floats(12288, 2))?;
+    let mut h = dev.alloc(16 * 12288)?;
+    let us = time(dev, 50, &mut || dev.rms_norm(&mut h, &x, &nw, 1, d, 1e-6))?;
+    out.push(Timing {
+        name: "rms_norm(+q8) 1x4096".into(),
+        us,
+        bytes: 0.0,
+    });
+    let us = time(dev, 50, &mut || dev.swiglu(&mut h, &x, &x, 12288))?;
+    out.push(Timing {
+        name: "swiglu(+q8) 12288".into(),
+        us,
+        bytes: 0.0,
+    });
+    // Attention, Qwen3-8B heads (32 / 8 × 128), one decode row at two depths of a 40960-position slot.
+    let shape = AttnShape {
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 128,
+        scale: 1.0 / 128f32.sqrt(),
+        theta: 1e6,
+        freq_scale: 1.0,
+        neox: true,
+        eps: 1e-6,
+    };
+    let ctx = 40960usize;
+    let mut kv = dev.alloc_kv(1, 1, ctx, 1024, true)?;
+    dev.reserve_attention(16, 32, 128, ctx)?;
+    let (mut q, mut k) = (dev.alloc(16 * 4096)?, dev.alloc(16 * 1024)?);
+    let v = dev.upload(&random_floats(16 * 1024, 3))?;
+    let (qn, kn) = (
+        dev.upload(&random_floats(128, 4))?,
+        dev.upload(&random_floats(128, 5))?,
+    );
+    let mut att = dev.alloc(16 * 4096)?;
+    for pos in [100usize, 4000, 32768] {
+        dev.set_pass(&[], &[(0, pos)], &[])?;
+        let us = time(dev, 20, &mut || {
+            dev.attention_fused(
+                &mut att,
+                &mut q,
+                &mut k,
+                &v,
+                &mut kv,
+                0,
+                1,
+                &shape,
+                Some((&qn, &kn)),
+            )
+        })?;
+        out.push(Timing {
+            name: format!("attention fused 32/8x128 @ pos {pos}"),
+            us,
+            bytes: (pos * 1024 * 2 * 2) as f64,
+        });
+    }
+    // MoE routing + experts (Qwen3-30B-A3B shape: 128 experts, 8 used, 768 wide FFN, 2048 model width).
+    let m = MoeShape {
+        n_exp: 128,
+        k: 8,
+        ff: 768,
+        width: 2048,
+        norm_topk: true,
+    };
+    let mk = |name: &str, cols: usize, rows: usize, seed: u64| {
+        let rb = Q4_K.row_bytes(cols as u64).unwrap_or(0) as usize;
+        dev.upload_weight(
+            name,
+            Q4_K,
+            cols,
+            rows,
+            &random_bytes(rows * rb, seed),
+            false,
+        )
+    };
+    let router = dev.upload_weight(
+        "router",
+        GgmlType::F32,
+        2048,
+        128,
+        &random_floats(2048 * 128, 6)
+            .iter()
+            .flat_map(|v| (v * 0.01).to_le_bytes())
+            .collect::<Vec<u8>>(),
+        false,
+    )?;
+    let (gate, up, down) = (
+        mk("gate", 2048, 768 * 128, 7)?,
+        mk("up", 2048, 768 * 128, 8)?,
+        mk("down", 768, 2048 * 128, 9)?,
+    );
+    let mut mo = dev.alloc(2048)?;
+    let xm: DBuf = dev.upload(&random_floats(2048, 10))?;
+    let us = time(dev, 20, &mut || {
+        dev.moe_ffn(&mut mo, &xm, 1, &router, &gate, &up, &down, &m)
+    })?;
+    out.push(Timing {
+        name: "moe_ffn 30B-A3B shape, 1 row (8 experts)".into(),
+        us,
+        bytes: (8 * 3 * 768 * 2048) as f64 * 144.0 / 256.0,
+    });
+    // One graph node: a pass of 200 tiny kernels, replayed.
+    let mut tiny = dev.alloc(32)?;
+    let one = dev.alloc(32)?;
+    let mut f = || -> Result<()> {
+        for _ in 0..200 {
+            dev.add(&mut tiny, &one, 32)?;
+        }
+        Ok(())
+    };
+    dev.set_pass(&[], &[], &[])?;
+    let us = time(dev, 5, &mut || {
+        dev.run_pass([u64::MAX, 0, 0, 0], true, &mut f)
+    })?;
+    out.push(Timing {
+        name: "graph node (200 tiny kernels, per node)".into(),
+        us: us / 200.0,
+        bytes: 0.0,
+    });
+    let us = time(dev, 5, &mut || {
+        for _ in 0..200 {
+            dev.add(&mut tiny, &one, 32)?;
+        }
+        Ok(())
+    })?;
+    out.push(Timing {
+        name: "plain launch (200 tiny kernels, per launch)".into(),
+        us: us / 200.0,
+        bytes: 0.0,
+    });
+    // Reading one Qwen3 logits row back (host wall clock: it synchronizes).
+    let logits = dev.alloc(151936)?;
+    let mut host = vec![0f32; 151936];
+    let t0 = std::time::Instant::now();
+    for _ in 0..20 {
+        dev.read(&logits, &mut host)?;
+    }
+    out.push(Timing {
+        name: "read 151936 logits to the host".into(),
+        us: t0.elapsed().as_secs_f64() * 1e6 / 20.0,
+        bytes: 151936.0 * 4.0,
+    });
+    Ok(out)
+}
