@@ -334,7 +334,153 @@ fn load_row<'a, const F16C: bool>(src: &'a KvData, off: usize, buf: &'a mut [f32
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn run_avx2(t: &Task, i: usize, o: &mut [f32]) {
-    t.run::<true>(i, o)
+    macro_rules! tiled {
+        ($g:literal) => {
+            match (&t.kv.k, &t.kv.v) {
+                (KvData::F16(k), KvData::F16(v)) => x86::run::<$g, _>(t, i, o, k, v),
+                (KvData::F32(k), KvData::F32(v)) => x86::run::<$g, _>(t, i, o, k, v),
+                _ => t.run::<true>(i, o),
+            }
+        };
+    }
+    // Head widths of whole 16-lane chunks take the explicit kernels; the rest the compiled generic code.
+    if !t.hd.is_multiple_of(16) {
+        return t.run::<true>(i, o);
+    }
+    match t.group {
+        1 => tiled!(1),
+        2 => tiled!(2),
+        3 => tiled!(3),
+        4 => tiled!(4),
+        8 => tiled!(8),
+        _ => t.run::<true>(i, o),
+    }
+}
+
+/// [`Task::run`] written with AVX2 intrinsics for head widths of whole 16-element chunks and GQA groups of
+/// `G`: each K row is widened once (in registers) for the group's `G` dot products, and each 64-wide slice of a
+/// head's output stays in registers over all positions instead of being loaded and stored per position. Every
+/// element goes through the operations of [`Task::run`] in the same order (the 16-lane `dot` with its pairwise
+/// tree, separate multiply and add, the same softmax code), so the bits are the portable build's, which the
+/// tests check.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Task, SCORES};
+    use half::f16;
+    use std::arch::x86_64::*;
+
+    /// A K/V element type the kernels widen to f32.
+    pub(super) trait Elem: Copy {
+        /// 8 elements at `p` as f32 (exact).
+        unsafe fn load8(p: *const Self) -> __m256;
+    }
+    impl Elem for f16 {
+        #[inline(always)]
+        unsafe fn load8(p: *const f16) -> __m256 {
+            _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+        }
+    }
+    impl Elem for f32 {
+        #[inline(always)]
+        unsafe fn load8(p: *const f32) -> __m256 {
+            _mm256_loadu_ps(p)
+        }
+    }
+
+    /// `dot`'s pairwise tree over 16 lanes held as (lanes 0..8, lanes 8..16), plus its (empty) remainder sum.
+    #[inline(always)]
+    unsafe fn tree(a0: __m256, a1: __m256) -> f32 {
+        let a = _mm256_add_ps(a0, a1);
+        let b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        let c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+        let d = _mm_add_ss(c, _mm_movehdup_ps(c));
+        _mm_cvtss_f32(d) + 0.0
+    }
+
+    /// # Safety
+    /// AVX2 and F16C (checked by `run_avx2`'s caller); `t.hd` a multiple of 16 and `t.group == G`; `k`/`v` the
+    /// cache's K and V arrays.
+    #[inline(always)]
+    pub(super) unsafe fn run<const G: usize, E: Elem>(
+        t: &Task,
+        i: usize,
+        o: &mut [f32],
+        k: &[E],
+        v: &[E],
+    ) {
+        let Task {
+            q,
+            rows,
+            kv,
+            layer,
+            p,
+            hd,
+            kvd,
+            qd,
+            ..
+        } = *t;
+        let (ri, kh) = (i / p.n_head_kv, i % p.n_head_kv);
+        let row = rows[ri];
+        let q0 = ri * qd + kh * G * hd;
+        let qs = &q[q0..q0 + G * hd];
+        let base = kv.offset(layer, row.slot, 0) + kh * hd;
+        let len = row.pos + 1;
+        // The last row read: every K/V access below stays under it.
+        assert!(base + (len - 1) * kvd + hd <= k.len().min(v.len()) && o.len() >= G * hd);
+        SCORES.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < G * len {
+                s.resize(G * len, 0.0);
+            }
+            let scores = &mut s[..G * len];
+            for tt in 0..len {
+                let kt = k.as_ptr().add(base + tt * kvd);
+                let mut acc = [[_mm256_setzero_ps(); 2]; G];
+                for c in (0..hd).step_by(16) {
+                    let k0 = E::load8(kt.add(c));
+                    let k1 = E::load8(kt.add(c + 8));
+                    for (g, a) in acc.iter_mut().enumerate() {
+                        let qg = qs.as_ptr().add(g * hd + c);
+                        a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(_mm256_loadu_ps(qg), k0));
+                        a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(_mm256_loadu_ps(qg.add(8)), k1));
+                    }
+                }
+                for (g, a) in acc.iter().enumerate() {
+                    scores[g * len + tt] = tree(a[0], a[1]) * p.scale;
+                }
+            }
+            let mut inv = [0f32; G];
+            for (g, inv) in inv.iter_mut().enumerate() {
+                let sg = &mut scores[g * len..(g + 1) * len];
+                let max = sg.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0f32;
+                for sc in sg.iter_mut() {
+                    *sc = (*sc - max).exp();
+                    sum += *sc;
+                }
+                *inv = 1.0 / sum;
+            }
+            for g in 0..G {
+                let sg = &scores[g * len..(g + 1) * len];
+                let invg = _mm256_set1_ps(inv[g]);
+                for d0 in (0..hd).step_by(64) {
+                    let nv = ((hd - d0) / 8).min(8);
+                    let mut acc = [_mm256_setzero_ps(); 8];
+                    for (tt, &w) in sg.iter().enumerate() {
+                        let vt = v.as_ptr().add(base + tt * kvd + d0);
+                        let w = _mm256_set1_ps(w);
+                        for (j, a) in acc.iter_mut().enumerate().take(nv) {
+                            *a = _mm256_add_ps(*a, _mm256_mul_ps(w, E::load8(vt.add(8 * j))));
+                        }
+                    }
+                    for (j, a) in acc.iter().enumerate().take(nv) {
+                        let dst = o.as_mut_ptr().add(g * hd + d0 + 8 * j);
+                        _mm256_storeu_ps(dst, _mm256_mul_ps(*a, invg));
+                    }
+                }
+            }
+        });
+    }
 }
 
 #[cfg(test)]
@@ -356,17 +502,21 @@ mod tests {
 
     /// Runs a 7-row prefill of one slot; returns the attention output.
     fn run(flags: Flags, ty: KvType, p: &AttnParams) -> Vec<f32> {
+        run_rows(flags, ty, p, 7)
+    }
+
+    /// Runs an `n`-row prefill of one slot; returns the attention output.
+    fn run_rows(flags: Flags, ty: KvType, p: &AttnParams, n: usize) -> Vec<f32> {
         let be = CpuBackend::new(2, flags).unwrap();
         let mut kv = CpuKv::new(&KvLayout {
             n_layer: 1,
             n_slots: 2,
-            slot_ctx: 16,
+            slot_ctx: n.max(16),
             n_head_kv: p.n_head_kv,
             head_dim: p.head_dim,
             ty,
         })
         .unwrap();
-        let n = 7;
         let q = rand_vec(n * p.n_head * p.head_dim, 1);
         let k = rand_vec(n * p.n_head_kv * p.head_dim, 2);
         let v = rand_vec(n * p.n_head_kv * p.head_dim, 3);
@@ -374,6 +524,39 @@ mod tests {
         let mut out = vec![f32::NAN; n * p.n_head * p.head_dim];
         attention(&be, &mut out, &q, &k, &v, &mut kv, 0, &rows, p).unwrap();
         out
+    }
+
+    /// The explicit AVX2 kernels (head widths of whole 16-lane chunks, groups 1..=4 and 8) give the portable
+    /// build's bits, for both KV types, widths with a partial 64-wide output slice, and long rows.
+    #[test]
+    fn explicit_simd_kernels_give_the_portable_bits() {
+        for (n_head, n_head_kv, head_dim) in [
+            (4, 2, 128),
+            (9, 3, 64),
+            (3, 3, 32),
+            (8, 1, 48),
+            (16, 4, 80),
+            (10, 2, 16),
+        ] {
+            let p = AttnParams {
+                n_head,
+                n_head_kv,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+            };
+            for ty in [KvType::F32, KvType::F16] {
+                let fast = run_rows(Flags::default(), ty, &p, 70);
+                let scalar = run_rows(Flags::reference(), ty, &p, 70);
+                assert!(fast.iter().all(|x| x.is_finite()), "unwritten output");
+                for (i, (f, s)) in fast.iter().zip(&scalar).enumerate() {
+                    assert_eq!(
+                        f.to_bits(),
+                        s.to_bits(),
+                        "{p:?} {ty:?} element {i}: {f} vs {s}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
