@@ -484,6 +484,20 @@ mod tests {
     }
 
     #[test]
+    fn speculative_is_an_optional_boolean() {
+        let base = json!({"messages": [{"role": "user", "content": "hi"}]});
+        assert_eq!(chat(&base).unwrap().opts.speculative, None);
+        for v in [true, false] {
+            let mut b = base.clone();
+            b["speculative"] = json!(v);
+            assert_eq!(chat(&b).unwrap().opts.speculative, Some(v));
+        }
+        let mut b = base.clone();
+        b["speculative"] = json!("yes");
+        assert_eq!(chat_err(b).param.as_deref(), Some("speculative"));
+    }
+
+    #[test]
     fn parameters_are_read_and_ranges_enforced() {
         let r = chat(&json!({"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
             "max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": 3, "min_p": 0.1, "seed": -1,
