@@ -108,12 +108,41 @@ impl GemmKernel {
         n_act: usize,
         out: &mut [f32],
     ) {
+        assert!(
+            out.len() >= n_act * rows,
+            "gemm run {}: output of {} for {rows} x {n_act}",
+            self.weight_type(),
+            out.len()
+        );
+        self.run_with(n, packed, rows, a, a_stride, n_act, |j, r0, vals| {
+            let o = j * rows + r0;
+            out[o..o + vals.len()].copy_from_slice(vals);
+        });
+    }
+
+    /// [`Self::run`] handing each result run to `emit(j, i0, values)`: `values[k]` = packed weight row `i0 + k`
+    /// · activation row `j`, runs of up to [`Self::GROUP_ROWS`] values, every (row, activation) pair exactly
+    /// once. Lets a caller store straight into a strided or shared output.
+    ///
+    /// # Panics
+    /// As [`Self::pack`], when `packed` or `a` is too short for the shapes.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn run_with(
+        &self,
+        n: usize,
+        packed: &[u8],
+        rows: usize,
+        a: &[u8],
+        a_stride: usize,
+        n_act: usize,
+        mut emit: impl FnMut(usize, usize, &[f32]),
+    ) {
         let at = vec_dot_type(self.weight_type());
         let arow = super::row_len(at, n).expect("gemm run: n is whole blocks");
         assert!(
             packed.len() >= self.packed_len(n, rows)
-                && (n_act == 0 || a.len() >= (n_act - 1) * a_stride + arow)
-                && out.len() >= n_act * rows,
+                && (n_act == 0 || a.len() >= (n_act - 1) * a_stride + arow),
             "gemm run {}: buffers too short for {rows} x {n_act} of {n}",
             self.weight_type()
         );
@@ -140,8 +169,7 @@ impl GemmKernel {
                     )
                 };
                 for (jj, t) in tmp.chunks_exact(Self::GROUP_ROWS).take(nj).enumerate() {
-                    let o = (j0 + jj) * rows + r0;
-                    out[o..o + nr].copy_from_slice(&t[..nr]);
+                    emit(j0 + jj, r0, &t[..nr]);
                 }
             }
         }
