@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Trains the SmolLM2 DFlash drafter on a GPU machine in one command and writes it (z-lab format: config.json +
-# bf16 model.safetensors, plus train_log.json and train.log) to OUT_DIR.
+# Trains the SmolLM2 DFlash drafter on a GPU machine and writes it (z-lab format: config.json + bf16
+# model.safetensors, plus train_log.json and train.log) to OUT_DIR.
 #
-#   bash tools/dflash-train/device-train.sh GGUF OUT_DIR MINUTES [extra train.py arguments]
+#   bash tools/dflash-train/device-train.sh GGUF OUT_DIR TOTAL_MINUTES [extra train.py arguments]
 #
+# One call trains at most 5 minutes (the first call also has the target generate extra data, ~2-3 minutes) or
+# 8 minutes (later calls), so that each call ends within 10 minutes; run the same command again to continue
+# until it says "finished" (the state and the generated data stay in OUT_DIR; keep OUT_DIR on the machine).
 # GGUF may arrive in parts (a 98 MB file over a transfer limit): when GGUF itself is absent, GGUF.part-* are
 # concatenated (in name order) into a temporary file. Make the parts with tools/dflash-train/split-gguf.sh.
-# Needs python3 with torch, transformers, safetensors and numpy; neither the `gguf` package nor network access
-# (gguf_target.py reads the GGUF itself). The training data is tools/dflash-train/data.jsonl.gz (committed).
+# The weights are also left as model.safetensors.part-* of at most 9 MB (for transfers that cap file sizes;
+# `cat` joins them). Needs python3 with torch, transformers, safetensors and numpy; neither the `gguf` package
+# nor network access (gguf_target.py reads the GGUF itself). The training data is data.jsonl.gz (committed).
 set -euo pipefail
 if [ $# -lt 3 ]; then
-    echo "usage: $0 GGUF OUT_DIR MINUTES [extra train.py arguments]" >&2
+    echo "usage: $0 GGUF OUT_DIR TOTAL_MINUTES [extra train.py arguments]" >&2
     exit 2
 fi
 gguf=$1 out=$2 minutes=$3
@@ -37,13 +41,17 @@ print(f"torch {torch.__version__}, transformers {transformers.__version__}, cuda
 PY
 
 mkdir -p "$out"
+call_minutes=5
+[ -f "$out/state.pt" ] && call_minutes=8
 # GPU defaults: 2 drafter layers, 16 sequences x 64 anchors a step (1024 blocks; the LM head over the 15 drafted
 # positions of every block is most of the work). The committed data (~275 training responses) alone overfits within
-# a minute on this GPU, so the target first adds data of its own (about 2-3 minutes, not counted in MINUTES):
-# 4 sampled responses per training prompt, and 6000 prompts it writes itself, answered greedily.
-# Later arguments override these.
+# a minute on this GPU, so the target first adds data of its own: 4 sampled responses per training prompt, and
+# 5000 prompts it writes itself, answered greedily. Later arguments override these.
 export PYTHONUNBUFFERED=1
 python3 "$here/train.py" --gguf "$gguf" --data "$here/data.jsonl.gz" --out "$out" --minutes "$minutes" \
+    --resume --stop-after "$call_minutes" \
     --layers 2 --batch 16 --anchors 64 --warmup 100 --eval-every 2 --eval-batch 8 --eval-anchors 64 \
-    --gen-samples 4 --gen-prompts 6000 --gen-batch 512 "$@" 2>&1 | tee "$out/train.log"
+    --gen-samples 4 --gen-prompts 5000 --gen-batch 512 "$@" 2>&1 | grep -v -i warning | tee -a "$out/train.log"
+rm -f "$out"/model.safetensors.part-*
+split -b 9000000 "$out/model.safetensors" "$out/model.safetensors.part-"
 ls -l "$out"

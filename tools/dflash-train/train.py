@@ -397,7 +397,11 @@ def main():
                     help="token ids of the chat template's user header (SmolLM2: <|im_start|> user \\n)")
     ap.add_argument("--gen-max-new", type=int, default=256)
     ap.add_argument("--gen-batch", type=int, default=128)
-    ap.add_argument("--dump-generated", help="write the generated training rows here (jsonl of token ids)")
+    ap.add_argument("--stop-after", type=float, default=0,
+                    help="end this run after this many minutes of training (state saved in OUT/state.pt), although "
+                         "the schedule runs over --minutes; --resume continues it (for runs longer than one job)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from OUT/state.pt when it exists, with OUT/generated.jsonl as the extra data")
     ap.add_argument("--eval-every", type=float, default=5.0, help="minutes between held-out evaluations + saves")
     ap.add_argument("--eval-batch", type=int, default=4)
     ap.add_argument("--eval-anchors", type=int, default=24)
@@ -438,8 +442,17 @@ def main():
     train, test = load_data(args.data, args.max_len)
     if not train:
         sys.exit(f"{args.data}: no training sequences")
-    n_data = len(train)
     eos = tc.eos_token_id if isinstance(tc.eos_token_id, int) else tc.eos_token_id[0]
+    os.makedirs(args.out, exist_ok=True)
+    state_path = os.path.join(args.out, "state.pt")
+    gen_path = os.path.join(args.out, "generated.jsonl")
+    state = torch.load(state_path, map_location=dev) if args.resume and os.path.exists(state_path) else None
+    if state is not None and os.path.exists(gen_path):
+        extra, _ = load_data(gen_path, args.max_len)
+        print(f"resuming at step {state['step']}: {len(extra)} generated rows from {gen_path}", flush=True)
+        train += extra
+        args.gen_samples = args.gen_prompts = 0
+    n_data = len(train)
     if args.gen_samples:
         t1 = time.time()
         prompts = [list(p) for p in {tuple(ids[:p]): None for ids, p in train}]
@@ -456,10 +469,11 @@ def main():
         print(f"self-instructed {len(extra)} prompts + greedy answers ({sum(len(s) - p for s, p in extra)} "
               f"response tokens) in {time.time() - t1:.0f} s", flush=True)
         train += extra
-    if args.dump_generated and (args.gen_samples or args.gen_prompts):
-        with open(args.dump_generated, "w") as f:
+    if len(train) > n_data:  # kept for --resume (and for a look at what the target wrote)
+        with open(gen_path, "w") as f:
             for ids, p in train[n_data:]:
-                f.write(json.dumps({"prompt_ids": ids[:p], "response_ids": ids[p:]}, separators=(",", ":")) + "\n")
+                f.write(json.dumps({"split": "train", "prompt_ids": ids[:p], "response_ids": ids[p:]},
+                                   separators=(",", ":")) + "\n")
     n_params = sum(p.numel() for p in drafter.parameters())
     print(f"device {dev}, target loaded in {time.time() - t0:.1f} s; drafter {args.layers} layer(s), "
           f"{n_params / 1e6:.2f} M params, taps {taps}, mask id {args.mask_id}; "
@@ -470,15 +484,20 @@ def main():
     budget = args.minutes * 60.0
     start = time.time()
     last_eval = start
-    order, cursor, step = [], 0, 0
+    order, cursor, step, done_s = [], 0, 0, 0.0
     log = []
+    if state is not None:
+        drafter.load_state_dict(state["drafter"])
+        opt.load_state_dict(state["opt"])
+        step, done_s, log = state["step"], state["trained_s"], state["log"]
+        rng.seed(args.seed + step)
     run_loss, run_acc = 0.0, 0.0
     while True:
-        elapsed = time.time() - start
+        elapsed = done_s + time.time() - start
         progress = elapsed / budget
         if args.steps:
             progress = max(progress, step / args.steps)
-        if progress >= 1.0:
+        if progress >= 1.0 or (args.stop_after and time.time() - start >= args.stop_after * 60):
             break
         if cursor + args.batch > len(order):
             order, cursor = list(range(len(train))), 0
@@ -508,15 +527,24 @@ def main():
             log.append({"step": step, "minutes": (time.time() - start) / 60, "test_loss": tl, "tau_test": tau})
             save_drafter(drafter, args.out)
             last_eval = time.time()
-    result = {"steps": step, "minutes": (time.time() - start) / 60}
+    trained_s = done_s + time.time() - start
+    finished = progress >= 1.0
+    result = {"steps": step, "minutes": trained_s / 60, "finished": finished}
     if test:
         tl, tau = evaluate(drafter, head_w, batcher, test, args, amp)
         print(f"final step {step}: held-out loss {tl:.3f}, teacher-forced tau {tau:.2f}", flush=True)
         result.update(test_loss=tl, tau_test=tau)
     save_drafter(drafter, args.out)
+    if finished:
+        if os.path.exists(state_path):
+            os.remove(state_path)
+    else:
+        torch.save({"drafter": drafter.state_dict(), "opt": opt.state_dict(), "step": step, "trained_s": trained_s,
+                    "log": log}, state_path)
     with open(os.path.join(args.out, "train_log.json"), "w") as f:
         json.dump({"args": vars(args), "result": result, "log": log}, f, indent=1)
-    print(f"wrote {args.out} ({step} steps, {(time.time() - start) / 60:.1f} min)")
+    print(f"wrote {args.out} ({step} steps, {trained_s / 60:.1f} of {args.minutes:g} min"
+          + ("" if finished else "; unfinished: run again with --resume to continue") + ")")
 
 
 if __name__ == "__main__":
