@@ -35,7 +35,10 @@ const BLOCK: usize = 8;
 fn load() -> (Model, Tokenizer, Arc<Drafter>) {
     let model = Model::load(model_path(), LoadOptions::default()).expect("SmolLM2 loads");
     let tok = Tokenizer::from_gguf(model.gguf()).expect("tokenizer");
-    let dir = std::env::temp_dir().join(format!("kiln-sched-spec-{}", std::process::id()));
+    // One directory per call: the tests run in parallel threads of one process.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("kiln-sched-spec-{}-{n}", std::process::id()));
     // SmolLM2 has no mask token: id 0 (inside its embedding table) fills the draft rows.
     write_random_drafter(
         &dir,

@@ -16,7 +16,7 @@
 //!
 //! - Speculative requests ([`Request::speculative`], with a drafter given to [`Scheduler::with_drafter`]) put a
 //!   DFlash verify block (`[pending, drafts…]`, one row per draft) into the same batch instead of one decode
-//!   row; see [`spec`](self) for the walk. Their output equals the plain path's token for token (greedy, and
+//!   row (the walk is in `scheduler/spec.rs`). Their output equals the plain path's token for token (greedy, and
 //!   sampling with the same seed), because every verify row is bit-identical to a decode row and the sampler is
 //!   called once per emitted token in the same order.
 //!
