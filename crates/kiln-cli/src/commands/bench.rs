@@ -150,8 +150,9 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub dump_frontier_logits_dir: Option<PathBuf>,
     /// DFlash drafter (z-lab directory or converted GGUF): each `tg` test is run plainly and speculatively in
-    /// the same run; the table has both speeds, τ, the acceptance histogram and the per-round time split. The
-    /// prompt is `-d` tokens (`--prompt-file` text, or pseudo-random ids); `-p` tests are not run.
+    /// the same run; the table has both speeds (after prefill), the speed-up (median of per-repetition ratios),
+    /// τ, the acceptance histogram and the per-round time split. The prompt is `-d` tokens (`--prompt-file` text,
+    /// or pseudo-random ids); `-p` tests are not run.
     #[arg(long, value_name = "DIR")]
     pub draft: Option<PathBuf>,
     /// With --draft: force the drafts to the plain run's continuation, accepting at most K per round (τ = K + 1
