@@ -8,7 +8,7 @@
 #      tg128, a 16-row block through the decode path (pp16 -b 16), and the kill-switch A/B of each optimization.
 # Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip debug info to carry it).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
-# Sections: STEPS="selftest sanitizer parity bench" (default all). Logs go to $OUT (default
+# Sections: STEPS="selftest sanitizer kernels parity bench" (default all; kernels = per-kernel timings). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
 set -uo pipefail
 
@@ -17,7 +17,7 @@ OUT=${OUT:-/tmp/kiln-device-check}
 WORK=${WORK:-$(mktemp -d)}
 CHUNKS=${CHUNKS:-4}
 CTX=${CTX:-256}
-STEPS=${STEPS:-selftest sanitizer parity bench}
+STEPS=${STEPS:-selftest sanitizer kernels parity bench}
 TOKENIZER=${TOKENIZER:-.test-assets/tokenizer-qwen3/tokenizer.json}
 mkdir -p "$OUT"
 export XDG_CACHE_HOME="$WORK/cache" # a fresh kernel cache: the first self-test compiles, the second loads
@@ -59,6 +59,11 @@ if want sanitizer && command -v compute-sanitizer >/dev/null; then
         step "sanitizer-$tool" timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$KILN" selftest --device cuda
         grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool.log" | tail -n 3 | tee -a "$OUT/summary.txt"
     done
+fi
+
+if want kernels; then
+    step kernels "$KILN" selftest --device cuda --bench
+    grep -E "^\|" "$OUT/kernels.log" | tee -a "$OUT/summary.txt"
 fi
 
 # 2. Parity. Text: this repository's prose, the same bytes on both devices.

@@ -75,61 +75,73 @@ __device__ __forceinline__ long long kv_row(int layer, int slot, int pos, int n_
     return (((long long)layer * n_slots + slot) * slot_ctx + pos) * kv_dim;
 }
 
-// Per row (grid.x): QK-norm (when the weights are given) and RoPE of every query and key head in place, then the
-// row's K and V stored into the cache at (layer, slots[r], positions[r]). One warp per head at a time.
-extern "C" __global__ void attn_prep(float* q, float* k, const float* v, void* kc, void* vc, const float* q_norm,
-                                     const float* k_norm, const int* slots, const int* positions, int layer,
-                                     int n_slots, int slot_ctx, int n_head, int n_head_kv, int head_dim, float eps,
-                                     float theta, float freq_scale, int neox, int f16) {
-    __shared__ float hb[4][256];
-    int r = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+// One warp per (row, head) (grid = (rows, n_head + n_head_kv), block = 32): QK-norm (when the weights are given)
+// and RoPE of a query head in place, or of a key head into the cache at (layer, slots[r], positions[r]) together
+// with the same head's V. Every load of a head is issued before the first use. head_dim <= 256.
+extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, const float* v, void* kc, void* vc,
+                                                           const float* q_norm, const float* k_norm,
+                                                           const int* slots, const int* positions, int layer,
+                                                           int n_slots, int slot_ctx, int n_head, int n_head_kv,
+                                                           int head_dim, float eps, float theta, float freq_scale,
+                                                           int neox, int f16) {
+    __shared__ float hb[256];
+    int r = blockIdx.x, hh = blockIdx.y, lane = threadIdx.x;
     int kv_dim = n_head_kv * head_dim, half = head_dim / 2;
-    long long dst = kv_row(layer, slots[r], positions[r], n_slots, slot_ctx, kv_dim);
-    float p = (float)positions[r] * freq_scale;
-    for (int hh = warp; hh < n_head + n_head_kv; hh += 4) {
-        bool is_q = hh < n_head;
-        int h = is_q ? hh : hh - n_head;
-        float* src = is_q ? q + ((long long)r * n_head + h) * head_dim : k + ((long long)r * n_head_kv + h) * head_dim;
-        const float* nw = is_q ? q_norm : k_norm;
-        float ss = 0.0f;
-        for (int i = lane; i < head_dim; i += 32) {
-            float x = src[i];
-            hb[warp][i] = x;
-            ss += x * x;
-        }
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        float scale = nw ? 1.0f / sqrtf(ss / (float)head_dim + eps) : 1.0f;
-        __syncwarp();
-        if (nw)
-            for (int i = lane; i < head_dim; i += 32) hb[warp][i] = hb[warp][i] * scale * nw[i];
-        __syncwarp();
-        for (int i = lane; i < half; i += 32) {
-            float inv = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
-            float a = p * inv;
-            float c = cosf(a), s = sinf(a);
-            int ia = neox ? i : 2 * i;
-            int ib = neox ? i + half : 2 * i + 1;
-            float x0 = hb[warp][ia], x1 = hb[warp][ib];
-            float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
-            if (is_q) {
-                src[ia] = y0;
-                src[ib] = y1;
-            } else if (f16) {
-                ((u16*)kc)[dst + h * head_dim + ia] = f2h(y0);
-                ((u16*)kc)[dst + h * head_dim + ib] = f2h(y1);
-            } else {
-                ((float*)kc)[dst + h * head_dim + ia] = y0;
-                ((float*)kc)[dst + h * head_dim + ib] = y1;
-            }
-        }
-        __syncwarp();
+    bool is_q = hh < n_head;
+    int h = is_q ? hh : hh - n_head;
+    float* src = is_q ? q + ((long long)r * n_head + h) * head_dim : k + ((long long)r * n_head_kv + h) * head_dim;
+    const float* nw = is_q ? q_norm : k_norm;
+    long long dst = kv_row(layer, slots[r], positions[r], n_slots, slot_ctx, kv_dim) + (long long)h * head_dim;
+    float xv[8], wv[8], vv[8];
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        int i = lane + 32 * t;
+        bool in = i < head_dim;
+        xv[t] = in ? src[i] : 0.0f;
+        wv[t] = in && nw ? nw[i] : 1.0f;
+        vv[t] = in && !is_q ? v[(long long)r * kv_dim + h * head_dim + i] : 0.0f;
     }
-    const float* vr = v + (long long)r * kv_dim;
-    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-        if (f16)
-            ((u16*)vc)[dst + i] = f2h(vr[i]);
-        else
-            ((float*)vc)[dst + i] = vr[i];
+    float ss = 0.0f;
+#pragma unroll
+    for (int t = 0; t < 8; t++) ss += xv[t] * xv[t];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    float scale = nw ? 1.0f / sqrtf(ss / (float)head_dim + eps) : 1.0f;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        int i = lane + 32 * t;
+        if (i < head_dim) hb[i] = nw ? xv[t] * scale * wv[t] : xv[t];
+    }
+    __syncwarp();
+    float p = (float)positions[r] * freq_scale;
+    for (int i = lane; i < half; i += 32) {
+        float inv = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+        float s, c;
+        sincosf(p * inv, &s, &c);
+        int ia = neox ? i : 2 * i;
+        int ib = neox ? i + half : 2 * i + 1;
+        float x0 = hb[ia], x1 = hb[ib];
+        float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+        if (is_q) {
+            src[ia] = y0;
+            src[ib] = y1;
+        } else if (f16) {
+            ((u16*)kc)[dst + ia] = f2h(y0);
+            ((u16*)kc)[dst + ib] = f2h(y1);
+        } else {
+            ((float*)kc)[dst + ia] = y0;
+            ((float*)kc)[dst + ib] = y1;
+        }
+    }
+    if (is_q) return;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        int i = lane + 32 * t;
+        if (i < head_dim) {
+            if (f16)
+                ((u16*)vc)[dst + i] = f2h(vv[t]);
+            else
+                ((float*)vc)[dst + i] = vv[t];
+        }
     }
 }
 

@@ -50,15 +50,14 @@ __device__ __forceinline__ int byte_of(u32 w, int n) {
     return (int)((w >> (8 * n)) & 0xFF);
 }
 
-// Q4_K 6-bit scale and min of sub-block j from the 12 scale bytes held in three words.
+// Q4_K 6-bit scale and min of sub-block j from the 12 scale bytes held in three words. Branch-free: lanes of
+// one warp take different sub-blocks, and a branch on j would split the warp.
 __device__ __forceinline__ void k4_sm(u32 s0, u32 s1, u32 s2, int j, int& sc, int& m) {
-    if (j < 4) {
-        sc = byte_of(s0, j) & 63;
-        m = byte_of(s1, j) & 63;
-    } else {
-        sc = (byte_of(s2, j - 4) & 0xF) | ((byte_of(s0, j - 4) >> 6) << 4);
-        m = (byte_of(s2, j - 4) >> 4) | ((byte_of(s1, j - 4) >> 6) << 4);
-    }
+    int jj = j & 3;
+    int a = byte_of(s0, jj), b = byte_of(s1, jj), c = byte_of(s2, jj);
+    bool hi = j >= 4;
+    sc = hi ? (c & 0xF) | ((a >> 6) << 4) : a & 63;
+    m = hi ? (c >> 4) | ((b >> 6) << 4) : b & 63;
 }
 
 __device__ __forceinline__ void gv_store(float* out, float* acc, int o, int r0, int nr, int n_out, int accumulate) {
@@ -77,7 +76,7 @@ __device__ __forceinline__ void gv_store(float* out, float* acc, int o, int r0, 
 // Common prologue: which output feature this warp computes and which activation rows.
 #define GV_PROLOGUE                                    \
     int lane = threadIdx.x & 31;                       \
-    int o = blockIdx.x * GV_WARPS + (threadIdx.x >> 5); \
+    int o = blk * GV_WARPS + (threadIdx.x >> 5);        \
     if (o >= n_out) return;                            \
     int r0 = blockIdx.y * GV_ROWS;                     \
     int nr = min(GV_ROWS, n_rows - r0);                \
@@ -86,15 +85,15 @@ __device__ __forceinline__ void gv_store(float* out, float* acc, int o, int r0, 
     _Pragma("unroll") for (int r = 0; r < GV_ROWS; r++) acc[r] = 0.0f;
 
 // out[r * n_out + o] (+)= W[o] . x[r]. grid = (ceil(n_out / GV_WARPS), ceil(n_rows / GV_ROWS)), block = 32 * GV_WARPS.
-extern "C" __global__ void __launch_bounds__(128) gemv_q4k(float* out, const u8* w, const signed char* xq,
-                                                           const float* xd, const float* xs, int width, int n_out,
-                                                           int n_rows, int accumulate) {
+__device__ __forceinline__ void gemv_q4k_body(int blk, float* out, const u8* w, const signed char* xq, const float* xd,
+                                                const float* xs, int width, int n_out, int n_rows, int accumulate) {
     GV_PROLOGUE
     int nsb = width / 256;
     const u8* row = w + (long long)o * nsb * 144;
     int i = lane & 7;           // 16-byte chunk of the super-block's quants
     int j0 = 2 * (i >> 1);      // the chunk holds sub-blocks j0 (low nibbles) and j0 + 1 (high nibbles)
     int half = (i & 1) * 16;    // elements half..half+15 of each
+    float mk = half ? 0.0f : 1.0f;
     // Loads for GV_U super-blocks per lane are issued before any is used (bytes in flight hide HBM latency);
     // the accumulation order is still ascending super-block per lane.
     for (int sb0 = lane >> 3; sb0 < nsb; sb0 += 4 * GV_U) {
@@ -103,9 +102,9 @@ extern "C" __global__ void __launch_bounds__(128) gemv_q4k(float* out, const u8*
         for (int u = 0; u < GV_U; u++) {
             int sb = sb0 + 4 * u;
             if (sb < nsb) {
-                const u8* blk = row + (long long)sb * 144;
-                hdr[u] = ldg16(blk);
-                qv[u] = ldg16(blk + 16 + 16 * i);
+                const u8* sbp = row + (long long)sb * 144;
+                hdr[u] = ldg16(sbp);
+                qv[u] = ldg16(sbp + 16 + 16 * i);
             }
         }
 #pragma unroll
@@ -127,8 +126,9 @@ extern "C" __global__ void __launch_bounds__(128) gemv_q4k(float* out, const u8*
                     int lo = dot16(wl, ldg16(xr), 0);
                     int hi = dot16(wh, ldg16(xr + 32), 0);
                     long long xb = (long long)(r0 + r) * nb + b0;
+                    // The min term belongs to whole blocks: the half-0 lane adds it (mk = 1), the other adds 0.
                     float p = xd[xb] * (s0 * (float)lo) + xd[xb + 1] * (s1 * (float)hi);
-                    if (half == 0) p += mn0 * xs[xb] + mn1 * xs[xb + 1];
+                    p += mk * (mn0 * xs[xb] + mn1 * xs[xb + 1]);
                     acc[r] += p;
                 }
             }
@@ -139,9 +139,8 @@ extern "C" __global__ void __launch_bounds__(128) gemv_q4k(float* out, const u8*
 
 // Q6_K, repacked. Each lane takes 16 values of l (half c of 32) in one half h of a super-block: elements
 // 128h + 32k + 16c + t of the four sub-blocks k, from ql[64h + 16c], ql[64h + 32 + 16c] and qh[32h + 16c].
-extern "C" __global__ void __launch_bounds__(128) gemv_q6k(float* out, const u8* w, const signed char* xq,
-                                                           const float* xd, const float* xs, int width, int n_out,
-                                                           int n_rows, int accumulate) {
+__device__ __forceinline__ void gemv_q6k_body(int blk, float* out, const u8* w, const signed char* xq, const float* xd,
+                                                const float* xs, int width, int n_out, int n_rows, int accumulate) {
     GV_PROLOGUE
     int nsb = width / 256;
     const u8* row = w + (long long)o * nsb * 208;
@@ -154,11 +153,11 @@ extern "C" __global__ void __launch_bounds__(128) gemv_q6k(float* out, const u8*
         for (int u = 0; u < GV_U6; u++) {
             int sb = sb0 + 8 * u;
             if (sb < nsb) {
-                const u8* blk = row + (long long)sb * 208;
-                qa_[u] = ldg16(blk + 64 * h + 16 * c);
-                qb_[u] = ldg16(blk + 64 * h + 32 + 16 * c);
-                qh_[u] = ldg16(blk + 128 + 32 * h + 16 * c);
-                sc_[u] = ldg16(blk + 192);
+                const u8* sbp = row + (long long)sb * 208;
+                qa_[u] = ldg16(sbp + 64 * h + 16 * c);
+                qb_[u] = ldg16(sbp + 64 * h + 32 + 16 * c);
+                qh_[u] = ldg16(sbp + 128 + 32 * h + 16 * c);
+                sc_[u] = ldg16(sbp + 192);
             }
         }
 #pragma unroll
@@ -204,9 +203,8 @@ extern "C" __global__ void __launch_bounds__(128) gemv_q6k(float* out, const u8*
 }
 
 // Q8_0, repacked: one 32-quant block per lane per step.
-extern "C" __global__ void __launch_bounds__(128) gemv_q8_0(float* out, const u8* w, const signed char* xq,
-                                                            const float* xd, const float* xs, int width, int n_out,
-                                                            int n_rows, int accumulate) {
+__device__ __forceinline__ void gemv_q8_0_body(int blk, float* out, const u8* w, const signed char* xq, const float* xd,
+                                                const float* xs, int width, int n_out, int n_rows, int accumulate) {
     GV_PROLOGUE
     const u8* row = w + (long long)o * nb * 32;
     const u16* dd = (const u16*)(w + (long long)n_out * nb * 32) + (long long)o * nb;
@@ -242,9 +240,9 @@ extern "C" __global__ void __launch_bounds__(128) gemv_q8_0(float* out, const u8
 
 // Q4_0 (has_min = 0) and Q4_1 (has_min = 1), repacked: one block per lane per step; byte j holds elements j
 // (low nibble) and j + 16 (high nibble).
-__device__ __forceinline__ void gemv_q4_legacy(float* out, const u8* w, const signed char* xq, const float* xd,
-                                               const float* xs, int width, int n_out, int n_rows, int accumulate,
-                                               int has_min) {
+__device__ __forceinline__ void gemv_q4_legacy(int blk, float* out, const u8* w, const signed char* xq,
+                                               const float* xd, const float* xs, int width, int n_out, int n_rows,
+                                               int accumulate, int has_min) {
     GV_PROLOGUE
     const u8* row = w + (long long)o * nb * 16;
     const u16* meta = (const u16*)(w + (long long)n_out * nb * 16) + (long long)o * nb * (1 + has_min);
@@ -279,14 +277,38 @@ __device__ __forceinline__ void gemv_q4_legacy(float* out, const u8* w, const si
     gv_store(out, acc, o, r0, nr, n_out, accumulate);
 }
 
-extern "C" __global__ void __launch_bounds__(128) gemv_q4_0(float* out, const u8* w, const signed char* xq,
-                                                            const float* xd, const float* xs, int width, int n_out,
-                                                            int n_rows, int accumulate) {
-    gemv_q4_legacy(out, w, xq, xd, xs, width, n_out, n_rows, accumulate, 0);
+// ggml type ids the GEMV bodies handle (as in quant.cu).
+__device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const u8* w, const signed char* xq,
+                                              const float* xd, const float* xs, int width, int n_out, int n_rows,
+                                              int accumulate) {
+    switch (ty) {
+    case T_Q4_K: gemv_q4k_body(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate); break;
+    case T_Q6_K: gemv_q6k_body(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate); break;
+    case T_Q8_0: gemv_q8_0_body(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate); break;
+    case T_Q4_0: gemv_q4_legacy(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate, 0); break;
+    case T_Q4_1: gemv_q4_legacy(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate, 1); break;
+    default: break;
+    }
 }
 
-extern "C" __global__ void __launch_bounds__(128) gemv_q4_1(float* out, const u8* w, const signed char* xq,
-                                                            const float* xd, const float* xs, int width, int n_out,
-                                                            int n_rows, int accumulate) {
-    gemv_q4_legacy(out, w, xq, xd, xs, width, n_out, n_rows, accumulate, 1);
+// out (+)= W . x for one repacked weight of type `ty`. grid = (ceil(n_out / GV_WARPS), ceil(n_rows / GV_ROWS)).
+extern "C" __global__ void __launch_bounds__(128) gemv(int ty, float* out, const u8* w, const signed char* xq,
+                                                       const float* xd, const float* xs, int width, int n_out,
+                                                       int n_rows, int accumulate) {
+    gemv_dispatch(ty, blockIdx.x, out, w, xq, xd, xs, width, n_out, n_rows, accumulate);
+}
+
+// Up to three weights that read the same activations (Q/K/V, gate/up) in one launch: blocks [0, b1) compute
+// weight 0, [b1, b2) weight 1, [b2, grid.x) weight 2. Each output's bits are those of the single launch.
+extern "C" __global__ void __launch_bounds__(128) gemv3(const signed char* xq, const float* xd, const float* xs,
+                                                        int width, int n_rows, int b1, int b2, int ty0, float* out0,
+                                                        const u8* w0, int n0, int ty1, float* out1, const u8* w1,
+                                                        int n1, int ty2, float* out2, const u8* w2, int n2) {
+    int b = blockIdx.x;
+    if (b < b1)
+        gemv_dispatch(ty0, b, out0, w0, xq, xd, xs, width, n0, n_rows, 0);
+    else if (b < b2)
+        gemv_dispatch(ty1, b - b1, out1, w1, xq, xd, xs, width, n1, n_rows, 0);
+    else
+        gemv_dispatch(ty2, b - b2, out2, w2, xq, xd, xs, width, n2, n_rows, 0);
 }

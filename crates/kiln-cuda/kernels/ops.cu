@@ -104,21 +104,41 @@ __device__ __forceinline__ void q8_warp(float v, signed char* xq, float* xd, flo
     }
 }
 
-// rms_norm that also writes the Q8 blocks of its output (width % 32 == 0). grid.x = rows, block = 256.
-extern "C" __global__ void rms_norm_q8(float* out, signed char* xq, float* xd, float* xs, const float* x,
-                                       const float* w, int width, float eps) {
+// rms_norm that also writes the Q8 blocks of its output (width % 32 == 0). grid.x = rows, block = 1024: every
+// load of the row is issued in the first pass (registers hold up to RN_PER values a thread), so a decode row costs
+// one memory latency, not one per element group.
+#define RN_PER 8
+extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signed char* xq, float* xd, float* xs,
+                                                                const float* x, const float* w, int width, float eps) {
     __shared__ float sh[32];
     long long base = (long long)blockIdx.x * width;
+    float v[RN_PER], wv[RN_PER];
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < width; i += blockDim.x) ss += x[base + i] * x[base + i];
+#pragma unroll
+    for (int j = 0; j < RN_PER; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        v[j] = i < width ? x[base + i] : 0.0f;
+        wv[j] = i < width ? w[i] : 0.0f;
+    }
+    for (int i = threadIdx.x + RN_PER * blockDim.x; i < width; i += blockDim.x) ss += x[base + i] * x[base + i];
+#pragma unroll
+    for (int j = 0; j < RN_PER; j++) ss += v[j] * v[j];
     ss = block_sum(ss, sh);
     float scale = 1.0f / sqrtf(ss / (float)width + eps);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    for (int b = warp; b < width / 32; b += nw) {
-        int i = b * 32 + lane;
-        float v = x[base + i] * scale * w[i];
-        out[base + i] = v;
-        q8_warp(v, xq, xd, xs, base / 32 + b);
+    // Element i = tid + j * blockDim.x: a warp's 32 lanes hold one 32-element Q8 block.
+#pragma unroll
+    for (int j = 0; j < RN_PER; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i - (int)(threadIdx.x & 31) < width) {
+            float y = v[j] * scale * wv[j];
+            out[base + i] = y;
+            q8_warp(y, xq, xd, xs, (base + i) / 32);
+        }
+    }
+    for (int i = threadIdx.x + RN_PER * blockDim.x; i - (int)(threadIdx.x & 31) < width; i += blockDim.x) {
+        float y = x[base + i] * scale * w[i];
+        out[base + i] = y;
+        q8_warp(y, xq, xd, xs, (base + i) / 32);
     }
 }
 

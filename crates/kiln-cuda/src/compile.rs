@@ -24,15 +24,12 @@ pub const KERNEL_FILES: [(&str, &str); 6] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 28] = [
+pub const KERNEL_NAMES: [&str; 25] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
-    "gemv_q4k",
-    "gemv_q6k",
-    "gemv_q8_0",
-    "gemv_q4_0",
-    "gemv_q4_1",
+    "gemv",
+    "gemv3",
     "matmul_deq",
     "rms_norm_q8",
     "swiglu_q8",

@@ -126,8 +126,8 @@ impl std::fmt::Debug for Device {
 enum Layout {
     /// The GGUF rows as they are (generic kernels, embedding lookups).
     Native,
-    /// Repacked for the named GEMV kernel (see gemv.cu).
-    Gemv(&'static str),
+    /// Repacked for the GEMV kernels (see gemv.cu).
+    Gemv,
 }
 
 /// A weight on the device.
@@ -149,7 +149,7 @@ pub struct DWeight {
 impl DWeight {
     /// Whether the weight is repacked for a 16-byte-load GEMV kernel.
     pub fn is_repacked(&self) -> bool {
-        matches!(self.layout, Layout::Gemv(_))
+        self.layout == Layout::Gemv
     }
 }
 
@@ -264,17 +264,10 @@ pub fn supports(ty: GgmlType) -> bool {
     )
 }
 
-/// The GEMV kernel for `ty` and the bytes of one GGUF block that hold quants vs scales, or None (generic).
-fn gemv_kernel(ty: GgmlType) -> Option<&'static str> {
+/// Whether the GEMV kernels (gemv.cu) handle `ty`.
+fn has_gemv(ty: GgmlType) -> bool {
     use GgmlType::*;
-    match ty {
-        Q4_K => Some("gemv_q4k"),
-        Q6_K => Some("gemv_q6k"),
-        Q8_0 => Some("gemv_q8_0"),
-        Q4_0 => Some("gemv_q4_0"),
-        Q4_1 => Some("gemv_q4_1"),
-        _ => None,
-    }
+    matches!(ty, Q4_K | Q6_K | Q8_0 | Q4_0 | Q4_1)
 }
 
 /// Repacks GGUF rows into the GEMV layout of `ty` (gemv.cu's header): the 16-byte-aligned quant part of every block
@@ -496,11 +489,11 @@ impl Device {
                 ),
             });
         }
-        let kernel =
-            gemv_kernel(ty).filter(|_| gemv && self.opts.fast_gemv && !self.opts.reference);
-        let (layout, data) = match kernel {
-            Some(k) => (Layout::Gemv(k), self.stream.clone_htod(&repack(ty, bytes))),
-            None => (Layout::Native, self.stream.clone_htod(bytes)),
+        let repacked = has_gemv(ty) && gemv && self.opts.fast_gemv && !self.opts.reference;
+        let (layout, data) = if repacked {
+            (Layout::Gemv, self.stream.clone_htod(&repack(ty, bytes)))
+        } else {
+            (Layout::Native, self.stream.clone_htod(bytes))
         };
         Ok(DWeight {
             name: name.into(),
@@ -947,8 +940,8 @@ impl Device {
         self.quantize(x, n_rows * w.cols)?;
         let (qp, dp, sp) = (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs));
         match w.layout {
-            Layout::Gemv(k) => self.launch(
-                k,
+            Layout::Gemv => self.launch(
+                "gemv",
                 LaunchConfig {
                     grid_dim: (
                         w.rows.div_ceil(GV_WARPS) as u32,
@@ -958,7 +951,7 @@ impl Device {
                     block_dim: (32 * GV_WARPS as u32, 1, 1),
                     shared_mem_bytes: 0,
                 },
-                &[&o, &wp, &qp, &dp, &sp, &width, &n_out, &nr, &acc],
+                &[&ty, &o, &wp, &qp, &dp, &sp, &width, &n_out, &nr, &acc],
             ),
             Layout::Native => self.launch(
                 "matmul_q8",
@@ -966,6 +959,93 @@ impl Device {
                 &[&o, &wp, &rb, &ty, &qp, &dp, &sp, &width, &n_out, &nr, &acc],
             ),
         }
+    }
+
+    /// `outs[i][r] = ws[i] · x[r]` for two or three weights reading the same activations (Q/K/V, gate/up): one
+    /// launch when every weight is repacked for the GEMV kernels (fused ops on), else one matmul each. Each output
+    /// has the bits of its own [`Device::matmul`].
+    pub fn matmul_many(
+        &self,
+        outs: &mut [&mut DBuf],
+        ws: &[&DWeight],
+        x: &DBuf,
+        n_rows: usize,
+    ) -> Result<()> {
+        let cols = ws.first().map(|w| w.cols).unwrap_or(0);
+        let one_launch = self.opts.fused
+            && !self.opts.reference
+            && (2..=3).contains(&ws.len())
+            && outs.len() == ws.len()
+            && ws
+                .iter()
+                .all(|w| w.layout == Layout::Gemv && w.cols == cols);
+        if !one_launch {
+            for (o, w) in outs.iter_mut().zip(ws) {
+                self.matmul(o, w, x, n_rows, false)?;
+            }
+            return Ok(());
+        }
+        for (o, w) in outs.iter().zip(ws) {
+            self.check(
+                "matmul",
+                x.len() >= n_rows * cols && o.len() >= n_rows * w.rows,
+                || format!("'{}' [{} x {}] on {n_rows} rows", w.name, w.rows, w.cols),
+            )?;
+            o.q8_valid.store(0, Ordering::Relaxed);
+        }
+        if n_rows == 0 {
+            return Ok(());
+        }
+        self.quantize(x, n_rows * cols)?;
+        let (qp, dp, sp) = (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs));
+        // Blocks per weight, and the job list padded with an empty third job.
+        let blocks: Vec<usize> = ws.iter().map(|w| w.rows.div_ceil(GV_WARPS)).collect();
+        let b1 = blocks[0] as i32;
+        let b2 = (blocks[0] + blocks[1]) as i32;
+        let total: usize = blocks.iter().sum();
+        let job = |i: usize| -> (i32, u64, u64, i32) {
+            match ws.get(i) {
+                Some(w) => (
+                    w.ty.id() as i32,
+                    self.ptr(&outs[i].data),
+                    self.ptr(&w.data),
+                    w.rows as i32,
+                ),
+                None => (0, 0, 0, 0),
+            }
+        };
+        let (t0, o0, w0, n0) = job(0);
+        let (t1, o1, w1, n1) = job(1);
+        let (t2, o2, w2, n2) = job(2);
+        self.launch(
+            "gemv3",
+            LaunchConfig {
+                grid_dim: (total as u32, n_rows.div_ceil(GV_ROWS) as u32, 1),
+                block_dim: (32 * GV_WARPS as u32, 1, 1),
+                shared_mem_bytes: 0,
+            },
+            &[
+                &qp,
+                &dp,
+                &sp,
+                &(cols as i32),
+                &(n_rows as i32),
+                &b1,
+                &b2,
+                &t0,
+                &o0,
+                &w0,
+                &n0,
+                &t1,
+                &o1,
+                &w1,
+                &n1,
+                &t2,
+                &o2,
+                &w2,
+                &n2,
+            ],
+        )
     }
 
     /// Row-wise RMSNorm of `n_rows × width` rows of `x` into `out`, times `w` (`width` values). With the fused
@@ -1001,7 +1081,7 @@ impl Device {
             let (qp, dp, sp) = (self.ptr(&out.xq), self.ptr(&out.xd), self.ptr(&out.xs));
             self.launch(
                 "rms_norm_q8",
-                cfg,
+                grid(n_rows as u32, 1, 1024),
                 &[&o, &qp, &dp, &sp, &xp, &wp, &(width as i32), &eps],
             )?;
             out.q8_valid.store(n_rows * width, Ordering::Relaxed);
@@ -1330,7 +1410,7 @@ impl Device {
         };
         self.launch(
             "attn_prep",
-            grid(n as u32, 1, 128),
+            grid(n as u32, (n_head + n_head_kv) as u32, 32),
             &[
                 &qp,
                 &kp,

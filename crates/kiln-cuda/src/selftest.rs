@@ -100,6 +100,7 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
     }
     ops_checks(dev, &mut rng, &mut checks)?;
     shadow_checks(dev, &mut rng, &mut checks)?;
+    many_check(dev, &mut rng, &mut checks)?;
     for f16 in [true, false] {
         for fused in [false, true] {
             attention_check(dev, &mut rng, f16, fused, &mut checks)?;
@@ -408,6 +409,50 @@ fn shadow_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result
             tol: 0.0,
         });
     }
+    Ok(())
+}
+
+/// Q/K/V-style matmuls of three weights (three types, odd row counts) in one call give each output the bits of
+/// its own matmul.
+fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
+    let (cols, n) = (512usize, 11usize);
+    let mut ws = Vec::new();
+    for (ty, rows) in [
+        (GgmlType::Q4_K, 37usize),
+        (GgmlType::Q6_K, 20),
+        (GgmlType::Q8_0, 5),
+    ] {
+        let rb = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
+        let wf = rng.vec(rows * cols);
+        let mut wq = vec![0u8; rows * rb];
+        for r in 0..rows {
+            quantize(
+                ty,
+                &wf[r * cols..(r + 1) * cols],
+                &mut wq[r * rb..(r + 1) * rb],
+            )
+            .map_err(quant_err)?;
+        }
+        ws.push(dev.upload_weight("test.many", ty, cols, rows, &wq, true)?);
+    }
+    let x = dev.upload(&rng.vec(n * cols))?;
+    let (mut a, mut b, mut c) = (dev.alloc(n * 37)?, dev.alloc(n * 20)?, dev.alloc(n * 5)?);
+    let refs: Vec<&crate::DWeight> = ws.iter().collect();
+    dev.matmul_many(&mut [&mut a, &mut b, &mut c], &refs, &x, n)?;
+    let mut err = 0.0;
+    for (got, w) in [&a, &b, &c].into_iter().zip(&ws) {
+        let mut single = dev.alloc(n * w.rows)?;
+        dev.matmul(&mut single, w, &x, n, false)?;
+        let (mut g, mut s) = (vec![0f32; n * w.rows], vec![0f32; n * w.rows]);
+        dev.read(got, &mut g)?;
+        dev.read(&single, &mut s)?;
+        err += bits_differ(&g, &s);
+    }
+    checks.push(Check {
+        name: "matmul_many (Q4_K, Q6_K, Q8_0) == single matmuls".into(),
+        err,
+        tol: 0.0,
+    });
     Ok(())
 }
 

@@ -147,6 +147,20 @@ pub trait Backend: Send + Sync {
     ) -> Result<()>;
     /// `out[r] = W · x[r]` for `n_rows` rows: `x` is `n_rows × w.cols()`, `out` is `n_rows × w.rows`.
     fn matmul(&self, out: &mut Self::Buf, w: &Weight, x: &Self::Buf, n_rows: usize) -> Result<()>;
+    /// `outs[i] = ws[i] · x` for weights reading the same input (Q/K/V, gate/up), which a backend may run as one
+    /// launch; each output must have the bits of its own [`Backend::matmul`].
+    fn matmul_many(
+        &self,
+        outs: &mut [&mut Self::Buf],
+        ws: &[&Weight],
+        x: &Self::Buf,
+        n_rows: usize,
+    ) -> Result<()> {
+        for (o, w) in outs.iter_mut().zip(ws) {
+            self.matmul(o, w, x, n_rows)?;
+        }
+        Ok(())
+    }
     /// Rotates `n_heads` heads of `head_dim` in each of `positions.len()` rows, in place.
     fn rope(
         &self,

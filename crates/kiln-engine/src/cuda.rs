@@ -261,6 +261,19 @@ impl Backend for CudaBackend {
             .map_err(dev_err)
     }
 
+    fn matmul_many(
+        &self,
+        outs: &mut [&mut DBuf],
+        ws: &[&Weight],
+        x: &DBuf,
+        n_rows: usize,
+    ) -> Result<()> {
+        let mats = ws.iter().map(|w| self.mat(w)).collect::<Result<Vec<_>>>()?;
+        self.dev
+            .matmul_many(outs, &mats, x, n_rows)
+            .map_err(dev_err)
+    }
+
     fn matmul_add(
         &self,
         x: &mut DBuf,

@@ -162,9 +162,12 @@ impl AttnWeights {
         let (be, hp, n) = (p.be, p.hp, p.n());
         let st = &mut *p.st;
         be.rms_norm(&mut st.xn, &st.x, &self.norm, n, hp.n_embd, hp.rms_eps)?;
-        be.matmul(&mut st.q, &self.q, &st.xn, n)?;
-        be.matmul(&mut st.k, &self.k, &st.xn, n)?;
-        be.matmul(&mut st.v, &self.v, &st.xn, n)?;
+        be.matmul_many(
+            &mut [&mut st.q, &mut st.k, &mut st.v],
+            &[&self.q, &self.k, &self.v],
+            &st.xn,
+            n,
+        )?;
         let ap = AttnParams {
             n_head: hp.n_head,
             n_head_kv: hp.n_head_kv,
@@ -219,8 +222,12 @@ impl DenseFfn {
         let (be, hp, n) = (p.be, p.hp, p.n());
         let st = &mut *p.st;
         be.rms_norm(&mut st.xn, &st.x, &self.norm, n, hp.n_embd, hp.rms_eps)?;
-        be.matmul(&mut st.gate, &self.gate, &st.xn, n)?;
-        be.matmul(&mut st.up, &self.up, &st.xn, n)?;
+        be.matmul_many(
+            &mut [&mut st.gate, &mut st.up],
+            &[&self.gate, &self.up],
+            &st.xn,
+            n,
+        )?;
         be.swiglu(&mut st.act, &st.gate, &st.up, n * hp.n_ff)?;
         be.matmul_add(&mut st.x, &self.down, &st.act, &mut st.out, n)
     }
