@@ -2,7 +2,7 @@
 //! it and reuses the KV cache for the longest common token prefix, so only the new turn is prefilled.
 //! Ctrl-C stops the reply being generated; Ctrl-D (end of input) exits.
 
-use super::run::{generate_stream, load_model, new_session, EngineArgs, SamplingArgs};
+use super::run::{generate_stream, load_engine, new_session, EngineArgs, SamplingArgs};
 use anyhow::{Context, Result};
 use kiln_tokenizer::{apply_chat_template_ids, Message, Tokenizer};
 use std::io::{BufRead, Write};
@@ -26,7 +26,7 @@ pub struct Args {
 
 /// `kiln chat`.
 pub fn run(args: Args) -> Result<()> {
-    let model = load_model(&args.engine.model, args.engine.threads)?;
+    let model = load_engine(&args.engine)?;
     let tok = Tokenizer::from_gguf(model.gguf()).context("building the tokenizer")?;
     let mut session = new_session(&model, &args.engine)?;
     let interrupt = Arc::new(AtomicBool::new(false));

@@ -35,6 +35,17 @@ pub struct EngineArgs {
     /// KV cache element type: f16 or f32.
     #[arg(long = "kv-type", default_value = "f16")]
     pub kv_type: KvType,
+    /// Device to run on: cpu, cuda or cuda:N (CUDA needs a build with the `cuda` feature).
+    #[arg(long, default_value = "cpu")]
+    pub device: super::bench::Device,
+}
+
+/// Loads the model of `engine` and moves it to its device.
+pub(crate) fn load_engine(engine: &EngineArgs) -> Result<Model> {
+    engine.device.check()?;
+    let mut model = load_model(&engine.model, engine.threads)?;
+    engine.device.attach(&mut model)?;
+    Ok(model)
 }
 
 /// Sampling options shared by `run` and `chat` (llama.cpp's defaults).
@@ -294,7 +305,7 @@ pub fn generate_stream(
 
 /// `kiln run`.
 pub fn run(args: Args) -> Result<()> {
-    let model = load_model(&args.engine.model, args.engine.threads)?;
+    let model = load_engine(&args.engine)?;
     let tok = Tokenizer::from_gguf(model.gguf()).context("building the tokenizer")?;
     let prompt = if args.chat {
         apply_chat_template_ids(
