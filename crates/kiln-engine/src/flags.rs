@@ -30,6 +30,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CPU_GEMM",
+        disables: "CPU: the tiled Q4_K/Q6_K prefill kernel (weight rows packed 8 at a time, 8 activation rows per \
+                   call); every row runs the row-by-row dot kernel instead (same bits, slower)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_GEMV",
         disables: "CUDA: weights repacked at load and the 16-byte-load GEMV kernels; the generic byte-load \
                    matmul kernel runs on the GGUF layout instead",
@@ -60,6 +66,8 @@ pub struct Flags {
     pub quant_act: bool,
     /// Use the SIMD dot products (off: scalar reference kernels).
     pub simd: bool,
+    /// CPU: the tiled Q4_K/Q6_K prefill kernel (off: row-by-row dot kernels, same bits).
+    pub cpu_gemm: bool,
     /// CUDA: repacked weights and the 16-byte-load GEMV kernels.
     pub cuda_gemv: bool,
     /// CUDA: fused norm/SwiGLU/attention/residual kernels.
@@ -76,6 +84,7 @@ impl Default for Flags {
         Flags {
             quant_act: true,
             simd: true,
+            cpu_gemm: true,
             cuda_gemv: true,
             cuda_fuse: true,
             cuda_split_kv: true,
@@ -90,6 +99,7 @@ impl Flags {
         Flags {
             quant_act: false,
             simd: false,
+            cpu_gemm: false,
             cuda_gemv: false,
             cuda_fuse: false,
             cuda_split_kv: false,
@@ -132,6 +142,7 @@ impl Flags {
             match info.env {
                 "KILN_NO_QUANT_ACT" => flags.quant_act = !disabled,
                 "KILN_NO_SIMD" => flags.simd = !disabled,
+                "KILN_NO_CPU_GEMM" => flags.cpu_gemm = !disabled,
                 "KILN_NO_CUDA_GEMV" => flags.cuda_gemv = !disabled,
                 "KILN_NO_CUDA_FUSE" => flags.cuda_fuse = !disabled,
                 "KILN_NO_CUDA_SPLIT_KV" => flags.cuda_split_kv = !disabled,

@@ -138,7 +138,8 @@ pub(crate) fn matmul(
             pairs.into_iter().try_for_each(quantize)?;
         }
         let acts: &[u8] = &acts[..n_rows * arb];
-        if let Some(g) = gemm_kernel(w.ty, be.isa).filter(|_| n_rows >= GEMM_MIN_ROWS) {
+        let tiled = be.flags.cpu_gemm && n_rows >= GEMM_MIN_ROWS;
+        if let Some(g) = gemm_kernel(w.ty, be.isa).filter(|_| tiled) {
             gemm_tiles(be, g, w, acts, arb, n_rows, out_ptr);
             return Ok(());
         }
@@ -357,7 +358,8 @@ mod tests {
 
     /// Batch invariance across the kernel switch: a row's outputs are the same bits whether it is multiplied
     /// alone (row-by-row kernel) or inside a batch of any size (the tiled kernel for Q4_K/Q6_K from
-    /// `GEMM_MIN_ROWS` rows), and for the K-quants the same bits as the scalar reference (`KILN_NO_SIMD`).
+    /// `GEMM_MIN_ROWS` rows), and for the K-quants the same bits with the tiled kernel switched off
+    /// (`KILN_NO_CPU_GEMM`) and as the scalar reference (`KILN_NO_SIMD`).
     #[test]
     fn rows_are_bit_identical_alone_in_any_batch_and_without_simd() {
         for ty in [
@@ -400,6 +402,23 @@ mod tests {
                 }
             }
             if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
+                // The kill switch of the tiled kernel: the row-by-row kernel on the whole batch, same bits.
+                let no_gemm = CpuBackend::new(
+                    2,
+                    Flags {
+                        cpu_gemm: false,
+                        ..Flags::default()
+                    },
+                )
+                .unwrap();
+                let mut out = vec![f32::NAN; n * m];
+                matmul(&no_gemm, &mut out, &view, &x, n).unwrap();
+                assert!(
+                    out.iter()
+                        .zip(&alone)
+                        .all(|(o, a)| o.to_bits() == a.to_bits()),
+                    "{ty}: KILN_NO_CPU_GEMM changes the bits"
+                );
                 let scalar = CpuBackend::new(
                     2,
                     Flags {

@@ -22,7 +22,12 @@
 //! [`Isa`]: the reduction order is fixed, so the result is bit-identical from call to call and between
 //! [`DotKernel::dot`] and [`DotKernel::dot_rows`] (the engine's batch invariance rests on this). For the block
 //! types it is also the same on AVX2 and AVX-512 VNNI (same integers, same float operations); only the float
-//! types round differently per ISA (8 vs 16 lanes).
+//! types round differently per ISA (8 vs 16 lanes). Q4_K, Q5_K and Q6_K go further: their SIMD kernels apply the
+//! scalar reference's f32 operations to the same exact block integers, so they equal [`Isa::Scalar`] bit for bit.
+//!
+//! Prefill of Q4_K/Q6_K weights has a tiled kernel, [`GemmKernel`] ([`gemm_kernel`]): 8 weight rows packed once
+//! (decoded, interleaved) and multiplied with up to 8 activation rows per call, every output a lane of a VNNI
+//! accumulator. Its results are bit-identical to [`DotKernel::dot`] too, so callers pick it by speed alone.
 //!
 //! ```
 //! use kiln_quant::dot::{dot_kernel, quantize_activation, vec_dot_type, Isa};

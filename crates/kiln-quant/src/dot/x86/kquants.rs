@@ -2,7 +2,9 @@
 //!
 //! Per 256-element super-block: the weight quants are unpacked to unsigned bytes, multiplied with the activation
 //! bytes into i16 pairs (`maddubs`: at most 63 × 127 × 2, no saturation), weighted by the sub-block scales into
-//! i32 (`madd`, or VNNI's `vpdpwssd` which also adds), and the super-block's i32 lanes are scaled to float once.
+//! i32 (`madd`, or VNNI's `vpdpwssd` which also adds); the super-block's lanes are then reduced to its exact
+//! integer sums and scaled with the scalar reference's f32 operations, so the results are bit-identical to
+//! `scalar.rs` and to the tiled kernel (`gemm.rs`), which the engine mixes by batch size.
 //! Offsets (Q4_K/Q5_K minimums, Q6_K's -32) are applied through the activation's per-16 sums `bsums`, so the
 //! inner loop works on unsigned quants only. The idea of folding the offsets into `bsums` is ggml's.
 
