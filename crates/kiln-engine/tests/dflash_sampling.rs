@@ -8,7 +8,8 @@
 //! tokens: the drafts a good drafter makes, and the ones a biased acceptance rule would over-produce). Token 0
 //! comes from the prompt's logits; tokens 1 and 2 come from verify blocks, either accepted drafts or the
 //! target's own choice after a rejection. Each marginal is compared with the exact one by a chi-square
-//! goodness-of-fit test (bins with an expected count below 5 merged) at p = 1e-4.
+//! goodness-of-fit test (bins with an expected count below 5 merged) at p = 1e-4, and the speculative sample
+//! with the plain one (disjoint seeds) by a two-sample chi-square test.
 //!
 //! The test's power is checked too: [`Acceptance::BiasedArgmaxForTests`] (emit the draft without sampling when
 //! it is the target's argmax — a plausible bug) must fail the same test.
@@ -120,6 +121,30 @@ fn chi_square(counts: &[u64], p: &[f64]) -> (f64, f64) {
     let z = 3.719; // one-sided normal quantile of 1e-4
     let a = 2.0 / (9.0 * df);
     (stat, df * (1.0 - a + z * a.sqrt()).powi(3))
+}
+
+/// Two-sample chi-square (homogeneity) of two equal-sized samples' counts (bins with fewer than 10 together
+/// merged into one), and the critical value at p = 1e-4.
+fn chi_square_two(a: &[u64], b: &[u64]) -> (f64, f64) {
+    let (mut stat, mut bins) = (0.0, 0usize);
+    let (mut ra, mut rb) = (0.0, 0.0);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (x as f64, y as f64);
+        if x + y >= 10.0 {
+            stat += (x - y).powi(2) / (x + y);
+            bins += 1;
+        } else {
+            ra += x;
+            rb += y;
+        }
+    }
+    if ra + rb > 0.0 {
+        stat += (ra - rb).powi(2) / (ra + rb);
+        bins += 1;
+    }
+    let df = (bins.max(2) - 1) as f64;
+    let a = 2.0 / (9.0 * df);
+    (stat, df * (1.0 - a + 3.719 * a.sqrt()).powi(3))
 }
 
 fn counts(runs: &[Vec<u32>], index: usize, n_vocab: usize) -> Vec<u64> {
@@ -241,16 +266,27 @@ fn speculative_sampling_matches_the_target_distribution() {
         "{accepted} drafts accepted in {rounds} rounds"
     );
 
-    let mut biased_detected = false;
+    // (by the exact oracle, by the two-sample test)
+    let mut biased_detected = (false, false);
     for (k, p) in exact.iter().enumerate() {
         let index = k + 1;
         let (x_plain, crit) = chi_square(&counts(&plain, index, n_vocab), p);
         let (x_spec, crit_s) = chi_square(&counts(&spec, index, n_vocab), p);
         let (x_biased, _) = chi_square(&counts(&biased, index, n_vocab), p);
+        // Speculative against plain sampling directly (disjoint seeds): the same distribution.
+        let c_plain = counts(&plain, index, n_vocab);
+        let (x_two, crit_two) = chi_square_two(&counts(&spec, index, n_vocab), &c_plain);
+        let (x_two_biased, crit_two_b) = chi_square_two(&counts(&biased, index, n_vocab), &c_plain);
         eprintln!(
-            "token {index}: chi-square plain {x_plain:.1}, speculative {x_spec:.1}, biased {x_biased:.1}; \
-             critical {crit:.1} (p = 1e-4)"
+            "token {index}: chi-square against the exact distribution: plain {x_plain:.1}, speculative \
+             {x_spec:.1}, biased {x_biased:.1} (critical {crit:.1}, p = 1e-4); speculative vs plain {x_two:.1}, \
+             biased vs plain {x_two_biased:.1} (critical {crit_two:.1})"
         );
+        assert!(
+            x_two < crit_two,
+            "speculative and plain sampling differ at token {index}: {x_two:.1} ≥ {crit_two:.1}"
+        );
+        biased_detected.1 |= x_two_biased > crit_two_b;
         assert!(
             x_plain < crit,
             "plain sampling fails its own oracle at token {index}"
@@ -259,10 +295,11 @@ fn speculative_sampling_matches_the_target_distribution() {
             x_spec < crit_s,
             "speculative sampling is biased at token {index}: chi-square {x_spec:.1} ≥ {crit_s:.1}"
         );
-        biased_detected |= x_biased > crit;
+        biased_detected.0 |= x_biased > crit;
     }
-    assert!(
+    assert_eq!(
         biased_detected,
+        (true, true),
         "the deliberately biased acceptance rule was not detected: the test has no power"
     );
 }
