@@ -19,6 +19,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 PLAIN = re.compile(r"prompt (\d+) tokens in ([\d.]+) s .*generation (\d+) tokens in ([\d.]+) s")
 DRAFT = re.compile(r"kiln: (\d+) tokens in ([\d.]+) s incl\. prefill")
+ROUND = re.compile(r"dflash per round: draft ([\d.]+) ms, verify ([\d.]+) ms")
 TAU = re.compile(r"dflash tau ([\d.]+) \((\d+) tokens over (\d+) verify forwards\); accepted-drafts histogram \[([\d, ]+)\]")
 
 
@@ -53,14 +54,15 @@ def main():
     for p in prompts:
         out0, err0 = run(base + ["-p", p["prompt"]])
         out1, err1 = run(base + ["-p", p["prompt"], "--draft", a.draft])
-        m0, m1, mt = PLAIN.search(err0), DRAFT.search(err1), TAU.search(err1)
+        m0, m1, mt, mr = PLAIN.search(err0), DRAFT.search(err1), TAU.search(err1), ROUND.search(err1)
         if not (m0 and m1 and mt):
             sys.exit(f"cannot parse kiln's stderr for prompt {p['id']}:\n{err0[-800:]}\n{err1[-800:]}")
         h = [int(x) for x in mt.group(4).split(",")]
         hist = h if hist is None else [x + y for x, y in zip(hist, h)]
         row = {"id": p["id"], "same": out0 == out1, "tokens": int(m1.group(1)),
                "plain_s": float(m0.group(2)) + float(m0.group(4)), "draft_s": float(m1.group(2)),
-               "emitted": int(mt.group(2)), "verify": int(mt.group(3))}
+               "emitted": int(mt.group(2)), "verify": int(mt.group(3)),
+               "draft_ms": float(mr.group(1)) if mr else None, "verify_ms": float(mr.group(2)) if mr else None}
         rows.append(row)
         print(f"prompt {p['id']:3d}: tau {int(mt.group(2)) / max(1, int(mt.group(3))):.2f}, "
               f"{row['tokens']} tokens, plain {row['plain_s']:.2f} s, draft {row['draft_s']:.2f} s, "
@@ -73,10 +75,19 @@ def main():
     summary = {"prompts": len(rows), "tau": emitted / max(1, verify), "tokens": tokens,
                "plain_tok_s": tokens / plain, "draft_tok_s": tokens / draft, "speedup": plain / draft,
                "identical": sum(r["same"] for r in rows), "accepted_hist": hist}
+    timed = [r for r in rows if r["draft_ms"] is not None]
+    if timed:  # per-round cost next to one plain decode step, weighted by rounds
+        rounds = sum(r["verify"] for r in timed)
+        summary["round_draft_ms"] = sum(r["draft_ms"] * r["verify"] for r in timed) / rounds
+        summary["round_verify_ms"] = sum(r["verify_ms"] * r["verify"] for r in timed) / rounds
+        summary["plain_ms_per_token"] = 1000 * plain / tokens
     print(f"{len(rows)} prompts: tau {summary['tau']:.2f} ({emitted} tokens / {verify} verify forwards); "
           f"plain {summary['plain_tok_s']:.1f} tok/s, dflash {summary['draft_tok_s']:.1f} tok/s, "
           f"speed-up {summary['speedup']:.2f}x; identical outputs {summary['identical']}/{len(rows)}; "
           f"accepted-drafts histogram {hist}")
+    if timed:
+        print(f"per round: draft {summary['round_draft_ms']:.1f} ms + verify {summary['round_verify_ms']:.1f} ms; "
+              f"plain decoding {summary['plain_ms_per_token']:.1f} ms a token (prefill included)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"summary": summary, "rows": rows}, f, indent=1)
