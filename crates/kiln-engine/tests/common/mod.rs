@@ -161,12 +161,18 @@ pub fn write(tag: &str, meta: &[(String, kiln_gguf::Value)], ts: &[T]) -> PathBu
     for t in ts {
         w.add_tensor(&t.name, t.ty, &t.shape).unwrap();
     }
-    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    // Tests of one binary run in parallel threads and may write the same tag: write a private file and rename it
+    // into place, so a reader never maps a file that is still being written.
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("{seq}.partial"));
+    let file = std::io::BufWriter::new(std::fs::File::create(&tmp).unwrap());
     let mut dw = w.begin(file).unwrap();
     for t in ts {
         dw.write_tensor_data(&t.name, &t.data).unwrap();
     }
     dw.finish().unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
     path
 }
 
