@@ -583,7 +583,7 @@ def main():
     with open(os.path.join(args.out, "train_log.json"), "w") as f:
         json.dump({"args": vars(args), "result": result, "log": log}, f, indent=1)
     print(f"wrote {args.out} ({step} steps, {trained_s / 60:.1f} of {args.minutes:g} min"
-          + ("" if finished else "; unfinished: run again with --resume to continue") + ")")
+          + ("; finished" if finished else "; unfinished: run again with --resume to continue") + ")")
 
 
 if __name__ == "__main__":
