@@ -40,3 +40,28 @@ fn device_names_are_checked() {
     assert!(!ok);
     assert!(err.contains("use --device cuda"), "{err}");
 }
+
+#[test]
+fn run_chat_serve_take_the_device_and_refuse_a_missing_one() {
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../.test-assets/SmolLM2-135M-Instruct.Q4_1.gguf"
+    );
+    for cmd in [
+        vec![
+            "run", "-m", model, "-p", "hi", "-n", "1", "--device", "cuda:0",
+        ],
+        vec!["chat", "-m", model, "--device", "cuda"],
+        vec!["serve", "-m", model, "--port", "0", "--device", "cuda:0"],
+    ] {
+        // With the cuda feature the command may really run (a GPU machine): only the parse error is checked.
+        if !cfg!(feature = "cuda") {
+            let (ok, err) = kiln(&cmd);
+            assert!(!ok, "{cmd:?}");
+            assert!(!err.contains("panicked"), "{cmd:?}: {err}");
+            assert!(err.contains("no CUDA backend"), "{cmd:?}: {err}");
+        }
+        let (ok, err) = kiln(&[cmd[0], "-m", model, "--device", "tpu"]);
+        assert!(!ok && err.contains("cpu, cuda or cuda:N"), "{err}");
+    }
+}

@@ -65,6 +65,8 @@ pub struct ServerConfig {
     pub parallel: usize,
     /// CPU threads for the engine (0 = all cores).
     pub threads: usize,
+    /// Run the model on this CUDA device (needs the `cuda` feature); None = the CPU.
+    pub cuda_device: Option<usize>,
     /// Kill switches.
     pub flags: Flags,
     /// A DFlash drafter (z-lab directory or converted GGUF) for speculative requests.
@@ -92,6 +94,7 @@ impl ServerConfig {
             ctx: 8192,
             parallel: 4,
             threads: 0,
+            cuda_device: None,
             flags: Flags::default(),
             draft: None,
             draft_default: true,
@@ -123,13 +126,32 @@ pub fn serve(cfg: ServerConfig) -> Result<(), Error> {
     rt.block_on(run(cfg))
 }
 
+#[cfg(feature = "cuda")]
+fn use_cuda(model: &mut Model, n: usize) -> Result<(), String> {
+    model
+        .use_cuda(n, None)
+        .map_err(|e| format!("opening CUDA device {n}: {e}"))?;
+    if let Some(be) = model.cuda() {
+        let d = be.device();
+        eprintln!("kiln serve: CUDA device {n}: {} ({})", d.name, d.arch);
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn use_cuda(_model: &mut Model, n: usize) -> Result<(), String> {
+    Err(format!(
+        "--device cuda:{n}: this build has no CUDA backend (build with --features cuda)"
+    ))
+}
+
 /// Loads the model, then runs the scheduler until the handle is closed. Reports load success or failure on
 /// `loaded` (the server answers 503 until then).
 fn engine_main(state: Arc<AppState>, loaded: oneshot::Sender<Result<(), String>>) {
     let cfg = &state.cfg;
     type Setup = (Model, Tokenizer, Option<Arc<Drafter>>);
     let setup = || -> Result<Setup, String> {
-        let model = Model::load(
+        let mut model = Model::load(
             &cfg.model,
             LoadOptions {
                 threads: cfg.threads,
@@ -138,6 +160,9 @@ fn engine_main(state: Arc<AppState>, loaded: oneshot::Sender<Result<(), String>>
             },
         )
         .map_err(|e| e.to_string())?;
+        if let Some(n) = cfg.cuda_device {
+            use_cuda(&mut model, n)?;
+        }
         let tok = Tokenizer::from_gguf(model.gguf()).map_err(|e| e.to_string())?;
         let drafter = match &cfg.draft {
             Some(dir) => {

@@ -57,9 +57,24 @@ impl Device {
             Device::Cpu => Ok(()),
             #[cfg(feature = "cuda")]
             Device::Cuda(n) => {
+                // Weights go to the GPU once, with a progress bar (hidden when stderr is not a terminal).
+                let bar = indicatif::ProgressBar::new(0);
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "uploading to cuda:{msg} [{bar:30}] {bytes}/{total_bytes}",
+                    )
+                    .expect("static progress template is valid")
+                    .progress_chars("=> "),
+                );
+                bar.set_message(n.to_string());
+                let mut progress = |done: u64, total: u64| {
+                    bar.set_length(total);
+                    bar.set_position(done);
+                };
                 model
-                    .use_cuda(n, None)
+                    .use_cuda(n, Some(&mut progress))
                     .with_context(|| format!("opening CUDA device {n}"))?;
+                bar.finish_and_clear();
                 if let Some(be) = model.cuda() {
                     let d = be.device();
                     eprintln!("kiln: CUDA device {n}: {} ({})", d.name, d.arch);

@@ -1,6 +1,6 @@
 //! `kiln serve`: the OpenAI-compatible server (kiln-server) with continuous batching over `--parallel` slots.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use kiln_engine::scheduler::SchedulerConfig;
 use kiln_engine::Flags;
 use kiln_server::ServerConfig;
@@ -33,9 +33,9 @@ pub struct Args {
     /// Requests decoded together (sequence slots).
     #[arg(long, visible_alias = "np", default_value_t = 4)]
     pub parallel: usize,
-    /// Compute device (only `cpu` for now).
+    /// Device to run on: cpu, cuda or cuda:N (CUDA needs a build with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
-    pub device: String,
+    pub device: super::bench::Device,
     /// Worker threads (0 = all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
@@ -72,12 +72,11 @@ fn seconds(name: &str, s: f64) -> Result<Duration> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    if args.device != "cpu" {
-        bail!(
-            "--device {}: only cpu is available in this build",
-            args.device
-        );
-    }
+    args.device.check()?;
+    let cuda_device = match args.device {
+        super::bench::Device::Cpu => None,
+        super::bench::Device::Cuda(n) => Some(n),
+    };
     let (flags, warnings) = Flags::from_env();
     for w in warnings {
         eprintln!("kiln: warning: {w}");
@@ -89,6 +88,7 @@ pub fn run(args: Args) -> Result<()> {
         ctx: args.ctx,
         parallel: args.parallel,
         threads: args.threads,
+        cuda_device,
         flags,
         draft: args.draft,
         draft_default: !args.draft_opt_in,
