@@ -85,6 +85,17 @@ fn quant_err(e: kiln_quant::Error) -> Error {
     }
 }
 
+/// `rows × cols` random values quantized row by row to `ty` (GGUF bytes).
+fn random_weight(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Result<Vec<u8>> {
+    let wf = rng.vec(rows * cols);
+    let rb = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
+    let mut wq = vec![0u8; rows * rb];
+    for (src, dst) in wf.chunks_exact(cols).zip(wq.chunks_exact_mut(rb)) {
+        quantize(ty, src, dst).map_err(quant_err)?;
+    }
+    Ok(wq)
+}
+
 /// Runs every check on `dev`.
 pub fn run(dev: &Device) -> Result<Vec<Check>> {
     let mut checks = Vec::new();
@@ -119,17 +130,8 @@ fn matmul_check(
 ) -> Result<()> {
     // 37 output rows (a partial block of GEMV warps), 11 activation rows (one full and one partial group of 8).
     let (rows, n) = (37usize, 11usize);
-    let wf = rng.vec(rows * cols);
     let row_bytes = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
-    let mut wq = vec![0u8; rows * row_bytes];
-    for r in 0..rows {
-        quantize(
-            ty,
-            &wf[r * cols..(r + 1) * cols],
-            &mut wq[r * row_bytes..(r + 1) * row_bytes],
-        )
-        .map_err(quant_err)?;
-    }
+    let wq = random_weight(rng, ty, rows, cols)?;
     let mut wd = vec![0f32; rows * cols];
     for r in 0..rows {
         dequantize(
@@ -373,17 +375,7 @@ fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
 /// output separately: a matmul reading either gives the same bits.
 fn shadow_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
     let (n, width, rows) = (3usize, 320usize, 40usize);
-    let wf = rng.vec(rows * width);
-    let rb = GgmlType::Q8_0.row_bytes(width as u64).unwrap_or(0) as usize;
-    let mut wq = vec![0u8; rows * rb];
-    for r in 0..rows {
-        quantize(
-            GgmlType::Q8_0,
-            &wf[r * width..(r + 1) * width],
-            &mut wq[r * rb..(r + 1) * rb],
-        )
-        .map_err(quant_err)?;
-    }
+    let wq = random_weight(rng, GgmlType::Q8_0, rows, width)?;
     let w = dev.upload_weight("test.shadow", GgmlType::Q8_0, width, rows, &wq, true)?;
     let (x, nw, up) = (rng.vec(n * width), rng.vec(width), rng.vec(n * width));
     let (xb, nwb, upb) = (dev.upload(&x)?, dev.upload(&nw)?, dev.upload(&up)?);
@@ -422,17 +414,7 @@ fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
         (GgmlType::Q6_K, 20),
         (GgmlType::Q8_0, 5),
     ] {
-        let rb = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
-        let wf = rng.vec(rows * cols);
-        let mut wq = vec![0u8; rows * rb];
-        for r in 0..rows {
-            quantize(
-                ty,
-                &wf[r * cols..(r + 1) * cols],
-                &mut wq[r * rb..(r + 1) * rb],
-            )
-            .map_err(quant_err)?;
-        }
+        let wq = random_weight(rng, ty, rows, cols)?;
         ws.push(dev.upload_weight("test.many", ty, cols, rows, &wq, true)?);
     }
     let x = dev.upload(&rng.vec(n * cols))?;
@@ -668,18 +650,8 @@ fn graph_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<(
         neox: true,
         eps: 1e-6,
     };
-    let rb = GgmlType::Q4_K.row_bytes(width as u64).unwrap_or(0) as usize;
     let rows_out = nh * hd;
-    let wf = rng.vec(rows_out * width);
-    let mut wq = vec![0u8; rows_out * rb];
-    for r in 0..rows_out {
-        quantize(
-            GgmlType::Q4_K,
-            &wf[r * width..(r + 1) * width],
-            &mut wq[r * rb..(r + 1) * rb],
-        )
-        .map_err(quant_err)?;
-    }
+    let wq = random_weight(rng, GgmlType::Q4_K, rows_out, width)?;
     let w = dev.upload_weight("test.graph", GgmlType::Q4_K, width, rows_out, &wq, true)?;
     let n = 3usize;
     let (xb, nwb) = (

@@ -202,14 +202,9 @@ pub trait Backend: Send + Sync {
         rope: &RopeParams,
         qk_norm: Option<(&Weight, &Weight, f32)>,
     ) -> Result<()> {
-        let n = rows.len();
-        if let Some((qn, kn, eps)) = qk_norm {
-            self.rms_norm_inplace(q, qn, n * p.n_head, p.head_dim, eps)?;
-            self.rms_norm_inplace(k, kn, n * p.n_head_kv, p.head_dim, eps)?;
-        }
-        self.rope(q, positions, p.n_head, p.head_dim, rope)?;
-        self.rope(k, positions, p.n_head_kv, p.head_dim, rope)?;
-        self.attention(out, q, k, v, kv, layer, rows, p)
+        unfused_attention_block(
+            self, out, q, k, v, kv, layer, rows, positions, p, rope, qk_norm,
+        )
     }
     /// `x += W · a` for `n_rows` rows (the residual projection), which a backend may fuse into the matmul; `tmp`
     /// is scratch of the output's size for backends that do not.
@@ -241,4 +236,30 @@ pub trait Backend: Send + Sync {
     ) -> Result<()>;
     /// Copies the first `dst.len()` elements of `x` to the host.
     fn read(&self, x: &Self::Buf, dst: &mut [f32]) -> Result<()>;
+}
+
+/// [`Backend::attention_block`] as separate ops (the trait's default; a backend's unfused path).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn unfused_attention_block<B: Backend + ?Sized>(
+    be: &B,
+    out: &mut B::Buf,
+    q: &mut B::Buf,
+    k: &mut B::Buf,
+    v: &B::Buf,
+    kv: &mut B::Kv,
+    layer: usize,
+    rows: &[AttnRow],
+    positions: &[usize],
+    p: &AttnParams,
+    rope: &RopeParams,
+    qk_norm: Option<(&Weight, &Weight, f32)>,
+) -> Result<()> {
+    let n = rows.len();
+    if let Some((qn, kn, eps)) = qk_norm {
+        be.rms_norm_inplace(q, qn, n * p.n_head, p.head_dim, eps)?;
+        be.rms_norm_inplace(k, kn, n * p.n_head_kv, p.head_dim, eps)?;
+    }
+    be.rope(q, positions, p.n_head, p.head_dim, rope)?;
+    be.rope(k, positions, p.n_head_kv, p.head_dim, rope)?;
+    be.attention(out, q, k, v, kv, layer, rows, p)
 }

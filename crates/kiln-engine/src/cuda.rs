@@ -355,14 +355,9 @@ impl Backend for CudaBackend {
         qk_norm: Option<(&Weight, &Weight, f32)>,
     ) -> Result<()> {
         if !self.dev.options().fused {
-            // The unfused reference sequence (the trait's default).
-            if let Some((qn, kn, eps)) = qk_norm {
-                self.rms_norm_inplace(q, qn, rows.len() * p.n_head, p.head_dim, eps)?;
-                self.rms_norm_inplace(k, kn, rows.len() * p.n_head_kv, p.head_dim, eps)?;
-            }
-            self.rope(q, positions, p.n_head, p.head_dim, rope)?;
-            self.rope(k, positions, p.n_head_kv, p.head_dim, rope)?;
-            return self.attention(out, q, k, v, kv, layer, rows, p);
+            return crate::backend::unfused_attention_block(
+                self, out, q, k, v, kv, layer, rows, positions, p, rope, qk_norm,
+            );
         }
         let shape = AttnShape {
             n_head: p.n_head,
