@@ -332,3 +332,27 @@ fn hidden_state_taps() {
     assert!(out.hidden.iter().all(|h| h.1.len() == 3 * D as usize));
     assert_ne!(out.hidden[0].1, out.hidden[1].1);
 }
+
+#[test]
+fn k_quant_models_batch_invariance() {
+    // Q4_K/Q6_K weights take the tiled prefill kernel from 3 activation rows and the row kernel below: a row's bits
+    // must not depend on which one ran. The tiny synth presets are 256 wide, so every K-quant row fits.
+    use kiln_engine::synth::{
+        find_preset, synthesize_to_file, Arch, QuantScheme, SynthSpec, TokenizerSource,
+    };
+    for arch in [Arch::Qwen3, Arch::Qwen3Moe, Arch::Llama] {
+        let spec = SynthSpec {
+            preset: find_preset(arch, "tiny").unwrap().clone(),
+            quant: QuantScheme::Q4KM,
+            seed: 7,
+        };
+        let p = std::env::temp_dir().join(format!(
+            "kiln-batching-q4km-{}-{arch:?}.gguf",
+            std::process::id()
+        ));
+        synthesize_to_file(&spec, TokenizerSource::Builtin, &p, &mut |_| {}).unwrap();
+        let model = Model::load(&p, LoadOptions::default()).unwrap();
+        let _ = std::fs::remove_file(&p);
+        all_checks(&model, &[KvType::F16]);
+    }
+}
