@@ -6,7 +6,7 @@
 #      (KILN_NO_QUANT_ACT=1 on both) and in the default fast mode; graph replay vs no graph (identical logits);
 #   3. the bench table: synth Qwen3-8B Q4_K_M / Q8_0 and a 0.6B-shape Q4_K_M with the real Qwen3 tokenizer,
 #      tg128, a 16-row block through the decode path (pp16 -b 16), and the kill-switch A/B of each optimization.
-# Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip debug info to carry it).
+# Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip its debug info to copy it over).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
 # Sections: STEPS="selftest sanitizer kernels parity bench" (default all; kernels = per-kernel timings). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -39,10 +39,10 @@ step() {
     say "ok: $name ($((SECONDS - t0)) s)"
 }
 want() { [[ " $STEPS " == *" $1 "* ]]; }
-# Only a few files come back from the device: pack the logs into one archive at exit.
+# Pack the logs into one archive at exit (one file to copy off the GPU machine).
 trap 'tar czf "$OUT/logs.tgz" -C "$OUT" --remove-files $(cd "$OUT" && ls *.log 2>/dev/null) 2>/dev/null' EXIT
 
-[ -x "$KILN" ] || { say "no kiln binary at $KILN (build with --features cuda and carry it)"; exit 1; }
+[ -x "$KILN" ] || { say "no kiln binary at $KILN (build with --features cuda and copy it here)"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$OUT/summary.txt"
 tok=()
 [ -f "$TOKENIZER" ] && tok=(--tokenizer "$TOKENIZER")
