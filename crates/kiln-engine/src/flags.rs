@@ -36,6 +36,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CPU_ONE_REGION",
+        disables: "CPU decode: Q/K/V and gate/up matmuls share one activation quantization and one thread-pool \
+                   region; one region per matmul instead (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_GEMV",
         disables: "CUDA: weights repacked at load and the 16-byte-load GEMV kernels; the generic byte-load \
                    matmul kernel runs on the GGUF layout instead",
@@ -68,6 +74,8 @@ pub struct Flags {
     pub simd: bool,
     /// CPU: the tiled Q4_K/Q6_K prefill kernel (off: row-by-row dot kernels, same bits).
     pub cpu_gemm: bool,
+    /// CPU decode: weights reading the same input matmul'd in one thread-pool region.
+    pub cpu_one_region: bool,
     /// CUDA: repacked weights and the 16-byte-load GEMV kernels.
     pub cuda_gemv: bool,
     /// CUDA: fused norm/SwiGLU/attention/residual kernels.
@@ -85,6 +93,7 @@ impl Default for Flags {
             quant_act: true,
             simd: true,
             cpu_gemm: true,
+            cpu_one_region: true,
             cuda_gemv: true,
             cuda_fuse: true,
             cuda_split_kv: true,
@@ -100,6 +109,7 @@ impl Flags {
             quant_act: false,
             simd: false,
             cpu_gemm: false,
+            cpu_one_region: false,
             cuda_gemv: false,
             cuda_fuse: false,
             cuda_split_kv: false,
@@ -143,6 +153,7 @@ impl Flags {
                 "KILN_NO_QUANT_ACT" => flags.quant_act = !disabled,
                 "KILN_NO_SIMD" => flags.simd = !disabled,
                 "KILN_NO_CPU_GEMM" => flags.cpu_gemm = !disabled,
+                "KILN_NO_CPU_ONE_REGION" => flags.cpu_one_region = !disabled,
                 "KILN_NO_CUDA_GEMV" => flags.cuda_gemv = !disabled,
                 "KILN_NO_CUDA_FUSE" => flags.cuda_fuse = !disabled,
                 "KILN_NO_CUDA_SPLIT_KV" => flags.cuda_split_kv = !disabled,

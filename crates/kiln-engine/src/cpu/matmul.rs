@@ -193,6 +193,89 @@ pub(crate) fn matmul(
     }
 }
 
+/// `outs[i][j * ws[i].rows + r] = ws[i].row(r) · x[j]`: weights that read the same activations (Q/K/V, gate/up).
+/// Below [`GEMM_MIN_ROWS`] rows (decode) with quantized activations of one format, the activations are quantized
+/// once and every weight's tiles run in one parallel region (one thread-pool dispatch instead of one per weight);
+/// otherwise one [`matmul`] each. Every output is the same dot-kernel call either way, so the bits are the same.
+pub(crate) fn matmul_many(
+    be: &CpuBackend,
+    outs: &mut [&mut [f32]],
+    ws: &[WeightView],
+    x: &[f32],
+    n_rows: usize,
+) -> Result<()> {
+    let act_ty = ws.first().map(|w| vec_dot_type(w.ty));
+    let k = ws.first().map(|w| w.cols).unwrap_or(0);
+    let one_region = n_rows > 0
+        && n_rows < GEMM_MIN_ROWS
+        && be.flags.quant_act
+        && be.flags.cpu_one_region
+        && outs.len() == ws.len()
+        && ws
+            .iter()
+            .all(|w| Some(vec_dot_type(w.ty)) == act_ty && w.cols == k && w.ty != GgmlType::F32);
+    if !one_region {
+        for (o, w) in outs.iter_mut().zip(ws) {
+            matmul(be, o, w, x, n_rows)?;
+        }
+        return Ok(());
+    }
+    let act_ty = act_ty.unwrap_or(GgmlType::F32);
+    for (o, w) in outs.iter().zip(ws) {
+        if x.len() < n_rows * k || o.len() < n_rows * w.rows {
+            return Err(Error::Batch(format!(
+                "matmul with '{}': buffers too small for {n_rows} rows of {k} -> {}",
+                w.name, w.rows
+            )));
+        }
+    }
+    let kernels = ws
+        .iter()
+        .map(|w| dot_kernel(w.ty, be.isa).map_err(|e| quant_err(w.name, e)))
+        .collect::<Result<Vec<_>>>()?;
+    let arb = act_ty.row_bytes(k as u64).ok_or_else(|| {
+        quant_err(
+            ws[0].name,
+            format!("row of {k} is not whole {act_ty} blocks"),
+        )
+    })? as usize;
+    let mut guard = be.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
+    let acts: &mut Vec<u8> = &mut guard;
+    if acts.len() < n_rows * arb {
+        acts.resize(n_rows * arb, 0);
+    }
+    for (xr, ar) in x[..n_rows * k]
+        .chunks_exact(k)
+        .zip(acts[..n_rows * arb].chunks_exact_mut(arb))
+    {
+        quantize_activation_isa(act_ty, be.isa, xr, ar).map_err(|e| quant_err(ws[0].name, e))?;
+    }
+    let acts: &[u8] = &acts[..n_rows * arb];
+    // (weight, first row, end row) for every tile of every weight.
+    let mut jobs = Vec::new();
+    for (i, w) in ws.iter().enumerate() {
+        let tile = tile_rows(w.rows, n_rows, be.threads);
+        for r0 in (0..w.rows).step_by(tile) {
+            jobs.push((i, r0, (r0 + tile).min(w.rows)));
+        }
+    }
+    let ptrs: Vec<OutPtr> = outs.iter_mut().map(|o| OutPtr(o.as_mut_ptr())).collect();
+    be.pool.install(|| {
+        jobs.par_iter().for_each(|&(i, r0, r1)| {
+            let (w, m) = (&ws[i], ws[i].rows);
+            let mut tmp = [0f32; GEMM_MIN_ROWS];
+            for r in r0..r1 {
+                kernels[i].dot_rows(k, w.row(r), acts, arb, &mut tmp[..n_rows]);
+                for (j, &v) in tmp[..n_rows].iter().enumerate() {
+                    // SAFETY: (j, r) of weight i is written by exactly one job; in bounds as checked above.
+                    unsafe { ptrs[i].write(j * m + r, v) };
+                }
+            }
+        })
+    });
+    Ok(())
+}
+
 /// The tiled path: weight tiles of [`GEMM_TILE`] rows over the pool; each tile is packed once into a per-task
 /// scratch and multiplied with every activation row, and the next tile's weights are prefetched meanwhile
 /// (packing reads them straight from memory, where the stall showed up as ~half of the packing time).
@@ -471,6 +554,53 @@ mod tests {
                 (1536, 576, 3),
             ] {
                 check_type(ty, k, m, n_rows, 0.15 * (k as f32 / 256.0).sqrt());
+            }
+        }
+    }
+
+    /// Weights sharing an input in one region give every output the bits of its own matmul (1 and 2 rows: the
+    /// one-region path; 5 rows: the fallback), for a K-quant pair (Q8_K activations) and a legacy pair (Q8_0).
+    #[test]
+    fn matmul_many_equals_separate_matmuls() {
+        let k = 512;
+        for tys in [
+            [GgmlType::Q4_K, GgmlType::Q6_K],
+            [GgmlType::Q8_0, GgmlType::Q4_0],
+        ] {
+            let weights: Vec<(Vec<u8>, usize, usize)> = tys
+                .iter()
+                .zip([37usize, 20])
+                .map(|(&ty, m)| {
+                    let rb = ty.row_bytes(k as u64).unwrap() as usize;
+                    let mut wq = vec![0u8; m * rb];
+                    kiln_quant::quantize(ty, &rand_vec(m * k, m as u64), &mut wq).unwrap();
+                    (wq, m, rb)
+                })
+                .collect();
+            let views: Vec<WeightView> = tys
+                .iter()
+                .zip(&weights)
+                .map(|(&ty, (wq, m, rb))| WeightView {
+                    name: "w",
+                    ty,
+                    cols: k,
+                    rows: *m,
+                    row_bytes: *rb,
+                    bytes: wq,
+                })
+                .collect();
+            let be = CpuBackend::new(2, Flags::default()).unwrap();
+            for n_rows in [1usize, 2, 5] {
+                let x = rand_vec(n_rows * k, 9 + n_rows as u64);
+                let mut a = vec![f32::NAN; n_rows * 37];
+                let mut b = vec![f32::NAN; n_rows * 20];
+                matmul_many(&be, &mut [&mut a, &mut b], &views, &x, n_rows).unwrap();
+                for (got, w) in [&a, &b].into_iter().zip(&views) {
+                    let mut want = vec![f32::NAN; n_rows * w.rows];
+                    matmul(&be, &mut want, w, &x, n_rows).unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(got), bits(&want), "{tys:?} {n_rows} rows");
+                }
             }
         }
     }

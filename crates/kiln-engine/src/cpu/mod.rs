@@ -249,6 +249,18 @@ impl Backend for CpuBackend {
         matmul::matmul(self, out, &w.view(), x, n_rows)
     }
 
+    fn matmul_many(
+        &self,
+        outs: &mut [&mut Vec<f32>],
+        ws: &[&Weight],
+        x: &Vec<f32>,
+        n_rows: usize,
+    ) -> Result<()> {
+        let views: Vec<_> = ws.iter().map(|w| w.view()).collect();
+        let mut slices: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        matmul::matmul_many(self, &mut slices, &views, x, n_rows)
+    }
+
     fn rope(
         &self,
         x: &mut Vec<f32>,
