@@ -71,6 +71,9 @@ const ACT_GROUP: usize = 32;
 /// Both kernels give the same bits, so this threshold is a speed choice only.
 const GEMM_MIN_ROWS: usize = 3;
 
+/// Most weights [`matmul_many`] runs in one region (Q/K/V).
+const MANY_MAX: usize = 3;
+
 /// Weight rows per tile of the tiled kernel: whole packed groups, few enough tiles per thread to keep the
 /// per-tile packing scratch reused, enough to balance the threads.
 const GEMM_TILE: usize = 4 * GemmKernel::GROUP_ROWS;
@@ -211,6 +214,7 @@ pub(crate) fn matmul_many(
         && be.flags.quant_act
         && be.flags.cpu_one_region
         && outs.len() == ws.len()
+        && ws.len() <= MANY_MAX
         && ws
             .iter()
             .all(|w| Some(vec_dot_type(w.ty)) == act_ty && w.cols == k && w.ty != GgmlType::F32);
@@ -221,18 +225,26 @@ pub(crate) fn matmul_many(
         return Ok(());
     }
     let act_ty = act_ty.unwrap_or(GgmlType::F32);
-    for (o, w) in outs.iter().zip(ws) {
+    // Fixed-size per-weight state: this runs for every decoded token, so nothing here allocates.
+    let mut kernels = [None; MANY_MAX];
+    let mut ptrs = [OutPtr(std::ptr::null_mut()); MANY_MAX];
+    // Tile size of each weight, and the first job index of each weight (`ends[i]` = jobs before weight i + 1).
+    let mut tiles = [0usize; MANY_MAX];
+    let mut ends = [0usize; MANY_MAX];
+    let mut total = 0;
+    for (i, (o, w)) in outs.iter_mut().zip(ws).enumerate() {
         if x.len() < n_rows * k || o.len() < n_rows * w.rows {
             return Err(Error::Batch(format!(
                 "matmul with '{}': buffers too small for {n_rows} rows of {k} -> {}",
                 w.name, w.rows
             )));
         }
+        kernels[i] = Some(dot_kernel(w.ty, be.isa).map_err(|e| quant_err(w.name, e))?);
+        ptrs[i] = OutPtr(o.as_mut_ptr());
+        tiles[i] = tile_rows(w.rows, n_rows, be.threads);
+        total += w.rows.div_ceil(tiles[i]);
+        ends[i] = total;
     }
-    let kernels = ws
-        .iter()
-        .map(|w| dot_kernel(w.ty, be.isa).map_err(|e| quant_err(w.name, e)))
-        .collect::<Result<Vec<_>>>()?;
     let arb = act_ty.row_bytes(k as u64).ok_or_else(|| {
         quant_err(
             ws[0].name,
@@ -251,21 +263,16 @@ pub(crate) fn matmul_many(
         quantize_activation_isa(act_ty, be.isa, xr, ar).map_err(|e| quant_err(ws[0].name, e))?;
     }
     let acts: &[u8] = &acts[..n_rows * arb];
-    // (weight, first row, end row) for every tile of every weight.
-    let mut jobs = Vec::new();
-    for (i, w) in ws.iter().enumerate() {
-        let tile = tile_rows(w.rows, n_rows, be.threads);
-        for r0 in (0..w.rows).step_by(tile) {
-            jobs.push((i, r0, (r0 + tile).min(w.rows)));
-        }
-    }
-    let ptrs: Vec<OutPtr> = outs.iter_mut().map(|o| OutPtr(o.as_mut_ptr())).collect();
     be.pool.install(|| {
-        jobs.par_iter().for_each(|&(i, r0, r1)| {
+        (0..total).into_par_iter().for_each(|job| {
+            let i = ends[..ws.len()].iter().position(|&e| job < e).unwrap_or(0);
+            let first = if i == 0 { 0 } else { ends[i - 1] };
             let (w, m) = (&ws[i], ws[i].rows);
+            let r0 = (job - first) * tiles[i];
+            let Some(kernel) = kernels[i] else { return };
             let mut tmp = [0f32; GEMM_MIN_ROWS];
-            for r in r0..r1 {
-                kernels[i].dot_rows(k, w.row(r), acts, arb, &mut tmp[..n_rows]);
+            for r in r0..(r0 + tiles[i]).min(m) {
+                kernel.dot_rows(k, w.row(r), acts, arb, &mut tmp[..n_rows]);
                 for (j, &v) in tmp[..n_rows].iter().enumerate() {
                     // SAFETY: (j, r) of weight i is written by exactly one job; in bounds as checked above.
                     unsafe { ptrs[i].write(j * m + r, v) };
@@ -499,39 +506,35 @@ mod tests {
                 }
             }
             if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
-                // The kill switch of the tiled kernel: the row-by-row kernel on the whole batch, same bits.
-                let no_gemm = CpuBackend::new(
-                    2,
-                    Flags {
-                        cpu_gemm: false,
-                        ..Flags::default()
-                    },
-                )
-                .unwrap();
-                let mut out = vec![f32::NAN; n * m];
-                matmul(&no_gemm, &mut out, &view, &x, n).unwrap();
-                assert!(
-                    out.iter()
-                        .zip(&alone)
-                        .all(|(o, a)| o.to_bits() == a.to_bits()),
-                    "{ty}: KILN_NO_CPU_GEMM changes the bits"
-                );
-                let scalar = CpuBackend::new(
-                    2,
-                    Flags {
-                        simd: false,
-                        ..Flags::default()
-                    },
-                )
-                .unwrap();
-                let mut out = vec![f32::NAN; n * m];
-                matmul(&scalar, &mut out, &view, &x, n).unwrap();
-                assert!(
-                    out.iter()
-                        .zip(&alone)
-                        .all(|(o, a)| o.to_bits() == a.to_bits()),
-                    "{ty}: scalar reference differs from the SIMD kernels"
-                );
+                // The tiled kernel's kill switch (the row kernel on the whole batch) and the scalar reference:
+                // the same bits.
+                let variants = [
+                    (
+                        Flags {
+                            cpu_gemm: false,
+                            ..Flags::default()
+                        },
+                        "KILN_NO_CPU_GEMM changes the bits",
+                    ),
+                    (
+                        Flags {
+                            simd: false,
+                            ..Flags::default()
+                        },
+                        "scalar reference differs from the SIMD kernels",
+                    ),
+                ];
+                for (flags, what) in variants {
+                    let be = CpuBackend::new(2, flags).unwrap();
+                    let mut out = vec![f32::NAN; n * m];
+                    matmul(&be, &mut out, &view, &x, n).unwrap();
+                    assert!(
+                        out.iter()
+                            .zip(&alone)
+                            .all(|(o, a)| o.to_bits() == a.to_bits()),
+                        "{ty}: {what}"
+                    );
+                }
             }
         }
     }

@@ -256,9 +256,25 @@ impl Backend for CpuBackend {
         x: &Vec<f32>,
         n_rows: usize,
     ) -> Result<()> {
-        let views: Vec<_> = ws.iter().map(|w| w.view()).collect();
-        let mut slices: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-        matmul::matmul_many(self, &mut slices, &views, x, n_rows)
+        // Q/K/V and gate/up; without allocating (every decoded token comes through here).
+        match (outs, ws) {
+            ([a, b], [wa, wb]) => {
+                matmul::matmul_many(self, &mut [a, b], &[wa.view(), wb.view()], x, n_rows)
+            }
+            ([a, b, c], [wa, wb, wc]) => matmul::matmul_many(
+                self,
+                &mut [a, b, c],
+                &[wa.view(), wb.view(), wc.view()],
+                x,
+                n_rows,
+            ),
+            (outs, ws) => {
+                for (o, w) in outs.iter_mut().zip(ws) {
+                    self.matmul(o, w, x, n_rows)?;
+                }
+                Ok(())
+            }
+        }
     }
 
     fn rope(
