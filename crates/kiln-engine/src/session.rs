@@ -106,7 +106,8 @@ enum State {
     },
 }
 
-/// One forward pass on backend `be`; logits of the rows that ask go to `logits` (resized).
+/// One forward pass on backend `be`; logits of the rows that ask go to `logits` (resized). `run` executes the pass
+/// given as a closure: the CPU calls it, the CUDA backend uploads the rows' metadata and may replay it as a graph.
 #[allow(clippy::too_many_arguments)]
 fn forward_on<B: Backend>(
     model: &Model,
@@ -119,20 +120,23 @@ fn forward_on<B: Backend>(
     logit_rows: &[usize],
     taps: &[usize],
     logits: &mut Vec<f32>,
+    run: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<()>,
 ) -> Result<Vec<(usize, Vec<f32>)>> {
     let hp = model.hparams();
     let mut hidden = Vec::new();
-    let mut pass = Pass {
-        be,
-        hp,
-        st: scratch,
-        kv,
-        rows,
-        positions,
-        taps,
-        tapped: &mut hidden,
-    };
-    model.forward(&mut pass, tokens, logit_rows)?;
+    run(&mut || {
+        let mut pass = Pass {
+            be,
+            hp,
+            st: &mut *scratch,
+            kv: &mut *kv,
+            rows,
+            positions,
+            taps,
+            tapped: &mut hidden,
+        };
+        model.forward(&mut pass, tokens, logit_rows)
+    })?;
     logits.resize(logit_rows.len() * hp.n_vocab, 0.0);
     be.read(&scratch.logits, logits)?;
     Ok(hidden)
@@ -327,7 +331,19 @@ impl<'m> Session<'m> {
         let hidden = match &mut self.state {
             State::Cpu { kv, scratch } => {
                 let be = model.backend();
-                forward_on(model, be, kv, scratch, rows, pos, toks, lrows, taps, logits)?
+                forward_on(
+                    model,
+                    be,
+                    kv,
+                    scratch,
+                    rows,
+                    pos,
+                    toks,
+                    lrows,
+                    taps,
+                    logits,
+                    |f| f(),
+                )?
             }
             #[cfg(feature = "cuda")]
             State::Cuda { kv, scratch } => {
@@ -335,25 +351,21 @@ impl<'m> Session<'m> {
                     .cuda()
                     .ok_or_else(|| Error::Device("no GPU backend".into()))?;
                 let key = [scratch.x.id(), kv.id()];
-                let mut hidden = Vec::new();
-                let mut f = || {
-                    let mut pass = Pass {
-                        be,
-                        hp,
-                        st: &mut *scratch,
-                        kv: &mut *kv,
-                        rows,
-                        positions: pos,
-                        taps,
-                        tapped: &mut hidden,
-                    };
-                    model.forward(&mut pass, toks, lrows)
-                };
                 // Tapped passes read hidden states back mid-pass, so they cannot be a graph.
-                be.pass(key, toks, rows, lrows, taps.is_empty(), &mut f)?;
-                logits.resize(lrows.len() * hp.n_vocab, 0.0);
-                be.read(&scratch.logits, logits)?;
-                hidden
+                let capturable = taps.is_empty();
+                forward_on(
+                    model,
+                    be,
+                    kv,
+                    scratch,
+                    rows,
+                    pos,
+                    toks,
+                    lrows,
+                    taps,
+                    logits,
+                    |f| be.pass(key, toks, rows, lrows, capturable, f),
+                )?
             }
         };
         self.lens = lens;
