@@ -4,6 +4,8 @@
 # then the server's end-to-end suites with the official openai client. CI runs exactly this (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Incremental caches are of no use to a one-shot run and double the target directory's size.
+export CARGO_INCREMENTAL=0
 bash tools/fetch-test-assets.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
