@@ -1,7 +1,9 @@
 //! Compiles every kernel through NVRTC for an architecture (default `sm_90a`) with the options kiln uses at
 //! run time, without a GPU. Used by tools/check-kernels.sh in CI:
 //! `cargo run -p kiln-cuda --example check_kernels [-- sm_90a ...]` with libnvrtc on the library path.
-use kiln_cuda::compile::{compile_cubin, compile_options, nvrtc_version, KERNEL_NAMES};
+use kiln_cuda::compile::{
+    compile_cubin, compile_options, nvrtc_version, resource_report, KERNEL_NAMES,
+};
 
 fn main() {
     let mut archs: Vec<String> = std::env::args().skip(1).collect();
@@ -36,6 +38,10 @@ fn main() {
                         cubin.len(),
                         compile_options(arch).join(" ")
                     );
+                    match resource_report(arch) {
+                        Ok(lines) => lines.iter().for_each(|l| println!("  {l}")),
+                        Err(e) => eprintln!("no resource report: {e}"),
+                    }
                 } else {
                     eprintln!("FAIL {arch}: kernels missing from the cubin: {missing:?}");
                     failed = true;

@@ -69,8 +69,6 @@ extern "C" __global__ void attn_decode(float* out, const float* q, const void* k
 
 // ---- The fused decode path: attn_prep, then attn_split + attn_merge ("flash decoding"). ----
 
-#define AT_MAXG 8
-
 __device__ __forceinline__ long long kv_row(int layer, int slot, int pos, int n_slots, int slot_ctx, int kv_dim) {
     return (((long long)layer * n_slots + slot) * slot_ctx + pos) * kv_dim;
 }
@@ -145,110 +143,151 @@ extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, c
     }
 }
 
-__device__ __forceinline__ void kv_load8(const void* c, int f16, long long i, float* out) {
-    if (f16) {
-        int4 raw = __ldg((const int4*)((const u16*)c + i));
-        u32 w[4] = {(u32)raw.x, (u32)raw.y, (u32)raw.z, (u32)raw.w};
+// 8 f16 cache elements (one 16-byte vector) as floats.
+__device__ __forceinline__ void kv_unpack8(int4 raw, float* out) {
+    u32 w[4] = {(u32)raw.x, (u32)raw.y, (u32)raw.z, (u32)raw.w};
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            out[2 * j] = h2f((u16)(w[j] & 0xFFFF));
-            out[2 * j + 1] = h2f((u16)(w[j] >> 16));
-        }
-    } else {
-        float4 a = __ldg((const float4*)((const float*)c + i)), b = __ldg((const float4*)((const float*)c + i) + 1);
-        out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
-        out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+    for (int j = 0; j < 4; j++) {
+        out[2 * j] = h2f((u16)(w[j] & 0xFFFF));
+        out[2 * j + 1] = h2f((u16)(w[j] >> 16));
     }
 }
 
-// One block (4 warps) per (KV head, row, split of `chunk` positions): the partial softmax state of every query head
-// of the KV head's group over positions [split * chunk, min(split * chunk + chunk, pos + 1)). A group of
-// head_dim / 8 lanes takes one position (8 elements a lane, one 16-byte load of K and of V), 32 / (head_dim / 8)
-// positions a warp at a time, with an online softmax per lane group; the groups' states are merged in a fixed
-// order. Writes (acc[head_dim], max, sum) per (row, query head, split) to `ws`. head_dim in {32, 64, 128, 256}.
-extern "C" __global__ void __launch_bounds__(128) attn_split(float* ws, const float* q, const void* kc, const void* vc,
-                                                            const int* slots, const int* positions, int layer,
-                                                            int n_slots, int slot_ctx, int n_head, int n_head_kv,
-                                                            int head_dim, float scale, int chunk, int n_splits,
-                                                            int f16) {
-    __shared__ float sacc[AT_MAXG * 1024];
-    __shared__ float sm[AT_MAXG * 32], sl[AT_MAXG * 32];
+// Positions a lane group loads before using any (K and V of AT_U steps in flight per lane).
+#define AT_U 4
+#define NEG_INF __int_as_float(0xff800000)
+
+// One block (4 warps) per (KV head, row, split of `chunk` positions) over an f16 cache: the partial softmax state of the G query
+// heads of the KV head over positions [split * chunk, min(split * chunk + chunk, pos + 1)), in the log2 domain
+// (q is pre-multiplied by scale * log2 e). A group of head_dim / 8 lanes takes one position (8 elements a lane),
+// a warp takes 32 / (head_dim / 8) positions a step and AT_U steps a tile: all K/V loads of a tile are issued
+// first, then the tile's scores, one max per head for the whole warp, and the V sums. The lane groups' partial
+// sums are combined by an xor-shuffle tree and the four warps in warp order: the result depends only on the row's
+// own position and data. Writes (acc[head_dim], max, sum) per (row, query head, split) to `ws`.
+template <int G>
+__device__ __forceinline__ void attn_split_body(float* ws, const float* q, const void* kc, const void* vc,
+                                                const int* slots, const int* positions, int layer, int n_slots,
+                                                int slot_ctx, int n_head, int n_head_kv, int head_dim, float scale,
+                                                int chunk, int n_splits) {
+    __shared__ float sacc[4 * G * 256];
+    __shared__ __align__(16) float qs[G * 256];
+    __shared__ float sm[4 * G], sl[4 * G];
     int g = blockIdx.x, r = blockIdx.y, sp = blockIdx.z;
     int n_pos = positions[r] + 1;
     int start = sp * chunk;
     if (start >= n_pos) return;
     int end = min(start + chunk, n_pos);
-    int G = n_head / n_head_kv;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int LP = head_dim / 8, PPW = 32 / LP, NS = 4 * PPW;
+    int LP = head_dim / 8, PPW = 32 / LP;
     int sub = lane % LP, grp = lane / LP;
     int kv_dim = n_head_kv * head_dim;
     long long base = kv_row(layer, slots[r], 0, n_slots, slot_ctx, kv_dim) + (long long)g * head_dim + sub * 8;
-    float qv[AT_MAXG][8], acc[AT_MAXG][8], m[AT_MAXG], l[AT_MAXG];
+    const int4* kb = (const int4*)((const u16*)kc + base);
+    const int4* vb = (const int4*)((const u16*)vc + base);
+    int pos_stride = kv_dim / 8; // in 16-byte vectors
+    // The G query heads (adjacent in q) in shared memory, scaled; registers go to the K/V loads in flight.
+    const float qscale = scale * 1.4426950408889634f;
+    const float* qg = q + ((long long)r * n_head + g * G) * head_dim;
+    for (int i = threadIdx.x; i < G * head_dim; i += blockDim.x) qs[i] = qg[i] * qscale;
+    __syncthreads();
+    float acc[G][8], m[G], l[G];
 #pragma unroll
-    for (int gi = 0; gi < AT_MAXG; gi++) {
-        m[gi] = __int_as_float(0xff800000);
+    for (int gi = 0; gi < G; gi++) {
+        m[gi] = NEG_INF;
         l[gi] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            acc[gi][e] = 0.0f;
-            qv[gi][e] = gi < G ? q[((long long)r * n_head + g * G + gi) * head_dim + sub * 8 + e] : 0.0f;
-        }
+        for (int e = 0; e < 8; e++) acc[gi][e] = 0.0f;
     }
-    for (int t0 = start + warp * PPW; t0 < end; t0 += 4 * PPW) {
-        int t = t0 + grp;
-        bool valid = t < end;
-        float kf[8], vf[8];
-        if (valid) {
-            kv_load8(kc, f16, base + (long long)t * kv_dim, kf);
-            kv_load8(vc, f16, base + (long long)t * kv_dim, vf);
-        } else {
+    int step = 4 * PPW;
+    for (int t0 = start + warp * PPW + grp; t0 - grp < end; t0 += AT_U * step) {
+        int4 kr[AT_U], vr[AT_U];
 #pragma unroll
-            for (int e = 0; e < 8; e++) kf[e] = vf[e] = 0.0f;
+        for (int u = 0; u < AT_U; u++) {
+            int t = t0 + u * step;
+            if (t < end) {
+                kr[u] = __ldg(kb + (long long)t * pos_stride);
+                vr[u] = __ldg(vb + (long long)t * pos_stride);
+            }
+        }
+        float s[G][AT_U];
+#pragma unroll
+        for (int u = 0; u < AT_U; u++) {
+            float kf[8];
+            kv_unpack8(kr[u], kf);
+#pragma unroll
+            for (int gi = 0; gi < G; gi++) {
+                const float4* qp = (const float4*)(qs + gi * head_dim + sub * 8);
+                float4 qa = qp[0], qb = qp[1];
+                float d = qa.x * kf[0];
+                d += qa.y * kf[1];
+                d += qa.z * kf[2];
+                d += qa.w * kf[3];
+                d += qb.x * kf[4];
+                d += qb.y * kf[5];
+                d += qb.z * kf[6];
+                d += qb.w * kf[7];
+                for (int o = LP / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                s[gi][u] = t0 + u * step < end ? d : NEG_INF;
+            }
         }
 #pragma unroll
-        for (int gi = 0; gi < AT_MAXG; gi++) {
-            if (gi < G) {
-                float s = 0.0f;
+        for (int gi = 0; gi < G; gi++) {
+            float mt = s[gi][0];
 #pragma unroll
-                for (int e = 0; e < 8; e++) s += qv[gi][e] * kf[e];
-                for (int o = LP / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                s *= scale;
-                if (valid) {
-                    float mn = fmaxf(m[gi], s);
-                    float corr = expf(m[gi] - mn), pr = expf(s - mn);
-                    l[gi] = l[gi] * corr + pr;
+            for (int u = 1; u < AT_U; u++) mt = fmaxf(mt, s[gi][u]);
+            for (int o = LP; o < 32; o <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+            float mn = fmaxf(m[gi], mt);
+            if (mn == NEG_INF) continue; // nothing valid yet in this warp
+            float corr = exp2f(m[gi] - mn);
+            l[gi] *= corr;
 #pragma unroll
-                    for (int e = 0; e < 8; e++) acc[gi][e] = acc[gi][e] * corr + pr * vf[e];
-                    m[gi] = mn;
-                }
+            for (int e = 0; e < 8; e++) acc[gi][e] *= corr;
+            m[gi] = mn;
+#pragma unroll
+            for (int u = 0; u < AT_U; u++) s[gi][u] = exp2f(s[gi][u] - mn);
+        }
+#pragma unroll
+        for (int u = 0; u < AT_U; u++) {
+            if (t0 + u * step >= end) break;
+            float vf[8];
+            kv_unpack8(vr[u], vf);
+#pragma unroll
+            for (int gi = 0; gi < G; gi++) {
+                l[gi] += s[gi][u];
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[gi][e] += s[gi][u] * vf[e];
             }
         }
     }
-    int st = warp * PPW + grp;
+    // Lane groups share each head's max, so their sums add directly.
 #pragma unroll
-    for (int gi = 0; gi < AT_MAXG; gi++) {
-        if (gi < G) {
-            if (sub == 0) {
-                sm[gi * 32 + st] = m[gi];
-                sl[gi * 32 + st] = l[gi];
-            }
+    for (int gi = 0; gi < G; gi++) {
+        for (int o = LP; o < 32; o <<= 1) {
+            l[gi] += __shfl_xor_sync(0xffffffffu, l[gi], o);
 #pragma unroll
-            for (int e = 0; e < 8; e++) sacc[(gi * NS + st) * head_dim + sub * 8 + e] = acc[gi][e];
+            for (int e = 0; e < 8; e++) acc[gi][e] += __shfl_xor_sync(0xffffffffu, acc[gi][e], o);
+        }
+        if (lane < LP) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) sacc[(warp * G + gi) * head_dim + sub * 8 + e] = acc[gi][e];
+        }
+        if (lane == 0) {
+            sm[warp * G + gi] = m[gi];
+            sl[warp * G + gi] = l[gi];
         }
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < G * head_dim; idx += blockDim.x) {
         int gi = idx / head_dim, e = idx % head_dim;
-        float M = __int_as_float(0xff800000);
-        for (int s = 0; s < NS; s++) M = fmaxf(M, sm[gi * 32 + s]);
+        float M = NEG_INF;
+        for (int w = 0; w < 4; w++) M = fmaxf(M, sm[w * G + gi]);
         float L = 0.0f, A = 0.0f;
-        for (int s = 0; s < NS; s++) {
-            float ms = sm[gi * 32 + s];
-            if (ms == __int_as_float(0xff800000)) continue;
-            float f = expf(ms - M);
-            L += sl[gi * 32 + s] * f;
-            A += sacc[(gi * NS + s) * head_dim + e] * f;
+        for (int w = 0; w < 4; w++) {
+            float mw = sm[w * G + gi];
+            if (mw == NEG_INF) continue;
+            float f = exp2f(mw - M);
+            L += sl[w * G + gi] * f;
+            A += sacc[(w * G + gi) * head_dim + e] * f;
         }
         float* out = ws + (((long long)r * n_head + g * G + gi) * n_splits + sp) * (head_dim + 2);
         out[e] = A;
@@ -259,7 +298,24 @@ extern "C" __global__ void __launch_bounds__(128) attn_split(float* ws, const fl
     }
 }
 
-// Merges the splits of each (query head, row) in split order: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+// grid = (n_head_kv, rows, n_splits), block = 128; one kernel per query heads per KV head (registers scale with
+// G; MINB blocks an SM is the most that fits without spills).
+#define ATTN_SPLIT_KERNEL(NAME, G, MINB)                                                                             \
+    extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                               \
+        float* ws, const float* q, const void* kc, const void* vc, const int* slots, const int* positions,      \
+        int layer, int n_slots, int slot_ctx, int n_head, int n_head_kv, int head_dim, float scale, int chunk,  \
+        int n_splits) {                                                                                        \
+        attn_split_body<G>(ws, q, kc, vc, slots, positions, layer, n_slots, slot_ctx, n_head, n_head_kv,        \
+                           head_dim, scale, chunk, n_splits);                                                  \
+    }
+ATTN_SPLIT_KERNEL(attn_split_g1, 1, 4)
+ATTN_SPLIT_KERNEL(attn_split_g2, 2, 4)
+ATTN_SPLIT_KERNEL(attn_split_g3, 3, 4)
+ATTN_SPLIT_KERNEL(attn_split_g4, 4, 3)
+ATTN_SPLIT_KERNEL(attn_split_g8, 8, 2)
+
+// Merges the splits of each (query head, row) in split order (log2 domain, as attn_split writes them):
+// out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M).
 // grid = (n_head, rows), block = head_dim threads; with `xq` non-null also writes the Q8 blocks of the output.
 extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, float* xs, const float* ws,
                                       const int* positions, int n_head, int head_dim, int chunk, int n_splits) {
@@ -271,7 +327,7 @@ extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, fl
     float L = 0.0f, A = 0.0f;
     for (int s = 0; s < n_act; s++) {
         const float* ps = p + s * (head_dim + 2);
-        float f = expf(ps[head_dim] - M);
+        float f = exp2f(ps[head_dim] - M);
         L += ps[head_dim + 1] * f;
         A += ps[e] * f;
     }

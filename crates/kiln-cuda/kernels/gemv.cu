@@ -1,5 +1,4 @@
-// The decode-path matmul (GEMV for one activation row, the same kernels for up to GV_ROWS rows per launch row
-// group) on weights repacked at upload so every quant load is an aligned 16-byte vector (LDG.E.128):
+// The decode-path matmul (GEMV for one activation row, the same kernels for groups of up to 8 rows) on weights repacked at upload so every quant load is an aligned 16-byte vector (LDG.E.128):
 //   Q4_K  native 144-byte super-blocks (already 16-byte multiples): [d, dmin, scales[12]][qs 128]
 //   Q6_K  [ql 128][qh 64][scales 16] per super-block (208 bytes), the f16 `d` of every super-block after all rows
 //   Q8_0  32 quants per block, the f16 `d` of every block after all rows
@@ -11,7 +10,6 @@
 // output's bits depend only on its weight row and its own activation row, never on how many rows share the launch.
 
 #define GV_WARPS 4
-#define GV_ROWS 8
 // Weight chunks whose loads a lane issues before using any (Q6_K lanes load 64 bytes a chunk, so fewer).
 #define GV_U 4
 #define GV_U6 2
@@ -60,9 +58,10 @@ __device__ __forceinline__ void k4_sm(u32 s0, u32 s1, u32 s2, int j, int& sc, in
     m = hi ? (c >> 4) | ((b >> 6) << 4) : b & 63;
 }
 
+template <int R>
 __device__ __forceinline__ void gv_store(float* out, float* acc, int o, int r0, int nr, int n_out, int accumulate) {
 #pragma unroll
-    for (int r = 0; r < GV_ROWS; r++) {
+    for (int r = 0; r < R; r++) {
         if (r < nr) {
             float v = warp_sum(acc[r]);
             if ((threadIdx.x & 31) == 0) {
@@ -78,13 +77,15 @@ __device__ __forceinline__ void gv_store(float* out, float* acc, int o, int r0, 
     int lane = threadIdx.x & 31;                       \
     int o = blk * GV_WARPS + (threadIdx.x >> 5);        \
     if (o >= n_out) return;                            \
-    int r0 = blockIdx.y * GV_ROWS;                     \
-    int nr = min(GV_ROWS, n_rows - r0);                \
+    int r0 = blockIdx.y * R;                           \
+    int nr = min(R, n_rows - r0);                      \
     int nb = width / 32;                               \
-    float acc[GV_ROWS];                                \
-    _Pragma("unroll") for (int r = 0; r < GV_ROWS; r++) acc[r] = 0.0f;
+    float acc[R];                                      \
+    _Pragma("unroll") for (int r = 0; r < R; r++) acc[r] = 0.0f;
 
-// out[r * n_out + o] (+)= W[o] . x[r]. grid = (ceil(n_out / GV_WARPS), ceil(n_rows / GV_ROWS)), block = 32 * GV_WARPS.
+// out[r * n_out + o] (+)= W[o] . x[r] for activation rows r0..r0 + R. grid = (ceil(n_out / GV_WARPS),
+// ceil(n_rows / R)), block = 32 * GV_WARPS.
+template <int R>
 __device__ __forceinline__ void gemv_q4k_body(int blk, float* out, const u8* w, const signed char* xq, const float* xd,
                                                 const float* xs, int width, int n_out, int n_rows, int accumulate) {
     GV_PROLOGUE
@@ -120,25 +121,27 @@ __device__ __forceinline__ void gemv_q4k_body(int blk, float* out, const u8* w, 
             int4 wl = nib_lo(qv[u]), wh = nib_hi(qv[u]);
             int b0 = sb * 8 + j0;
 #pragma unroll
-            for (int r = 0; r < GV_ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 if (r < nr) {
                     const signed char* xr = xq + (long long)(r0 + r) * width + b0 * 32 + half;
                     int lo = dot16(wl, ldg16(xr), 0);
                     int hi = dot16(wh, ldg16(xr + 32), 0);
-                    long long xb = (long long)(r0 + r) * nb + b0;
+                    long long xb = (long long)(r0 + r) * nb + b0; // even: one 8-byte load per scale pair
+                    float2 dx = *(const float2*)(xd + xb), sx = *(const float2*)(xs + xb);
                     // The min term belongs to whole blocks: the half-0 lane adds it (mk = 1), the other adds 0.
-                    float p = xd[xb] * (s0 * (float)lo) + xd[xb + 1] * (s1 * (float)hi);
-                    p += mk * (mn0 * xs[xb] + mn1 * xs[xb + 1]);
+                    float p = dx.x * (s0 * (float)lo) + dx.y * (s1 * (float)hi);
+                    p += mk * (mn0 * sx.x + mn1 * sx.y);
                     acc[r] += p;
                 }
             }
         }
     }
-    gv_store(out, acc, o, r0, nr, n_out, accumulate);
+    gv_store<R>(out, acc, o, r0, nr, n_out, accumulate);
 }
 
 // Q6_K, repacked. Each lane takes 16 values of l (half c of 32) in one half h of a super-block: elements
 // 128h + 32k + 16c + t of the four sub-blocks k, from ql[64h + 16c], ql[64h + 32 + 16c] and qh[32h + 16c].
+template <int R>
 __device__ __forceinline__ void gemv_q6k_body(int blk, float* out, const u8* w, const signed char* xq, const float* xd,
                                                 const float* xs, int width, int n_out, int n_rows, int accumulate) {
     GV_PROLOGUE
@@ -187,7 +190,7 @@ __device__ __forceinline__ void gemv_q6k_body(int blk, float* out, const u8* w, 
 #undef Q6_HI
         int b0 = sb * 8 + 4 * h;
 #pragma unroll
-        for (int r = 0; r < GV_ROWS; r++) {
+        for (int r = 0; r < R; r++) {
             if (r < nr) {
                 const signed char* xr = xq + (long long)(r0 + r) * width + b0 * 32 + 16 * c;
                 long long xb = (long long)(r0 + r) * nb + b0;
@@ -199,10 +202,11 @@ __device__ __forceinline__ void gemv_q6k_body(int blk, float* out, const u8* w, 
         }
             }
     }
-    gv_store(out, acc, o, r0, nr, n_out, accumulate);
+    gv_store<R>(out, acc, o, r0, nr, n_out, accumulate);
 }
 
 // Q8_0, repacked: one 32-quant block per lane per step.
+template <int R>
 __device__ __forceinline__ void gemv_q8_0_body(int blk, float* out, const u8* w, const signed char* xq, const float* xd,
                                                 const float* xs, int width, int n_out, int n_rows, int accumulate) {
     GV_PROLOGUE
@@ -226,7 +230,7 @@ __device__ __forceinline__ void gemv_q8_0_body(int blk, float* out, const u8* w,
             if (b >= nb) break;
             float d = h2f(dh[u]);
 #pragma unroll
-            for (int r = 0; r < GV_ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 if (r < nr) {
                     const signed char* xr = xq + (long long)(r0 + r) * width + b * 32;
                     int s = dot16(w1[u], ldg16(xr + 16), dot16(w0[u], ldg16(xr), 0));
@@ -235,11 +239,12 @@ __device__ __forceinline__ void gemv_q8_0_body(int blk, float* out, const u8* w,
             }
         }
     }
-    gv_store(out, acc, o, r0, nr, n_out, accumulate);
+    gv_store<R>(out, acc, o, r0, nr, n_out, accumulate);
 }
 
 // Q4_0 (has_min = 0) and Q4_1 (has_min = 1), repacked: one block per lane per step; byte j holds elements j
 // (low nibble) and j + 16 (high nibble).
+template <int R>
 __device__ __forceinline__ void gemv_q4_legacy(int blk, float* out, const u8* w, const signed char* xq,
                                                const float* xd, const float* xs, int width, int n_out, int n_rows,
                                                int accumulate, int has_min) {
@@ -264,7 +269,7 @@ __device__ __forceinline__ void gemv_q4_legacy(int blk, float* out, const u8* w,
             hi = sub_bytes(hi, 0x08080808);
         }
 #pragma unroll
-        for (int r = 0; r < GV_ROWS; r++) {
+        for (int r = 0; r < R; r++) {
             if (r < nr) {
                 const signed char* xr = xq + (long long)(r0 + r) * width + b * 32;
                 int s = dot16(hi, ldg16(xr + 16), dot16(lo, ldg16(xr), 0));
@@ -274,41 +279,49 @@ __device__ __forceinline__ void gemv_q4_legacy(int blk, float* out, const u8* w,
         }
         }
     }
-    gv_store(out, acc, o, r0, nr, n_out, accumulate);
+    gv_store<R>(out, acc, o, r0, nr, n_out, accumulate);
 }
 
 // ggml type ids the GEMV bodies handle (as in quant.cu).
+template <int R>
 __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const u8* w, const signed char* xq,
                                               const float* xd, const float* xs, int width, int n_out, int n_rows,
                                               int accumulate) {
     switch (ty) {
-    case T_Q4_K: gemv_q4k_body(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate); break;
-    case T_Q6_K: gemv_q6k_body(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate); break;
-    case T_Q8_0: gemv_q8_0_body(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate); break;
-    case T_Q4_0: gemv_q4_legacy(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate, 0); break;
-    case T_Q4_1: gemv_q4_legacy(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate, 1); break;
+    case T_Q4_K: gemv_q4k_body<R>(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate); break;
+    case T_Q6_K: gemv_q6k_body<R>(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate); break;
+    case T_Q8_0: gemv_q8_0_body<R>(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate); break;
+    case T_Q4_0: gemv_q4_legacy<R>(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate, 0); break;
+    case T_Q4_1: gemv_q4_legacy<R>(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate, 1); break;
     default: break;
     }
 }
 
-// out (+)= W . x for one repacked weight of type `ty`. grid = (ceil(n_out / GV_WARPS), ceil(n_rows / GV_ROWS)).
-extern "C" __global__ void __launch_bounds__(128) gemv(int ty, float* out, const u8* w, const signed char* xq,
-                                                       const float* xd, const float* xs, int width, int n_out,
-                                                       int n_rows, int accumulate) {
-    gemv_dispatch(ty, blockIdx.x, out, w, xq, xd, xs, width, n_out, n_rows, accumulate);
-}
+// out (+)= W . x for one repacked weight of type `ty`, activation rows in groups of R. The one-row kernel is
+// held to 64 registers (8 blocks, 32 warps an SM: bytes in flight are what a memory-bound GEMV needs); every
+// instantiation runs the same per-row arithmetic, so a row's bits do not depend on which one computed it.
+#define GEMV_KERNEL(NAME, R, MINB)                                                                              \
+    extern "C" __global__ void __launch_bounds__(128, MINB)                                                    \
+        NAME(int ty, float* out, const u8* w, const signed char* xq, const float* xd, const float* xs, int width, \
+             int n_out, int n_rows, int accumulate) {                                                          \
+        gemv_dispatch<R>(ty, blockIdx.x, out, w, xq, xd, xs, width, n_out, n_rows, accumulate);               \
+    }
+GEMV_KERNEL(gemv_r1, 1, 8)
+GEMV_KERNEL(gemv_r8, 8, 4)
 
 // Up to three weights that read the same activations (Q/K/V, gate/up) in one launch: blocks [0, b1) compute
 // weight 0, [b1, b2) weight 1, [b2, grid.x) weight 2. Each output's bits are those of the single launch.
-extern "C" __global__ void __launch_bounds__(128) gemv3(const signed char* xq, const float* xd, const float* xs,
-                                                        int width, int n_rows, int b1, int b2, int ty0, float* out0,
-                                                        const u8* w0, int n0, int ty1, float* out1, const u8* w1,
-                                                        int n1, int ty2, float* out2, const u8* w2, int n2) {
-    int b = blockIdx.x;
-    if (b < b1)
-        gemv_dispatch(ty0, b, out0, w0, xq, xd, xs, width, n0, n_rows, 0);
-    else if (b < b2)
-        gemv_dispatch(ty1, b - b1, out1, w1, xq, xd, xs, width, n1, n_rows, 0);
-    else
-        gemv_dispatch(ty2, b - b2, out2, w2, xq, xd, xs, width, n2, n_rows, 0);
-}
+#define GEMV3_KERNEL(NAME, R, MINB)                                                                             \
+    extern "C" __global__ void __launch_bounds__(128, MINB)                                                    \
+        NAME(const signed char* xq, const float* xd, const float* xs, int width, int n_rows, int b1, int b2,     \
+             int ty0, float* out0, const u8* w0, int n0, int ty1, float* out1, const u8* w1, int n1, int ty2,     \
+             float* out2, const u8* w2, int n2) {                                                              \
+        int b = blockIdx.x;                                                                                    \
+        int ty = b < b1 ? ty0 : b < b2 ? ty1 : ty2;                                                            \
+        float* out = b < b1 ? out0 : b < b2 ? out1 : out2;                                                     \
+        const u8* w = b < b1 ? w0 : b < b2 ? w1 : w2;                                                          \
+        int n = b < b1 ? n0 : b < b2 ? n1 : n2;                                                                \
+        gemv_dispatch<R>(ty, b < b1 ? b : b < b2 ? b - b1 : b - b2, out, w, xq, xd, xs, width, n, n_rows, 0);   \
+    }
+GEMV3_KERNEL(gemv3_r1, 1, 8)
+GEMV3_KERNEL(gemv3_r8, 8, 4)

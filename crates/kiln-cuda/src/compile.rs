@@ -24,18 +24,24 @@ pub const KERNEL_FILES: [(&str, &str); 6] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 25] = [
+pub const KERNEL_NAMES: [&str; 31] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
-    "gemv",
-    "gemv3",
+    "gemv_r1",
+    "gemv_r8",
+    "gemv3_r1",
+    "gemv3_r8",
     "matmul_deq",
     "rms_norm_q8",
     "swiglu_q8",
     "quantize_q8_warp",
     "attn_prep",
-    "attn_split",
+    "attn_split_g1",
+    "attn_split_g2",
+    "attn_split_g3",
+    "attn_split_g4",
+    "attn_split_g8",
     "attn_merge",
     "embed_rows",
     "quantize_q8",
@@ -119,6 +125,50 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
 
 /// Compiles the kernel source for `arch` to a cubin (no cache).
 pub fn compile_cubin(arch: &str) -> Result<Vec<u8>> {
+    compile(arch, &[]).map(|(cubin, _)| cubin)
+}
+
+/// Registers, spills and stack of every kernel as ptxas reports them (`--ptxas-options=-v`), one line per
+/// kernel: `name: N registers, S bytes spill stores, F bytes stack`. Occupancy of the latency-bound decode
+/// kernels follows the register count, so the CI check prints this.
+pub fn resource_report(arch: &str) -> Result<Vec<String>> {
+    let (_, log) = compile(arch, &["--ptxas-options=-v".to_string()])?;
+    let mut lines = Vec::new();
+    let mut kernel = String::new();
+    let mut frame = String::new();
+    for l in log.lines() {
+        if let Some(rest) = l.split("Compiling entry function '").nth(1) {
+            kernel = rest.split('\'').next().unwrap_or("").to_string();
+        } else if l.contains("bytes stack frame") {
+            frame = l
+                .trim_start_matches("ptxas")
+                .trim_start_matches([' ', '.'])
+                .to_string();
+        } else if let Some(rest) = l.split("Used ").nth(1) {
+            let regs = rest.split(',').next().unwrap_or("");
+            lines.push(format!("{kernel}: {regs}; {frame}"));
+        }
+    }
+    lines.sort();
+    Ok(lines)
+}
+
+fn program_log(prog: nvrtc_sys::nvrtcProgram) -> String {
+    // SAFETY: the program is live; the log is a NUL-terminated buffer.
+    unsafe { nvrtc::get_program_log(prog) }
+        .map(|l| {
+            let bytes: Vec<u8> = l
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+        .unwrap_or_default()
+}
+
+/// The cubin and NVRTC's log, compiled with kiln's options plus `extra`.
+fn compile(arch: &str, extra: &[String]) -> Result<(Vec<u8>, String)> {
     if !nvrtc_available() {
         return Err(Error::NoNvrtc);
     }
@@ -128,7 +178,8 @@ pub fn compile_cubin(arch: &str) -> Result<Vec<u8>> {
         log: "kernel source contains a NUL byte".into(),
     })?;
     let name = CString::new("kiln_kernels.cu").map_err(|_| Error::NoNvrtc)?;
-    let options = compile_options(arch);
+    let mut options = compile_options(arch);
+    options.extend_from_slice(extra);
     let fail = |log: String| Error::Compile {
         arch: arch.to_string(),
         options: options.join(" "),
@@ -138,21 +189,10 @@ pub fn compile_cubin(arch: &str) -> Result<Vec<u8>> {
     // SAFETY: `prog` is a live program; options are plain strings.
     let compiled = unsafe { nvrtc::compile_program(prog, &options) };
     let out = match compiled {
-        Err(e) => {
-            // SAFETY: the program is live; the log is a NUL-terminated buffer.
-            let log = unsafe { nvrtc::get_program_log(prog) }
-                .map(|l| {
-                    let bytes: Vec<u8> = l
-                        .iter()
-                        .take_while(|&&c| c != 0)
-                        .map(|&c| c as u8)
-                        .collect();
-                    String::from_utf8_lossy(&bytes).into_owned()
-                })
-                .unwrap_or_default();
-            Err(fail(format!("{e:?}\n{log}")))
-        }
-        Ok(()) => get_cubin(prog).map_err(fail),
+        Err(e) => Err(fail(format!("{e:?}\n{}", program_log(prog)))),
+        Ok(()) => get_cubin(prog)
+            .map(|c| (c, program_log(prog)))
+            .map_err(fail),
     };
     // SAFETY: destroyed once, after its last use.
     let _ = unsafe { nvrtc::destroy_program(prog) };
@@ -248,11 +288,14 @@ mod tests {
     #[test]
     fn every_kernel_name_is_defined_in_the_source() {
         let src = kernel_source();
+        // A kernel is declared directly or instantiated by a `..._KERNEL(name, ...)` macro.
         for k in KERNEL_NAMES {
             let decl = format!(" {k}(");
+            let inst = format!("_KERNEL({k},");
             assert!(
                 src.lines()
-                    .any(|l| l.contains("__global__") && l.contains(&decl)),
+                    .any(|l| (l.contains("__global__") && l.contains(&decl))
+                        || (l.starts_with(|c: char| c.is_ascii_uppercase()) && l.contains(&inst))),
                 "kernel {k} missing from the sources"
             );
         }

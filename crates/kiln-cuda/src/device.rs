@@ -26,13 +26,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 const MM_THREADS: u32 = 128;
 /// Activation rows per generic matmul block (`MM_ROWS` in quant.cu).
 const MM_ROWS: usize = 8;
-/// Output features per GEMV block (`GV_WARPS` in gemv.cu) and activation rows per GEMV row group (`GV_ROWS`).
+/// Output features per GEMV block (`GV_WARPS` in gemv.cu) and activation rows per row group of the many-row
+/// GEMV kernels (`gemv_r8`, `gemv3_r8`); one row goes through `gemv_r1` / `gemv3_r1`.
 const GV_WARPS: usize = 4;
 const GV_ROWS: usize = 8;
 /// Threads per block of the row kernels (norms, attention).
 const ROW_THREADS: u32 = 256;
-/// Most query heads per KV head the split-KV kernel takes (`AT_MAXG` in attention.cu).
-const AT_MAXG: usize = 8;
+/// Query heads per KV head with a split-KV kernel (`attn_split_g<G>` in attention.cu).
+const SPLIT_GROUPS: [usize; 5] = [1, 2, 3, 4, 8];
 /// Graphs kept before the cache is cleared (one per batch shape in practice).
 const MAX_GRAPHS: usize = 64;
 
@@ -941,7 +942,7 @@ impl Device {
         let (qp, dp, sp) = (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs));
         match w.layout {
             Layout::Gemv => self.launch(
-                "gemv",
+                if n_rows == 1 { "gemv_r1" } else { "gemv_r8" },
                 LaunchConfig {
                     grid_dim: (
                         w.rows.div_ceil(GV_WARPS) as u32,
@@ -1018,7 +1019,7 @@ impl Device {
         let (t1, o1, w1, n1) = job(1);
         let (t2, o2, w2, n2) = job(2);
         self.launch(
-            "gemv3",
+            if n_rows == 1 { "gemv3_r1" } else { "gemv3_r8" },
             LaunchConfig {
                 grid_dim: (total as u32, n_rows.div_ceil(GV_ROWS) as u32, 1),
                 block_dim: (32 * GV_WARPS as u32, 1, 1),
@@ -1464,9 +1465,11 @@ impl Device {
         let f16 = kv.f16 as i32;
         let (li, ns, sc) = (layer as i32, n_slots as i32, slot_ctx as i32);
         let (nh, nkv, hd) = (n_head as i32, n_head_kv as i32, head_dim as i32);
+        let group = n_head / n_head_kv;
         let split_ok = self.opts.split_kv
+            && kv.f16
             && matches!(head_dim, 32 | 64 | 128 | 256)
-            && n_head / n_head_kv <= AT_MAXG;
+            && SPLIT_GROUPS.contains(&group);
         if !split_ok {
             return self.launch(
                 "attn_decode",
@@ -1479,7 +1482,13 @@ impl Device {
         let (chunk, n_splits) = attn_splits(slot_ctx);
         let (ch, nsp) = (chunk as i32, n_splits as i32);
         self.launch(
-            "attn_split",
+            match group {
+                1 => "attn_split_g1",
+                2 => "attn_split_g2",
+                3 => "attn_split_g3",
+                4 => "attn_split_g4",
+                _ => "attn_split_g8",
+            },
             LaunchConfig {
                 grid_dim: (n_head_kv as u32, n as u32, n_splits as u32),
                 block_dim: (128, 1, 1),
@@ -1487,7 +1496,6 @@ impl Device {
             },
             &[
                 &wsp, &qp, &kc, &vc, &sp, &pp, &li, &ns, &sc, &nh, &nkv, &hd, &scale, &ch, &nsp,
-                &f16,
             ],
         )?;
         let fused = self.opts.fused && head_dim.is_multiple_of(32);
