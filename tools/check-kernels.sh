@@ -2,14 +2,40 @@
 # Compile check of the CUDA kernels without a GPU: installs NVRTC from PyPI (nvidia-cuda-nvrtc 13.0, matching the
 # device's CUDA 13.0) under .test-assets/cuda-nvrtc and compiles every kernel with the exact options kiln uses at
 # run time, for sm_90a (H200) unless architectures are given: tools/check-kernels.sh [sm_90a sm_80 ...]
+# Then disassembles the cubins (cuobjdump + nvdisasm from PyPI; 13.0 is not published there, 13.2 reads 13.0
+# cubins) and checks that the kernels that stream weights or the KV cache use 16-byte loads (LDG.E.128).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/.test-assets/cuda-nvrtc"
 lib="$dir/nvidia/cu13/lib"
+bin="$dir/nvidia/cu13/bin"
 if [ ! -e "$lib/libnvrtc.so.13" ]; then
     python3 -m pip install --quiet --disable-pip-version-check --target "$dir" 'nvidia-cuda-nvrtc==13.0.*'
+fi
+if [ ! -x "$bin/nvdisasm" ] || [ ! -x "$bin/cuobjdump" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dir.tools" \
+        'nvidia-cuda-cuobjdump==13.2.*' 'nvidia-cuda-nvdisasm==13.2.*'
+    mkdir -p "$bin"
+    cp "$dir.tools/nvidia/cu13/bin/cuobjdump" "$dir.tools/nvidia/cu13/bin/nvdisasm" "$bin/"
+    chmod +x "$bin/cuobjdump" "$bin/nvdisasm"
+    rm -rf "$dir.tools"
 fi
 # libnvrtc loads libnvrtc-builtins from the library path.
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cd "$root"
-cargo run --quiet -p kiln-cuda --example check_kernels -- "${@:-sm_90a}"
+cubins=$(mktemp -d)
+trap 'rm -rf "$cubins"' EXIT
+KILN_CUBIN_DIR="$cubins" cargo run --quiet -p kiln-cuda --example check_kernels -- "${@:-sm_90a}"
+# Kernels whose main loads must be 16-byte vectors.
+wide="gemv_r1 gemv_r8 gemv3_r1 gemv3_r8 attn_split_g1 attn_split_g2 attn_split_g3 attn_split_g4 attn_split_g8"
+for cubin in "$cubins"/*.cubin; do
+    PATH="$bin:$PATH" cuobjdump -sass "$cubin" >"$cubins/sass.txt"
+    for k in $wide; do
+        n=$(awk -v k="$k" '/Function :/ { f = $3 } f == k && /LDG\.E\.128/ { n++ } END { print n + 0 }' "$cubins/sass.txt")
+        if [ "$n" -eq 0 ]; then
+            echo "FAIL $(basename "$cubin" .cubin): $k has no LDG.E.128 in its SASS" >&2
+            exit 1
+        fi
+        echo "  $k: $n LDG.E.128"
+    done
+done

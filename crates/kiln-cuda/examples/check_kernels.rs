@@ -1,5 +1,6 @@
 //! Compiles every kernel through NVRTC for an architecture (default `sm_90a`) with the options kiln uses at
-//! run time, without a GPU. Used by tools/check-kernels.sh in CI:
+//! run time, without a GPU, prints each kernel's registers and spills, and writes the cubin to `$KILN_CUBIN_DIR`
+//! when set. Used by tools/check-kernels.sh in CI:
 //! `cargo run -p kiln-cuda --example check_kernels [-- sm_90a ...]` with libnvrtc on the library path.
 use kiln_cuda::compile::{
     compile_cubin, compile_options, nvrtc_version, resource_report, KERNEL_NAMES,
@@ -38,6 +39,14 @@ fn main() {
                         cubin.len(),
                         compile_options(arch).join(" ")
                     );
+                    // The cubin itself, for SASS inspection (tools/check-kernels.sh disassembles it).
+                    if let Some(dir) = std::env::var_os("KILN_CUBIN_DIR") {
+                        let path = std::path::Path::new(&dir).join(format!("{arch}.cubin"));
+                        if let Err(e) = std::fs::write(&path, &cubin) {
+                            eprintln!("FAIL writing {}: {e}", path.display());
+                            failed = true;
+                        }
+                    }
                     match resource_report(arch) {
                         Ok(lines) => lines.iter().for_each(|l| println!("  {l}")),
                         Err(e) => eprintln!("no resource report: {e}"),

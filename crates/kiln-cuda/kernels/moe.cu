@@ -76,21 +76,19 @@ extern "C" __global__ void moe_matmul(float* out, const u8* w, long long expert_
     const u8* row = w + (long long)ids[c] * expert_bytes + (long long)o * row_bytes;
     float acc = 0.0f;
     signed char q[32];
-    float s[2], mn;
+    float s[2], mn[2];
     for (int b = threadIdx.x; b < nb; b += blockDim.x) {
         if (!wq32(ty, row, b, q, s, mn)) break;
         if (ref) {
             const float* xr = xf + (long long)a * width + b * 32;
             float t = 0.0f;
-            for (int j = 0; j < 32; j++) t += (s[j >> 4] * (float)q[j] + mn) * xr[j];
+            for (int j = 0; j < 32; j++) t += (s[j >> 4] * (float)q[j] + mn[j >> 4]) * xr[j];
             acc += t;
         } else {
-            const int* xp = (const int*)(xq + (long long)a * width + b * 32);
-            int lo = 0, hi = 0;
-            for (int j = 0; j < 4; j++) lo = __dp4a(pack4(q + 4 * j), xp[j], lo);
-            for (int j = 4; j < 8; j++) hi = __dp4a(pack4(q + 4 * j), xp[j], hi);
+            int wp[8];
+            for (int j = 0; j < 8; j++) wp[j] = pack4(q + 4 * j);
             long long xb = (long long)a * nb + b;
-            acc += xd[xb] * (s[0] * (float)lo + s[1] * (float)hi) + mn * xs[xb];
+            acc += q8_block_dot(wp, s, mn, (const int*)(xq + (long long)a * width + b * 32), xd[xb], xs[xb]);
         }
     }
     float v = block_sum(acc, sh);

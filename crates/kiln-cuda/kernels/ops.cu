@@ -51,7 +51,8 @@ extern "C" __global__ void gather_rows(float* out, const float* x, const int* ro
     for (int i = threadIdx.x; i < width; i += blockDim.x) out[dst + i] = x[src + i];
 }
 
-// Index of the largest value of each row (first one on ties). grid.x = rows.
+// Index of the largest value of each row (lowest on ties, NaN never chosen): the engine's greedy_argmax.
+// grid.x = rows.
 extern "C" __global__ void argmax_rows(int* out, const float* x, int width) {
     __shared__ float sv[1024];
     __shared__ int si[1024];
@@ -78,7 +79,8 @@ extern "C" __global__ void argmax_rows(int* out, const float* x, int width) {
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = si[0];
+    // No value above -inf (all -inf or NaN): index 0, as the host's greedy argmax.
+    if (threadIdx.x == 0) out[blockIdx.x] = si[0] == 0x7fffffff ? 0 : si[0];
 }
 
 extern "C" __global__ void copy_f32(float* dst, const float* src, long long n) {

@@ -1,9 +1,10 @@
 // Weight decoding and the quantized matmul (GEMV for one row, the same kernel for N rows).
 //
-// Every weight type is decoded 32 elements at a time into int8 quants q[32], two scales (one per 16-element
-// half; equal for types with one scale per 32) and an offset: x[i] = s[i / 16] * q[i] + mn. Activations are
+// Every weight type is decoded 32 elements at a time into int8 quants q[32], two scales and two offsets (one
+// per 16-element half; equal for types with one per 32): x[i] = s[i / 16] * q[i] + mn[i / 16]. Activations are
 // quantized to Q8 blocks of 32 (scale dx, and sx = dx * sum(qx)), so a block's dot product is
 //   dx * (s0 * sum_{i<16} q[i] qx[i] + s1 * sum_{i>=16} q[i] qx[i]) + mn * sx
+// (with per-half offsets, as Q2_K has, the offset term is dx * (mn0 * sum_{i<16} qx[i] + mn1 * sum_{i>=16} qx[i])).
 // with exact integer sums (dp4a). Each thread owns a fixed set of blocks and the block-level reduction is a
 // fixed tree, so an output row's bits do not depend on how many activation rows share the launch.
 
@@ -15,9 +16,11 @@
 #define T_Q5_0 6
 #define T_Q5_1 7
 #define T_Q8_0 8
+#define T_Q2_K 10
 #define T_Q4_K 12
 #define T_Q5_K 13
 #define T_Q6_K 14
+#define T_IQ2_XXS 16
 #define T_BF16 30
 
 // Activation rows processed per thread pass (grid.y covers the rest).
@@ -33,9 +36,10 @@ __device__ __forceinline__ void k4_scale_min(const u8* s, int j, int& sc, int& m
     }
 }
 
-// Decodes 32-element block `b` of a quantized row. Returns false for a type it does not know.
-__device__ bool wq32(int ty, const u8* row, int b, signed char* q, float* s, float& mn) {
-    mn = 0.0f;
+// Decodes 32-element block `b` of a quantized row (mn: the two halves' offsets). Returns false for a type it does
+// not know.
+__device__ bool wq32(int ty, const u8* row, int b, signed char* q, float* s, float* mn) {
+    mn[0] = mn[1] = 0.0f;
     switch (ty) {
     case T_Q4_0: {
         const u8* blk = row + b * 18;
@@ -51,7 +55,7 @@ __device__ bool wq32(int ty, const u8* row, int b, signed char* q, float* s, flo
     case T_Q4_1: {
         const u8* blk = row + b * 20;
         float d = h2f(ld16(blk));
-        mn = h2f(ld16(blk + 2));
+        mn[0] = mn[1] = h2f(ld16(blk + 2));
         const u8* qs = blk + 4;
         for (int j = 0; j < 16; j++) {
             q[j] = (signed char)(qs[j] & 15);
@@ -75,7 +79,7 @@ __device__ bool wq32(int ty, const u8* row, int b, signed char* q, float* s, flo
     case T_Q5_1: {
         const u8* blk = row + b * 24;
         float d = h2f(ld16(blk));
-        mn = h2f(ld16(blk + 2));
+        mn[0] = mn[1] = h2f(ld16(blk + 2));
         u32 qh = ld32(blk + 4);
         const u8* qs = blk + 8;
         for (int j = 0; j < 16; j++) {
@@ -102,7 +106,7 @@ __device__ bool wq32(int ty, const u8* row, int b, signed char* q, float* s, flo
         int sh = (sub & 1) * 4;
         for (int j = 0; j < 32; j++) q[j] = (signed char)((qs[j] >> sh) & 15);
         s[0] = s[1] = d * (float)sc;
-        mn = -dmin * (float)m;
+        mn[0] = mn[1] = -dmin * (float)m;
         return true;
     }
     case T_Q5_K: {
@@ -117,7 +121,7 @@ __device__ bool wq32(int ty, const u8* row, int b, signed char* q, float* s, flo
         for (int j = 0; j < 32; j++)
             q[j] = (signed char)(((qs[j] >> sh) & 15) | (((qh[j] >> sub) & 1) << 4));
         s[0] = s[1] = d * (float)sc;
-        mn = -dmin * (float)m;
+        mn[0] = mn[1] = -dmin * (float)m;
         return true;
     }
     case T_Q6_K: {
@@ -138,6 +142,42 @@ __device__ bool wq32(int ty, const u8* row, int b, signed char* q, float* s, flo
         s[1] = d * (float)scales[1];
         return true;
     }
+    case T_Q2_K: {
+        // [scales 16][qs 64][d][dmin]; block b: 2-bit field `b % 4` of qs[32 * (b / 4) + j], sub-blocks of 16
+        // with scale (low nibble) and min (high nibble) at scales[2b], scales[2b + 1].
+        int sub = b & 7;
+        const u8* blk = row + (b >> 3) * 84;
+        float d = h2f(ld16(blk + 80)), dmin = h2f(ld16(blk + 82));
+        const u8* qs = blk + 16 + 32 * (sub >> 2);
+        int sh = 2 * (sub & 3);
+        for (int j = 0; j < 32; j++) q[j] = (signed char)((qs[j] >> sh) & 3);
+        for (int h = 0; h < 2; h++) {
+            u8 sc = blk[2 * sub + h];
+            s[h] = d * (float)(sc & 15);
+            mn[h] = -dmin * (float)(sc >> 4);
+        }
+        return true;
+    }
+    case T_IQ2_XXS: {
+        // [d][qs: 4 u16 per block]: four 8-bit grid indices (8 magnitudes each from IQ2XXS_GRID), four 7-bit
+        // sign groups (the eighth sign is the group's parity) and a 4-bit scale.
+        const u8* blk = row + (b >> 3) * 66;
+        float d = h2f(ld16(blk));
+        const u8* qs = blk + 2 + 8 * (b & 7);
+        u32 aux0 = ld32(qs), aux1 = ld32(qs + 4);
+        float db = d * (0.5f + (float)(aux1 >> 28)) * 0.25f;
+        for (int l = 0; l < 4; l++) {
+            unsigned long long g = IQ2XXS_GRID[(aux0 >> (8 * l)) & 0xFF];
+            u32 sg = (aux1 >> (7 * l)) & 127;
+            sg |= (u32)(__popc(sg) & 1) << 7;
+            for (int j = 0; j < 8; j++) {
+                int v = (int)((g >> (8 * j)) & 0xFF);
+                q[8 * l + j] = (signed char)(((sg >> j) & 1) ? -v : v);
+            }
+        }
+        s[0] = s[1] = db;
+        return true;
+    }
     default:
         return false;
     }
@@ -156,6 +196,21 @@ __device__ void mm_store(float* out, const float* acc, float* sh, int o, int r0,
 
 __device__ __forceinline__ int pack4(const signed char* q) {
     return (int)((u32)(u8)q[0] | ((u32)(u8)q[1] << 8) | ((u32)(u8)q[2] << 16) | ((u32)(u8)q[3] << 24));
+}
+
+// A decoded weight block (wq32, its quants packed 4 to a word in `wp`) times a Q8 activation block (8 words `xp`,
+// scale dx, sx = dx * sum(qx)).
+__device__ __forceinline__ float q8_block_dot(const int* wp, const float* s, const float* mn, const int* xp,
+                                              float dx, float sx) {
+    int lo = 0, hi = 0;
+    for (int j = 0; j < 4; j++) lo = __dp4a(wp[j], xp[j], lo);
+    for (int j = 4; j < 8; j++) hi = __dp4a(wp[j], xp[j], hi);
+    float v = dx * (s[0] * (float)lo + s[1] * (float)hi);
+    if (mn[0] == mn[1]) return v + mn[0] * sx;
+    int slo = 0, shi = 0;
+    for (int j = 0; j < 4; j++) slo = __dp4a(0x01010101, xp[j], slo);
+    for (int j = 4; j < 8; j++) shi = __dp4a(0x01010101, xp[j], shi);
+    return v + dx * (mn[0] * (float)slo + mn[1] * (float)shi);
 }
 
 // Float weight element `i` of a row (F32/F16/BF16).
@@ -180,10 +235,10 @@ extern "C" __global__ void embed_rows(float* out, const u8* w, long long row_byt
         return;
     }
     signed char q[32];
-    float s[2], mn;
+    float s[2], mn[2];
     for (int b = threadIdx.x; b < width / 32; b += blockDim.x) {
         if (!wq32(ty, row, b, q, s, mn)) return;
-        for (int j = 0; j < 32; j++) o[b * 32 + j] = s[j >> 4] * (float)q[j] + mn;
+        for (int j = 0; j < 32; j++) o[b * 32 + j] = s[j >> 4] * (float)q[j] + mn[j >> 4];
     }
 }
 
@@ -222,18 +277,15 @@ extern "C" __global__ void matmul_q8(float* out, const u8* w, long long row_byte
     float acc[MM_ROWS];
     for (int r = 0; r < MM_ROWS; r++) acc[r] = 0.0f;
     signed char q[32];
-    float s[2], mn;
+    float s[2], mn[2];
     for (int b = threadIdx.x; b < nb; b += blockDim.x) {
         if (!wq32(ty, row, b, q, s, mn)) break;
         int wp[8];
         for (int j = 0; j < 8; j++) wp[j] = pack4(q + 4 * j);
         for (int r = 0; r < nr; r++) {
             const int* xp = (const int*)(xq + (long long)(r0 + r) * width + b * 32);
-            int lo = 0, hi = 0;
-            for (int j = 0; j < 4; j++) lo = __dp4a(wp[j], xp[j], lo);
-            for (int j = 4; j < 8; j++) hi = __dp4a(wp[j], xp[j], hi);
             long long xb = (long long)(r0 + r) * nb + b;
-            acc[r] += xd[xb] * (s[0] * (float)lo + s[1] * (float)hi) + mn * xs[xb];
+            acc[r] += q8_block_dot(wp, s, mn, xp, xd[xb], xs[xb]);
         }
     }
     mm_store(out, acc, sh, o, r0, nr, n_out, accumulate);
@@ -268,13 +320,13 @@ extern "C" __global__ void matmul_deq(float* out, const u8* w, long long row_byt
     float acc[MM_ROWS];
     for (int r = 0; r < MM_ROWS; r++) acc[r] = 0.0f;
     signed char q[32];
-    float s[2], mn;
+    float s[2], mn[2];
     for (int b = threadIdx.x; b < width / 32; b += blockDim.x) {
         if (!wq32(ty, row, b, q, s, mn)) break;
         for (int r = 0; r < nr; r++) {
             const float* xr = x + (long long)(r0 + r) * width + b * 32;
             float a = 0.0f;
-            for (int j = 0; j < 32; j++) a += (s[j >> 4] * (float)q[j] + mn) * xr[j];
+            for (int j = 0; j < 32; j++) a += (s[j >> 4] * (float)q[j] + mn[j >> 4]) * xr[j];
             acc[r] += a;
         }
     }

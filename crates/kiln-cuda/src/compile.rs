@@ -58,9 +58,14 @@ pub const KERNEL_NAMES: [&str; 31] = [
     "copy_f32",
 ];
 
-/// The whole translation unit.
+/// The whole translation unit: the lookup tables (from kiln-quant, the one copy of them), then the files.
 pub fn kernel_source() -> String {
-    let mut s = String::new();
+    let mut s = String::from("// ---- tables ----\n__constant__ unsigned long long IQ2XXS_GRID[256] = {");
+    for (i, g) in kiln_quant::IQ2XXS_GRID.iter().enumerate() {
+        s.push_str(if i % 8 == 0 { "\n    " } else { " " });
+        s.push_str(&format!("{g:#018x}ull,"));
+    }
+    s.push_str("\n};\n");
     for (name, text) in KERNEL_FILES {
         s.push_str(&format!("// ---- {name} ----\n"));
         s.push_str(text);
@@ -317,7 +322,7 @@ mod tests {
             assert_eq!(id.parse::<u32>().ok(), Some(ty.id()), "T_{name}");
             n += 1;
         }
-        assert_eq!(n, 11, "every supported type has a define");
+        assert_eq!(n, 13, "every supported type has a define");
     }
 
     #[test]

@@ -29,12 +29,15 @@ impl Check {
 struct Rng(u64);
 
 impl Rng {
-    fn f(&mut self) -> f32 {
+    fn next(&mut self) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        self.0
+    }
+    fn f(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
     fn vec(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.f()).collect()
@@ -85,10 +88,19 @@ fn quant_err(e: kiln_quant::Error) -> Error {
     }
 }
 
-/// `rows × cols` random values quantized row by row to `ty` (GGUF bytes).
+/// `rows × cols` random values quantized row by row to `ty` (GGUF bytes). IQ2_XXS, which kiln cannot quantize:
+/// random codes (every bit pattern is a valid block) under a small random scale.
 fn random_weight(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Result<Vec<u8>> {
-    let wf = rng.vec(rows * cols);
     let rb = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
+    if ty == GgmlType::IQ2_XXS {
+        let mut wq: Vec<u8> = (0..rows * rb).map(|_| (rng.next() >> 24) as u8).collect();
+        for blk in wq.chunks_exact_mut(66) {
+            let d = half::f16::from_f32(0.002 + 0.005 * (rng.f() + 1.0));
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+        }
+        return Ok(wq);
+    }
+    let wf = rng.vec(rows * cols);
     let mut wq = vec![0u8; rows * rb];
     for (src, dst) in wf.chunks_exact(cols).zip(wq.chunks_exact_mut(rb)) {
         quantize(ty, src, dst).map_err(quant_err)?;
@@ -102,7 +114,7 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
     let mut rng = Rng(0x6b696c6e);
     use GgmlType::*;
     for ty in [
-        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16, F32,
+        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, F16, BF16, F32,
     ] {
         // Two K-quant super-blocks; then nine (a partial step of the GEMV lanes).
         for cols in [512, 2304] {
@@ -358,14 +370,22 @@ fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
         err: rel_err(&got, &want),
         tol: 0.0,
     });
-    let mut lg = rng.vec(2 * 5003);
+    // The engine's greedy rule: lowest index on ties, NaN never chosen, 0 when nothing is above -inf.
+    let w = 5003;
+    let mut lg = rng.vec(4 * w);
     lg[4321] = 7.0;
-    lg[5003 + 17] = 7.0;
-    lg[5003 + 4999] = 7.0; // a tie: the first index wins
-    let am = dev.argmax(&dev.upload(&lg)?, 2, 5003)?;
+    lg[w + 17] = 7.0;
+    lg[w + 4999] = 7.0; // a tie: the first index wins
+    lg[2 * w..3 * w].fill(f32::NAN);
+    lg[3 * w..].fill(f32::NEG_INFINITY);
+    lg[3 * w + 3] = f32::NAN;
+    lg[3 * w + 10] = 5.0;
+    lg[3 * w + 20] = 5.0;
+    let am = dev.argmax(&dev.upload(&lg)?, 4, w)?;
+    let want = [4321, 17, 0, 10];
     checks.push(Check {
-        name: format!("argmax (got {am:?}, want [4321, 17])"),
-        err: if am == [4321, 17] { 0.0 } else { 1.0 },
+        name: format!("argmax (got {am:?}, want {want:?})"),
+        err: if am == want { 0.0 } else { 1.0 },
         tol: 0.0,
     });
     Ok(())

@@ -236,6 +236,16 @@ pub trait Backend: Send + Sync {
     ) -> Result<()>;
     /// Copies the first `dst.len()` elements of `x` to the host.
     fn read(&self, x: &Self::Buf, dst: &mut [f32]) -> Result<()>;
+    /// [`crate::sampler::greedy_argmax`] of each of `n_rows` rows of `width` values: the greedy token without
+    /// copying the logits to the host (a GPU reads 4 bytes a row instead of the vocabulary).
+    fn argmax_rows(&self, x: &Self::Buf, n_rows: usize, width: usize) -> Result<Vec<u32>> {
+        let mut host = vec![0.0; n_rows * width];
+        self.read(x, &mut host)?;
+        Ok(host
+            .chunks(width.max(1))
+            .map(crate::sampler::greedy_argmax)
+            .collect())
+    }
 }
 
 /// [`Backend::attention_block`] as separate ops (the trait's default; a backend's unfused path).

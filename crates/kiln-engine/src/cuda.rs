@@ -411,6 +411,10 @@ impl Backend for CudaBackend {
         self.dev.gather_rows(out, x, width).map_err(dev_err)
     }
 
+    fn argmax_rows(&self, x: &DBuf, n_rows: usize, width: usize) -> Result<Vec<u32>> {
+        self.dev.argmax(x, n_rows, width).map_err(dev_err)
+    }
+
     fn read(&self, x: &DBuf, dst: &mut [f32]) -> Result<()> {
         self.dev.read(x, dst).map_err(dev_err)
     }

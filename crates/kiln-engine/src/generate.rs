@@ -54,6 +54,9 @@ pub struct Generator<'s, 'm> {
     params: GenerateParams,
     history: Vec<u32>,
     logits: Vec<f32>,
+    /// The next token when it was chosen with the decode step (a plain-argmax sampler: the backend picks it
+    /// where the logits are), else `None` and the sampler draws from `logits`.
+    chosen: Option<u32>,
     pending: Option<u32>,
     generated: usize,
     finished: Option<FinishReason>,
@@ -84,6 +87,7 @@ impl<'s, 'm> Generator<'s, 'm> {
             params,
             history: prompt.to_vec(),
             logits,
+            chosen: None,
             pending: None,
             generated: 0,
             finished: None,
@@ -99,12 +103,19 @@ impl<'s, 'm> Generator<'s, 'm> {
             if self.session.len(self.slot) >= self.session.slot_ctx() {
                 return Ok(self.finish(FinishReason::Length));
             }
-            self.session.decode_into(self.slot, t, &mut self.logits)?;
+            if self.params.sampler.is_plain_argmax() {
+                self.chosen = Some(self.session.decode_argmax(self.slot, t)?);
+            } else {
+                self.session.decode_into(self.slot, t, &mut self.logits)?;
+            }
         }
         if self.generated >= self.params.max_tokens {
             return Ok(self.finish(FinishReason::Length));
         }
-        let t = self.sampler.sample(&self.logits, &self.history);
+        let t = match self.chosen.take() {
+            Some(t) => t,
+            None => self.sampler.sample(&self.logits, &self.history),
+        };
         if self.params.stop_tokens.contains(&t) {
             return Ok(self.finish(FinishReason::Stop));
         }

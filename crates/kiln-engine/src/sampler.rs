@@ -139,6 +139,12 @@ impl SamplerParams {
         Ok(())
     }
 
+    /// Whether a draw is the plain argmax of the logits ([`greedy_argmax`]): greedy with no penalties, so the
+    /// choice needs no history and can be made where the logits are (on the GPU).
+    pub fn is_plain_argmax(&self) -> bool {
+        self.is_greedy() && !self.penalties_active()
+    }
+
     fn penalties_active(&self) -> bool {
         self.repeat_last_n > 0
             && (self.repeat_penalty != 1.0
@@ -244,6 +250,19 @@ impl Sampler {
             i = j;
         }
     }
+}
+
+/// The greedy choice over raw logits: the largest, lowest id on ties, NaN treated as -inf (0 when nothing beats
+/// -inf). The same token as a greedy [`Sampler`] without penalties; backends compute it in place
+/// ([`crate::backend::Backend::argmax_rows`]).
+pub fn greedy_argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &v) in logits.iter().enumerate().skip(1) {
+        if v > logits[best] || (logits[best].is_nan() && v > f32::NEG_INFINITY) {
+            best = i;
+        }
+    }
+    best as u32
 }
 
 /// Argmax of the candidates, lowest id on ties (candidates are in id order here).
@@ -372,6 +391,30 @@ mod tests {
         assert_eq!(s.sample(&[1.0, 5.0, 5.0, 5.0], &[]), 1);
         assert_eq!(s.sample(&[7.0, 7.0], &[]), 0);
         assert_eq!(s.sample(&[f32::NAN, -1.0, f32::NAN], &[]), 1);
+    }
+
+    #[test]
+    fn greedy_argmax_is_the_greedy_samplers_choice() {
+        let mut rng = ChaCha20Rng::seed_from_u64(11);
+        let specials = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, 0.0, 1.0];
+        for case in 0..500 {
+            let n = 1 + case % 9;
+            // Few distinct values, so ties, NaN and infinities are common.
+            let logits: Vec<f32> = (0..n)
+                .map(|_| match rng.next_u64() % 8 {
+                    k @ 0..=4 => specials[k as usize],
+                    k => k as f32,
+                })
+                .collect();
+            let want = Sampler::new(SamplerParams::greedy())
+                .unwrap()
+                .sample(&logits, &[]);
+            assert_eq!(greedy_argmax(&logits), want, "{logits:?}");
+        }
+        assert!(SamplerParams::greedy().is_plain_argmax());
+        let mut p = SamplerParams::greedy();
+        p.repeat_penalty = 1.1;
+        assert!(!p.is_plain_argmax());
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub struct Batch {
     pub rows: Vec<BatchRow>,
     /// Layers (0-based) whose output hidden states are returned for every row (speculative drafters tap them).
     pub taps: Vec<usize>,
+    /// The rows that ask for logits get only their greedy token ([`Output::argmax`], computed where the logits
+    /// are), no logits.
+    pub argmax_only: bool,
 }
 
 /// The result of a forward pass.
@@ -70,8 +73,10 @@ pub struct Output {
     pub rows: Vec<usize>,
     /// Vocabulary size.
     pub n_vocab: usize,
-    /// `rows.len() × n_vocab` logits.
+    /// `rows.len() × n_vocab` logits (empty for an `argmax_only` batch).
     pub logits: Vec<f32>,
+    /// The greedy token ([`crate::sampler::greedy_argmax`]) of each row in `rows`, for an `argmax_only` batch.
+    pub argmax: Vec<u32>,
     /// `(layer, batch rows × n_embd)` hidden states for each tapped layer.
     pub hidden: Vec<(usize, Vec<f32>)>,
 }
@@ -106,8 +111,14 @@ enum State {
     },
 }
 
-/// One forward pass on backend `be`; logits of the rows that ask go to `logits` (resized). `run` executes the pass
-/// given as a closure: the CPU calls it, the CUDA backend uploads the rows' metadata and may replay it as a graph.
+/// Where a pass's logits go: to the host in full, or only each row's greedy token.
+enum LogitsOut<'a> {
+    Full(&'a mut Vec<f32>),
+    Argmax(&'a mut Vec<u32>),
+}
+
+/// One forward pass on backend `be`; the logits of the rows that ask go to `out`. `run` executes the pass given as
+/// a closure: the CPU calls it, the CUDA backend uploads the rows' metadata and may replay it as a graph.
 #[allow(clippy::too_many_arguments)]
 fn forward_on<B: Backend>(
     model: &Model,
@@ -119,7 +130,7 @@ fn forward_on<B: Backend>(
     tokens: &[u32],
     logit_rows: &[usize],
     taps: &[usize],
-    logits: &mut Vec<f32>,
+    out: LogitsOut,
     run: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<()>,
 ) -> Result<Vec<(usize, Vec<f32>)>> {
     let hp = model.hparams();
@@ -137,8 +148,15 @@ fn forward_on<B: Backend>(
         };
         model.forward(&mut pass, tokens, logit_rows)
     })?;
-    logits.resize(logit_rows.len() * hp.n_vocab, 0.0);
-    be.read(&scratch.logits, logits)?;
+    match out {
+        LogitsOut::Full(logits) => {
+            logits.resize(logit_rows.len() * hp.n_vocab, 0.0);
+            be.read(&scratch.logits, logits)?;
+        }
+        LogitsOut::Argmax(ids) => {
+            *ids = be.argmax_rows(&scratch.logits, logit_rows.len(), hp.n_vocab)?
+        }
+    }
     Ok(hidden)
 }
 
@@ -245,28 +263,37 @@ impl<'m> Session<'m> {
 
     /// Runs one batch. Rows must extend their slots contiguously (see [`BatchRow::pos`]).
     pub fn forward(&mut self, batch: &Batch) -> Result<Output> {
-        let mut logits = Vec::new();
-        let hidden = self.run(&batch.rows, &batch.taps, &mut logits)?;
+        let (mut logits, mut argmax) = (Vec::new(), Vec::new());
+        let out = if batch.argmax_only {
+            LogitsOut::Argmax(&mut argmax)
+        } else {
+            LogitsOut::Full(&mut logits)
+        };
+        let hidden = self.run(&batch.rows, &batch.taps, out)?;
         Ok(Output {
             rows: self.logit_rows.clone(),
             n_vocab: self.model.n_vocab(),
             logits,
+            argmax,
             hidden,
         })
     }
 
-    /// The body of [`Session::forward`]: logits of the rows that ask go to `logits` (resized), hidden states of
-    /// tapped layers are returned.
+    /// The body of [`Session::forward`]: the logits of the rows that ask go to `out`, hidden states of tapped
+    /// layers are returned.
     fn run(
         &mut self,
         rows: &[BatchRow],
         taps: &[usize],
-        logits: &mut Vec<f32>,
+        out: LogitsOut,
     ) -> Result<Vec<(usize, Vec<f32>)>> {
         let n = rows.len();
         self.logit_rows.clear();
         if n == 0 {
-            logits.clear();
+            match out {
+                LogitsOut::Full(logits) => logits.clear(),
+                LogitsOut::Argmax(ids) => ids.clear(),
+            }
             return Ok(Vec::new());
         }
         if n > self.cfg.batch {
@@ -341,7 +368,7 @@ impl<'m> Session<'m> {
                     toks,
                     lrows,
                     taps,
-                    logits,
+                    out,
                     |f| f(),
                 )?
             }
@@ -363,7 +390,7 @@ impl<'m> Session<'m> {
                     toks,
                     lrows,
                     taps,
-                    logits,
+                    out,
                     |f| be.pass(key, toks, rows, lrows, capturable, f),
                 )?
             }
@@ -402,6 +429,7 @@ impl<'m> Session<'m> {
                     })
                     .collect(),
                 taps: Vec::new(),
+                argmax_only: false,
             };
             let o = self.forward(&batch)?;
             out.extend_from_slice(&o.logits);
@@ -424,8 +452,22 @@ impl<'m> Session<'m> {
             token,
             logits: true,
         }];
-        self.run(&row, &[], logits)?;
+        self.run(&row, &[], LogitsOut::Full(logits))?;
         Ok(())
+    }
+
+    /// Appends one token to `slot` and returns the greedy next token ([`crate::sampler::greedy_argmax`] of its
+    /// logits), chosen where the logits are.
+    pub fn decode_argmax(&mut self, slot: usize, token: u32) -> Result<u32> {
+        let row = [BatchRow {
+            slot,
+            pos: self.len(slot),
+            token,
+            logits: true,
+        }];
+        let mut ids = Vec::with_capacity(1);
+        self.run(&row, &[], LogitsOut::Argmax(&mut ids))?;
+        Ok(ids[0])
     }
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use kiln_engine::sampler::SamplerParams;
+use kiln_engine::sampler::{greedy_argmax, SamplerParams};
 use kiln_engine::{
     Batch, BatchRow, FinishReason, GenerateParams, Generator, KvType, LoadOptions, Model, Session,
     SessionConfig, StepOutcome,
@@ -77,7 +77,13 @@ fn decode_batch_equals_alone(model: &Model, kv: KvType) {
                 logits: true,
             })
             .collect();
-        let out = s.forward(&Batch { rows, taps: vec![] }).unwrap();
+        let out = s
+            .forward(&Batch {
+                rows,
+                taps: vec![],
+                argmax_only: false,
+            })
+            .unwrap();
         for slot in 0..ps.len() {
             last[slot] = out.row(slot).to_vec();
             assert_eq!(
@@ -124,7 +130,14 @@ fn verify_block_equals_steps(model: &Model, kv: KvType) {
             logits: true,
         },
     );
-    let out = s2.forward(&Batch { rows, taps: vec![] }).unwrap();
+    let batch_rows = rows.clone();
+    let out = s2
+        .forward(&Batch {
+            rows,
+            taps: vec![],
+            argmax_only: false,
+        })
+        .unwrap();
     let block_rows: Vec<usize> = (0..block.len() + 1).filter(|&i| i != 2).collect();
     for (i, &r) in block_rows.iter().enumerate() {
         assert_eq!(
@@ -132,6 +145,29 @@ fn verify_block_equals_steps(model: &Model, kv: KvType) {
             singles[i],
             "block token {i}: verify-block logits differ from single steps"
         );
+    }
+
+    // The same batch asking only for greedy tokens: each row's argmax of those logits, and no logits.
+    let greedy: Vec<u32> = (0..out.rows.len())
+        .map(|i| greedy_argmax(out.row(i)))
+        .collect();
+    s2.truncate(0, start).unwrap();
+    s2.truncate(1, ps[2].len()).unwrap();
+    let again = s2
+        .forward(&Batch {
+            rows: batch_rows.clone(),
+            taps: vec![],
+            argmax_only: true,
+        })
+        .unwrap();
+    assert!(again.logits.is_empty());
+    assert_eq!(again.rows, out.rows);
+    assert_eq!(again.argmax, greedy);
+    // And a single decode step's greedy token.
+    s1.truncate(0, ps[1].len()).unwrap();
+    for (i, &t) in block.iter().enumerate() {
+        let logits: Vec<f32> = singles[i].iter().map(|&b| f32::from_bits(b)).collect();
+        assert_eq!(s1.decode_argmax(0, t).unwrap(), greedy_argmax(&logits));
     }
 }
 
@@ -323,6 +359,7 @@ fn hidden_state_taps() {
         .forward(&Batch {
             rows,
             taps: vec![1, 0],
+            argmax_only: false,
         })
         .unwrap();
     assert_eq!(out.rows, vec![2]);

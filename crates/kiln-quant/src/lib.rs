@@ -36,7 +36,7 @@ mod convert;
 pub mod dot;
 mod error;
 mod float;
-mod iquants;
+pub(crate) mod iquants;
 mod kquants;
 mod legacy;
 pub mod reference;
@@ -44,4 +44,6 @@ mod types;
 
 pub use convert::{dequantize, quantize};
 pub use error::{Error, Op};
+/// IQ2_XXS's codebook, for decoders outside this crate (the CUDA kernels are given it at compile time).
+pub use iquants::tables::IQ2XXS_GRID;
 pub use types::GgmlType;

@@ -252,6 +252,7 @@ pub fn score(
                     })
                     .collect(),
                 taps: Vec::new(),
+                argmax_only: false,
             };
             let out = session.forward(&batch)?;
             for (i, &row) in out.rows.iter().enumerate() {

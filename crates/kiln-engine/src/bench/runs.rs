@@ -177,8 +177,7 @@ pub fn run_test(
             next = argmax(&logits).unwrap_or(0) as u32;
         }
         for _ in 0..spec.n_gen {
-            let logits = session.decode(0, next)?;
-            next = argmax(&logits).unwrap_or(0) as u32;
+            next = session.decode_argmax(0, next)?;
         }
         let dt = t0.elapsed().as_secs_f64();
         if run > 0 {

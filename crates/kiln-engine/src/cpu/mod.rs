@@ -375,6 +375,16 @@ impl Backend for CpuBackend {
         dst.copy_from_slice(&x[..dst.len()]);
         Ok(())
     }
+
+    fn argmax_rows(&self, x: &Vec<f32>, n_rows: usize, width: usize) -> Result<Vec<u32>> {
+        if x.len() < n_rows * width || width == 0 {
+            return Err(too_small("argmax_rows"));
+        }
+        Ok(x[..n_rows * width]
+            .chunks_exact(width)
+            .map(crate::sampler::greedy_argmax)
+            .collect())
+    }
 }
 
 /// `out = silu(gate) * up`, with silu(g) = g · sigmoid(g) as transformers computes it.

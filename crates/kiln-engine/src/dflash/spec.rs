@@ -179,6 +179,8 @@ pub fn generate_with(
     let hidden = dc.hidden;
     let n_vocab = session.model().n_vocab();
     let chunk = session.config().batch;
+    // Greedy verification needs only each row's argmax: computed where the logits are (4 bytes a row from a GPU).
+    let argmax_only = params.sampler.is_plain_argmax() && acceptance == Acceptance::Exact;
     let block_max = dc.block_size.min(chunk);
     let mut dstate: DraftState = drafter.new_state();
     let base = session.len(slot);
@@ -206,6 +208,7 @@ pub fn generate_with(
                 })
                 .collect(),
             taps: ids.clone(),
+            argmax_only: false,
         };
         let out = session.forward(&batch)?;
         drafter.append_context(&mut dstate, &features(&out, &ids, hidden, toks.len())?)?;
@@ -279,6 +282,7 @@ pub fn generate_with(
                 })
                 .collect(),
             taps: ids.clone(),
+            argmax_only,
         };
         let t0 = Instant::now();
         let out = session.forward(&batch)?;
@@ -287,14 +291,14 @@ pub fn generate_with(
         let mut accepted = 0;
         let mut finish = None;
         for i in 0..v {
-            let row = out.row(i);
             let c = match acceptance {
+                _ if argmax_only => out.argmax[i],
                 Acceptance::BiasedArgmaxForTests
-                    if i + 1 < v && super::drafter::argmax(row) == block[i + 1] =>
+                    if i + 1 < v && super::drafter::argmax(out.row(i)) == block[i + 1] =>
                 {
                     block[i + 1]
                 }
-                _ => sampler.sample(row, &history),
+                _ => sampler.sample(out.row(i), &history),
             };
             if params.stop_tokens.contains(&c) {
                 finish = Some(FinishReason::Stop);

@@ -541,7 +541,14 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             Some(d) if tap => d.config().target_layer_ids.clone(),
             _ => Vec::new(),
         };
-        (Batch { rows, taps }, kinds)
+        (
+            Batch {
+                rows,
+                taps,
+                argmax_only: false,
+            },
+            kinds,
+        )
     }
 
     /// Samples the next token of `slot`'s request from `logits`, delivers it and decides whether the request

@@ -3,7 +3,7 @@
 //! with an importance matrix and a grid search kiln does not carry); IQ4_NL also has ggml's
 //! importance-free reference quantizer.
 
-pub(crate) mod tables;
+pub mod tables;
 
 use crate::blocks::{BlockIq2Xxs, BlockIq4Nl, QK, QK_K};
 use crate::kquants::GROUP_MAX_EPS;

@@ -2,7 +2,7 @@
 //! ggml's `iq2xxs_grid` and `ksigns_iq2xs`. Do not edit by hand.
 
 /// 256 grid points of 8 magnitudes each; byte `j` of entry `i` is element `j` (one of 8, 25, 43).
-pub(crate) const IQ2XXS_GRID: [u64; 256] = [
+pub const IQ2XXS_GRID: [u64; 256] = [
     0x0808080808080808,
     0x080808080808082b,
     0x0808080808081919,
