@@ -5,7 +5,8 @@
 #   2. parity with `kiln score --ref-logits` on synthesized models: CUDA vs the CPU in the reference mode
 #      (KILN_NO_QUANT_ACT=1 on both) and in the default fast mode; graph replay vs no graph (identical logits);
 #   3. the bench table: synth Qwen3-8B Q4_K_M / Q8_0 and a 0.6B-shape Q4_K_M with the real Qwen3 tokenizer,
-#      tg128, a 16-row block through the decode path (pp16 -b 16), and the kill-switch A/B of each optimization.
+#      tg128, a 16-row block through the decode path (pp16 -b 16), prefill pp512/pp4096 in chunks of 512, and the
+#      kill-switch A/B of each optimization.
 # Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip its debug info to copy it over).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
 # Sections: STEPS="selftest sanitizer kernels parity bench" (default all; kernels = per-kernel timings). Logs go to $OUT (default
@@ -104,16 +105,18 @@ if want bench; then
     models=(-m "$WORK/q8b-q4km.gguf" -m "$WORK/q8b-q8.gguf" -m "$WORK/q06-q4km.gguf")
     step bench-tg "$KILN" bench "${models[@]}" --device cuda -p 0 -n 128 -r 3
     step bench-block16 "$KILN" bench "${models[@]}" --device cuda -p 16 -b 16 -n 0 -r 5
-    step bench-pp "$KILN" bench "${models[@]}" --device cuda -p 512 -n 0 -r 2
+    step bench-pp "$KILN" bench "${models[@]}" --device cuda -p 512,4096 -b 512 -n 0 -r 2
     # Kill-switch A/B (interleaved, one process per run): graphs matter most on the launch-bound 0.6B.
     step ab-KILN_NO_CUDA_GRAPH "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
         -p 0 -n 128 -r 2 --ab KILN_NO_CUDA_GRAPH=1
     for flag in KILN_NO_CUDA_FUSE KILN_NO_CUDA_GEMV KILN_NO_CUDA_SPLIT_KV; do
         step "ab-$flag" "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -r 2 --ab "$flag=1"
     done
+    step ab-KILN_NO_CUDA_MMA "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q8b-q8.gguf" --device cuda \
+        -p 512 -b 512 -n 0 -r 2 --ab KILN_NO_CUDA_MMA=1
     say "bench (CUDA):"
     for f in bench-tg bench-block16 bench-pp ab-KILN_NO_CUDA_GRAPH ab-KILN_NO_CUDA_FUSE \
-        ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV; do
+        ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_MMA; do
         grep -E "^\||ratio|median" "$OUT/$f.log" | tee -a "$OUT/summary.txt"
     done
     step bench-depth timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -d 4096 -r 2

@@ -112,6 +112,23 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
             }
         }
     }
+    // The tensor-core prefill matmul on 512 rows (a prefill pass), ffn_up's shape.
+    let xp = dev.upload(&random_floats(512 * d, 3))?;
+    dev.set_pass(&[], &[], &[], true)?;
+    for ty in [Q4_K, Q6_K, Q8_0] {
+        let (cols, rows, n) = (d, 12288usize, 512usize);
+        let rb = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
+        let w = dev.upload_weight("ffn_up", ty, cols, rows, &random_bytes(rows * rb, 7), true)?;
+        let mut o = dev.alloc(n * rows)?;
+        let us = time(dev, 10, &mut || dev.matmul(&mut o, &w, &xp, n, false))?;
+        let tops = 2.0 * (n * rows * cols) as f64 / (us * 1e6);
+        out.push(Timing {
+            name: format!("mmq {ty} ffn_up {rows}x{cols} n={n} ({tops:.0} TOP/s)"),
+            us,
+            bytes: (rows * rb) as f64,
+        });
+    }
+    dev.set_pass(&[], &[], &[], false)?;
     // Row kernels.
     let nw = dev.upload(&random_floats(12288, 2))?;
     let mut h = dev.alloc(16 * 12288)?;
@@ -149,7 +166,7 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
     );
     let mut att = dev.alloc(16 * 4096)?;
     for pos in [100usize, 4000, 32768] {
-        dev.set_pass(&[], &[(0, pos)], &[])?;
+        dev.set_pass(&[], &[(0, pos)], &[], false)?;
         let us = time(dev, 20, &mut || {
             dev.attention_fused(
                 &mut att,
@@ -223,7 +240,7 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
         }
         Ok(())
     };
-    dev.set_pass(&[], &[], &[])?;
+    dev.set_pass(&[], &[], &[], false)?;
     let us = time(dev, 5, &mut || {
         dev.run_pass([u64::MAX, 0, 0, 0], true, &mut f)
     })?;

@@ -14,17 +14,18 @@ use std::ffi::CString;
 use std::path::PathBuf;
 
 /// The kernel files, in the order they are concatenated.
-pub const KERNEL_FILES: [(&str, &str); 6] = [
+pub const KERNEL_FILES: [(&str, &str); 7] = [
     ("common.cu", include_str!("../kernels/common.cu")),
     ("quant.cu", include_str!("../kernels/quant.cu")),
     ("gemv.cu", include_str!("../kernels/gemv.cu")),
+    ("mmq.cu", include_str!("../kernels/mmq.cu")),
     ("moe.cu", include_str!("../kernels/moe.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 31] = [
+pub const KERNEL_NAMES: [&str; 34] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -32,6 +33,9 @@ pub const KERNEL_NAMES: [&str; 31] = [
     "gemv_r8",
     "gemv3_r1",
     "gemv3_r8",
+    "mmq_q4_k",
+    "mmq_q6_k",
+    "mmq_q8_0",
     "matmul_deq",
     "rms_norm_q8",
     "swiglu_q8",
@@ -60,7 +64,8 @@ pub const KERNEL_NAMES: [&str; 31] = [
 
 /// The whole translation unit: the lookup tables (from kiln-quant, the one copy of them), then the files.
 pub fn kernel_source() -> String {
-    let mut s = String::from("// ---- tables ----\n__constant__ unsigned long long IQ2XXS_GRID[256] = {");
+    let mut s =
+        String::from("// ---- tables ----\n__constant__ unsigned long long IQ2XXS_GRID[256] = {");
     for (i, g) in kiln_quant::IQ2XXS_GRID.iter().enumerate() {
         s.push_str(if i % 8 == 0 { "\n    " } else { " " });
         s.push_str(&format!("{g:#018x}ull,"));

@@ -34,6 +34,9 @@ const GV_ROWS: usize = 8;
 const ROW_THREADS: u32 = 256;
 /// Query heads per KV head with a split-KV kernel (`attn_split_g<G>` in attention.cu).
 const SPLIT_GROUPS: [usize; 5] = [1, 2, 3, 4, 8];
+/// Rows above which a prefill pass's matmuls use the tensor-core kernel (below, the GEMV's one weight read serves
+/// a few rows as well).
+pub const MMQ_MIN_ROWS: usize = 16;
 /// Graphs kept before the cache is cleared (one per batch shape in practice).
 const MAX_GRAPHS: usize = 64;
 
@@ -51,6 +54,9 @@ pub struct Options {
     pub split_kv: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
+    /// Prefill passes ([`Device::set_pass`] with `prefill`) matmul Q4_K/Q6_K/Q8_0 weights on int8 tensor cores
+    /// (mmq.cu) when they have more than [`MMQ_MIN_ROWS`] rows; else every pass uses the GEMV kernels.
+    pub mma: bool,
     /// The reference mode: every matmul on f32 activations against dequantized weights.
     pub reference: bool,
 }
@@ -62,6 +68,7 @@ impl Default for Options {
             fused: true,
             split_kv: true,
             graphs: true,
+            mma: true,
             reference: false,
         }
     }
@@ -82,6 +89,8 @@ struct Meta {
     /// `(slot, pos)` of the current pass's rows, for the host-side checks.
     rows: Vec<(usize, usize)>,
     n_logits: usize,
+    /// The pass holds prompt rows only (its matmuls may use the prefill kernel).
+    prefill: bool,
 }
 
 /// CUDA graphs by pass key. A graph is only touched under the device's lock.
@@ -351,6 +360,7 @@ impl Device {
             host: vec![0; 4 * 64],
             rows: Vec::new(),
             n_logits: 0,
+            prefill: false,
         };
         let ws = stream
             .alloc_zeros::<f32>(1)
@@ -716,11 +726,14 @@ impl Device {
 
     /// Sets the rows of the next pass: their tokens, `(slot, pos)` and the batch rows that want logits. Ops of the
     /// pass ([`Device::embed`], [`Device::attention`], [`Device::gather_rows`] …) read these from the device.
+    /// `prefill`: the rows are prompt tokens only, no decode or verify rows, so the pass's matmuls may use the
+    /// tensor-core prefill kernel (whose bits differ from the decode path's); the graph key must include it.
     pub fn set_pass(
         &self,
         tokens: &[u32],
         rows: &[(usize, usize)],
         logit_rows: &[usize],
+        prefill: bool,
     ) -> Result<()> {
         let n = tokens.len().max(rows.len()).max(logit_rows.len());
         let mut m = self.lock(&self.meta);
@@ -748,6 +761,7 @@ impl Device {
         }
         m.rows = rows.to_vec();
         m.n_logits = logit_rows.len();
+        m.prefill = prefill;
         let Meta { buf, host, .. } = &mut *m;
         self.stream
             .memcpy_htod(host.as_slice(), buf)
@@ -940,6 +954,17 @@ impl Device {
         }
         self.quantize(x, n_rows * w.cols)?;
         let (qp, dp, sp) = (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs));
+        if let Some(kernel) = self.mmq_kernel(w, n_rows) {
+            return self.launch(
+                kernel,
+                LaunchConfig {
+                    grid_dim: (w.rows.div_ceil(64) as u32, n_rows.div_ceil(64) as u32, 1),
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                },
+                &[&o, &wp, &qp, &dp, &sp, &width, &n_out, &nr, &acc],
+            );
+        }
         match w.layout {
             Layout::Gemv => self.launch(
                 if n_rows == 1 { "gemv_r1" } else { "gemv_r8" },
@@ -962,6 +987,23 @@ impl Device {
         }
     }
 
+    /// The tensor-core prefill kernel for `w` on `n_rows` rows of the current pass, when it applies.
+    fn mmq_kernel(&self, w: &DWeight, n_rows: usize) -> Option<&'static str> {
+        let prefill = self.lock(&self.meta).prefill;
+        if !(self.opts.mma && prefill && n_rows > MMQ_MIN_ROWS)
+            || w.layout != Layout::Gemv
+            || !w.cols.is_multiple_of(256)
+        {
+            return None;
+        }
+        match w.ty {
+            GgmlType::Q4_K => Some("mmq_q4_k"),
+            GgmlType::Q6_K => Some("mmq_q6_k"),
+            GgmlType::Q8_0 => Some("mmq_q8_0"),
+            _ => None,
+        }
+    }
+
     /// `outs[i][r] = ws[i] · x[r]` for two or three weights reading the same activations (Q/K/V, gate/up): one
     /// launch when every weight is repacked for the GEMV kernels (fused ops on), else one matmul each. Each output
     /// has the bits of its own [`Device::matmul`].
@@ -975,6 +1017,7 @@ impl Device {
         let cols = ws.first().map(|w| w.cols).unwrap_or(0);
         let one_launch = self.opts.fused
             && !self.opts.reference
+            && ws.iter().all(|w| self.mmq_kernel(w, n_rows).is_none())
             && (2..=3).contains(&ws.len())
             && outs.len() == ws.len()
             && ws

@@ -121,6 +121,9 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
             matmul_check(dev, &mut rng, ty, cols, &mut checks)?;
         }
     }
+    for ty in [Q4_K, Q6_K, Q8_0] {
+        mmq_check(dev, &mut rng, ty, &mut checks)?;
+    }
     ops_checks(dev, &mut rng, &mut checks)?;
     shadow_checks(dev, &mut rng, &mut checks)?;
     many_check(dev, &mut rng, &mut checks)?;
@@ -131,6 +134,83 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
     }
     graph_check(dev, &mut rng, &mut checks)?;
     Ok(checks)
+}
+
+/// The tensor-core prefill matmul (prefill passes of more than 16 rows; mmq.cu): against the host reference on
+/// partial tiles of rows and outputs, each row's bits independent of the rows around it (two tilings), the
+/// residual form, and decode passes of the same size keeping the GEMV's bits.
+fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>) -> Result<()> {
+    if !dev.options().mma || dev.options().reference {
+        return Ok(());
+    }
+    let (cols, rows, n) = (768usize, 130usize, 70usize);
+    let row_bytes = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
+    let wq = random_weight(rng, ty, rows, cols)?;
+    let mut wd = vec![0f32; rows * cols];
+    for r in 0..rows {
+        dequantize(
+            ty,
+            &wq[r * row_bytes..(r + 1) * row_bytes],
+            &mut wd[r * cols..(r + 1) * cols],
+        )
+        .map_err(quant_err)?;
+    }
+    let x = rng.vec(n * cols);
+    let mut want = vec![0f64; n * rows];
+    for i in 0..n {
+        let xv = q8_values(&x[i * cols..(i + 1) * cols]);
+        for o in 0..rows {
+            want[i * rows + o] = wd[o * cols..(o + 1) * cols]
+                .iter()
+                .zip(&xv)
+                .map(|(&w, &v)| w as f64 * v)
+                .sum();
+        }
+    }
+    let w = dev.upload_weight(&format!("test.mmq.{ty}"), ty, cols, rows, &wq, true)?;
+    let run = |xs: &[f32], m: usize, prefill: bool, init: Option<&[f32]>| -> Result<Vec<f32>> {
+        dev.set_pass(&[], &[], &[], prefill)?;
+        let xb = dev.upload(xs)?;
+        let mut out = match init {
+            Some(y) => dev.upload(y)?,
+            None => dev.alloc(m * rows)?,
+        };
+        dev.matmul(&mut out, &w, &xb, m, init.is_some())?;
+        let mut got = vec![0f32; m * rows];
+        dev.read(&out, &mut got)?;
+        Ok(got)
+    };
+    let got = run(&x, n, true, None)?;
+    checks.push(Check {
+        name: format!("mmq {ty} {rows}x{cols}, {n} rows"),
+        err: rel_err(&got, &want),
+        tol: 1e-4,
+    });
+    // Rows 3..23 on their own (another tile position for each): the same bits.
+    let part = run(&x[3 * cols..23 * cols], 20, true, None)?;
+    checks.push(Check {
+        name: format!("mmq {ty} row independence (rows 3..23 alone)"),
+        err: bits_differ(&part, &got[3 * rows..23 * rows]),
+        tol: 0.0,
+    });
+    let y = rng.vec(n * rows);
+    let acc = run(&x, n, true, Some(&y))?;
+    let sum: Vec<f32> = y.iter().zip(&got).map(|(a, b)| a + b).collect();
+    checks.push(Check {
+        name: format!("mmq {ty} accumulate"),
+        err: bits_differ(&acc, &sum),
+        tol: 0.0,
+    });
+    // The same rows in a decode pass go through the GEMV: row 5's bits are those of row 5 alone.
+    let dec = run(&x, n, false, None)?;
+    let one = run(&x[5 * cols..6 * cols], 1, false, None)?;
+    checks.push(Check {
+        name: format!("mmq {ty}: decode passes keep the GEMV"),
+        err: bits_differ(&one, &dec[5 * rows..6 * rows]),
+        tol: 0.0,
+    });
+    dev.set_pass(&[], &[], &[], false)?;
+    Ok(())
 }
 
 fn matmul_check(
@@ -220,7 +300,7 @@ fn matmul_check(
     // Embedding rows of the same table (GGUF layout), tokens from the pass metadata.
     let w = dev.upload_weight(&format!("test.{ty}"), ty, cols, rows, &wq, false)?;
     let toks = [3u32, 0, 36, 3];
-    dev.set_pass(&toks, &[], &[])?;
+    dev.set_pass(&toks, &[], &[], false)?;
     let mut eo = dev.alloc(toks.len() * cols)?;
     dev.embed(&mut eo, &w, toks.len())?;
     let mut ge = vec![0f32; toks.len() * cols];
@@ -317,7 +397,7 @@ fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
         }
         let mut xb = dev.upload(&x)?;
         let rows: Vec<(usize, usize)> = positions.iter().map(|&p| (0, p)).collect();
-        dev.set_pass(&[], &rows, &[])?;
+        dev.set_pass(&[], &rows, &[], false)?;
         dev.rope(&mut xb, positions.len(), nh, hd, 10000.0, 1.0, neox)?;
         let mut got = vec![0f32; x.len()];
         dev.read(&xb, &mut got)?;
@@ -357,7 +437,7 @@ fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
         tol: 0.0,
     });
     let mut gout = dev.alloc(3 * 100)?;
-    dev.set_pass(&[], &[], &[9, 0, 4])?;
+    dev.set_pass(&[], &[], &[9, 0, 4], false)?;
     dev.gather_rows(&mut gout, &gb, 100)?;
     let mut got = vec![0f32; 300];
     dev.read(&gout, &mut got)?;
@@ -497,7 +577,7 @@ fn attn_call(
     v: &[f32],
 ) -> Result<Vec<f32>> {
     let n = rows.len();
-    dev.set_pass(&[], rows, &[])?;
+    dev.set_pass(&[], rows, &[], false)?;
     let (mut qb, mut kb, vb) = (dev.upload(q)?, dev.upload(k)?, dev.upload(v)?);
     let mut ob = dev.alloc(n * shape.n_head * shape.head_dim)?;
     if fused {
@@ -688,7 +768,7 @@ fn graph_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<(
     let mut att = dev.alloc(n * rows_out)?;
     let mut out = dev.alloc(n * rows_out)?;
     let mut pass = |graph: bool, rows: &[(usize, usize)]| -> Result<Vec<f32>> {
-        dev.set_pass(&[], rows, &[])?;
+        dev.set_pass(&[], rows, &[], false)?;
         let mut f = || -> Result<()> {
             dev.rms_norm(&mut xn, &xb, &nwb, n, width, 1e-6)?;
             dev.matmul(&mut q, &w, &xn, n, false)?;

@@ -69,6 +69,7 @@ impl CudaBackend {
             fast_gemv: flags.cuda_gemv,
             fused: flags.cuda_fuse,
             split_kv: flags.cuda_split_kv,
+            mma: flags.cuda_mma,
             graphs: flags.cuda_graph,
             reference: !flags.quant_act,
         };
@@ -142,7 +143,9 @@ impl CudaBackend {
 
     /// Runs one forward pass `f` over the rows described by `tokens`/`rows`/`logit_rows`: uploads their metadata,
     /// then runs `f` eagerly or as a CUDA graph (captured the first time `key` is seen, replayed after). `key`
-    /// identifies the session's buffers; `capturable` is false when `f` reads anything back mid-pass.
+    /// identifies the session's buffers; `capturable` is false when `f` reads anything back mid-pass; `prefill`
+    /// marks a pass of prompt rows only ([`crate::Batch::prefill`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn pass(
         &self,
         key: [u64; 2],
@@ -150,13 +153,20 @@ impl CudaBackend {
         rows: &[AttnRow],
         logit_rows: &[usize],
         capturable: bool,
+        prefill: bool,
         f: &mut dyn FnMut() -> Result<()>,
     ) -> Result<()> {
         let sp: Vec<(usize, usize)> = rows.iter().map(|r| (r.slot, r.pos)).collect();
         self.dev
-            .set_pass(tokens, &sp, logit_rows)
+            .set_pass(tokens, &sp, logit_rows, prefill)
             .map_err(dev_err)?;
-        let full = [key[0], key[1], rows.len() as u64, logit_rows.len() as u64];
+        // A prefill pass may launch other kernels than a decode pass of the same shape.
+        let full = [
+            key[0],
+            key[1],
+            rows.len() as u64 | (prefill as u64) << 63,
+            logit_rows.len() as u64,
+        ];
         let mut err = None;
         let mut g = || {
             f().map_err(|e| {

@@ -59,6 +59,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_MMA",
+        disables: "CUDA: int8 tensor-core matmul for prompt prefill (Q4_K/Q6_K/Q8_0); prefill rows go through the \
+                   decode-path GEMV instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_GRAPH",
         disables: "CUDA: each forward pass captured once as a CUDA graph and replayed; kernels launched one by one",
         default_on: true,
@@ -84,6 +90,8 @@ pub struct Flags {
     pub cuda_split_kv: bool,
     /// CUDA: forward passes replayed as CUDA graphs.
     pub cuda_graph: bool,
+    /// CUDA: int8 tensor-core matmul for prefill passes.
+    pub cuda_mma: bool,
 }
 
 impl Default for Flags {
@@ -98,6 +106,7 @@ impl Default for Flags {
             cuda_fuse: true,
             cuda_split_kv: true,
             cuda_graph: true,
+            cuda_mma: true,
         }
     }
 }
@@ -114,6 +123,7 @@ impl Flags {
             cuda_fuse: false,
             cuda_split_kv: false,
             cuda_graph: false,
+            cuda_mma: false,
         }
     }
 
@@ -158,6 +168,7 @@ impl Flags {
                 "KILN_NO_CUDA_FUSE" => flags.cuda_fuse = !disabled,
                 "KILN_NO_CUDA_SPLIT_KV" => flags.cuda_split_kv = !disabled,
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,
+                "KILN_NO_CUDA_MMA" => flags.cuda_mma = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),
             }
         }

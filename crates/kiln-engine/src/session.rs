@@ -64,6 +64,9 @@ pub struct Batch {
     /// The rows that ask for logits get only their greedy token ([`Output::argmax`], computed where the logits
     /// are), no logits.
     pub argmax_only: bool,
+    /// Every row is a prompt token (no decode or verify rows): a backend may compute the pass with its prefill
+    /// kernels, whose bits can differ from the decode path's (never from one another's rows).
+    pub prefill: bool,
 }
 
 /// The result of a forward pass.
@@ -269,7 +272,7 @@ impl<'m> Session<'m> {
         } else {
             LogitsOut::Full(&mut logits)
         };
-        let hidden = self.run(&batch.rows, &batch.taps, out)?;
+        let hidden = self.run(&batch.rows, &batch.taps, batch.prefill, out)?;
         Ok(Output {
             rows: self.logit_rows.clone(),
             n_vocab: self.model.n_vocab(),
@@ -280,11 +283,14 @@ impl<'m> Session<'m> {
     }
 
     /// The body of [`Session::forward`]: the logits of the rows that ask go to `out`, hidden states of tapped
-    /// layers are returned.
+    /// layers are returned. `prefill` ([`Batch::prefill`]) only matters on the GPU: the CPU's prefill kernels give
+    /// the decode path's bits.
+    #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
     fn run(
         &mut self,
         rows: &[BatchRow],
         taps: &[usize],
+        prefill: bool,
         out: LogitsOut,
     ) -> Result<Vec<(usize, Vec<f32>)>> {
         let n = rows.len();
@@ -391,7 +397,7 @@ impl<'m> Session<'m> {
                     lrows,
                     taps,
                     out,
-                    |f| be.pass(key, toks, rows, lrows, capturable, f),
+                    |f| be.pass(key, toks, rows, lrows, capturable, prefill, f),
                 )?
             }
         };
@@ -430,6 +436,7 @@ impl<'m> Session<'m> {
                     .collect(),
                 taps: Vec::new(),
                 argmax_only: false,
+                prefill: true,
             };
             let o = self.forward(&batch)?;
             out.extend_from_slice(&o.logits);
@@ -452,7 +459,7 @@ impl<'m> Session<'m> {
             token,
             logits: true,
         }];
-        self.run(&row, &[], LogitsOut::Full(logits))?;
+        self.run(&row, &[], false, LogitsOut::Full(logits))?;
         Ok(())
     }
 
@@ -466,7 +473,7 @@ impl<'m> Session<'m> {
             logits: true,
         }];
         let mut ids = Vec::with_capacity(1);
-        self.run(&row, &[], LogitsOut::Argmax(&mut ids))?;
+        self.run(&row, &[], false, LogitsOut::Argmax(&mut ids))?;
         Ok(ids[0])
     }
 }

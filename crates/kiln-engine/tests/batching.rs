@@ -82,6 +82,7 @@ fn decode_batch_equals_alone(model: &Model, kv: KvType) {
                 rows,
                 taps: vec![],
                 argmax_only: false,
+                prefill: false,
             })
             .unwrap();
         for slot in 0..ps.len() {
@@ -136,6 +137,7 @@ fn verify_block_equals_steps(model: &Model, kv: KvType) {
             rows,
             taps: vec![],
             argmax_only: false,
+            prefill: false,
         })
         .unwrap();
     let block_rows: Vec<usize> = (0..block.len() + 1).filter(|&i| i != 2).collect();
@@ -158,6 +160,7 @@ fn verify_block_equals_steps(model: &Model, kv: KvType) {
             rows: batch_rows.clone(),
             taps: vec![],
             argmax_only: true,
+            prefill: false,
         })
         .unwrap();
     assert!(again.logits.is_empty());
@@ -360,6 +363,7 @@ fn hidden_state_taps() {
             rows,
             taps: vec![1, 0],
             argmax_only: false,
+            prefill: false,
         })
         .unwrap();
     assert_eq!(out.rows, vec![2]);

@@ -32,6 +32,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         fused: false,
         split_kv: false,
         graphs: false,
+        mma: false,
         reference: true,
     };
     let mut failed = 0;

@@ -253,6 +253,7 @@ pub fn score(
                     .collect(),
                 taps: Vec::new(),
                 argmax_only: false,
+                prefill: true,
             };
             let out = session.forward(&batch)?;
             for (i, &row) in out.rows.iter().enumerate() {

@@ -209,6 +209,7 @@ pub fn generate_with(
                 .collect(),
             taps: ids.clone(),
             argmax_only: false,
+            prefill: true,
         };
         let out = session.forward(&batch)?;
         drafter.append_context(&mut dstate, &features(&out, &ids, hidden, toks.len())?)?;
@@ -283,6 +284,7 @@ pub fn generate_with(
                 .collect(),
             taps: ids.clone(),
             argmax_only,
+            prefill: false,
         };
         let t0 = Instant::now();
         let out = session.forward(&batch)?;

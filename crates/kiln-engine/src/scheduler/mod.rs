@@ -546,6 +546,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 rows,
                 taps,
                 argmax_only: false,
+                prefill: false,
             },
             kinds,
         )

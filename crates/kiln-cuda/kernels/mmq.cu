@@ -1,0 +1,233 @@
+// The prefill matmul: int8 tensor cores (mma.sync m16n8k16, s8 x s8 -> s32) on Q8 activation blocks against
+// weights in the GEMV layout (gemv.cu's header), decoded to int8 in shared memory one 256-element slice at a time.
+//
+// A 32-element block contributes t = dx * (s_lo * lo + s_hi * hi) + mn * sx, where lo/hi are the exact integer
+// dots of its two 16-element halves, dx/sx the activation block's scale and scale * sum, s_lo/s_hi the weight's
+// half scales (equal for Q4_K and Q8_0; Q6_K has one per 16) and mn the weight block's offset (Q4_K's -dmin * m).
+// Each output is acc += t over the blocks in ascending order, so a row's result depends only on its own data,
+// never on the tile it shares (rows of one prefill are independent of what else is in the call). The bits differ
+// from the decode-path GEMV's (a different float order), which is why only prefill passes use this kernel.
+//
+// Tile: 64 activation rows x 64 outputs per block of 4 warps; warp w takes rows 32 * (w >> 1) .. + 32 and
+// outputs 32 * (w & 1) .. + 32 (2 x 4 fragments of 16 x 8). Shared rows are padded to 272 bytes so the
+// fragment loads (lanes 4g + t at row g, column 4t) hit 32 distinct banks.
+
+#define MQ_BM 64
+#define MQ_BN 64
+#define MQ_K 256
+#define MQ_LD 272
+// Row strides of the per-row / per-output scale arrays, padded so a warp's reads spread over the banks.
+#define MQ_XS 9
+#define MQ_SC 17
+#define MQ_MN 9
+
+__device__ __forceinline__ void mma_s8_16816(int* c, int a0, int a1, int b0) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%7, %8, %9, %10};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+
+// Decodes the 256-element slice `sb` of outputs o0 .. o0 + 63 into sw (int8, [o][k]), their half scales
+// sc[o][16] (row stride MQ_SC) and block offsets mn[o][8] (row stride MQ_MN). Q4_K: the native super-block; Q6_K: [ql 128][qh 64][scales 16] with the
+// f16 d of every super-block after all rows; Q8_0: 32 quants per block with the f16 d of every block after all rows.
+template <int TY>
+__device__ __forceinline__ void mq_load_weights(signed char* sw, float* sc, float* mn, const u8* w, int sb, int nsb,
+                                                int o0, int n_out) {
+    int tid = threadIdx.x;
+    if (TY == T_Q4_K) {
+        // 64 outputs x 8 chunks of 16 quant bytes: chunk c holds sub-blocks 2 (c / 2) (low nibbles) and
+        // 2 (c / 2) + 1 (high), elements 16 (c % 2) .. + 15.
+        for (int u = tid; u < MQ_BN * 8; u += blockDim.x) {
+            int o = u >> 3, c = u & 7;
+            int4 v = make_int4(0, 0, 0, 0);
+            if (o0 + o < n_out) v = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 144 + 16 + 16 * c);
+            int base = o * MQ_LD + 64 * (c >> 1) + 16 * (c & 1);
+            *(int4*)(sw + base) = nib_lo(v);
+            *(int4*)(sw + base + 32) = nib_hi(v);
+        }
+        for (int o = tid; o < MQ_BN; o += blockDim.x) {
+            float d = 0.0f, dmin = 0.0f;
+            u32 s0 = 0, s1 = 0, s2 = 0;
+            if (o0 + o < n_out) {
+                int4 h = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 144);
+                d = h2f((u16)(h.x & 0xFFFF));
+                dmin = h2f((u16)((u32)h.x >> 16));
+                s0 = (u32)h.y;
+                s1 = (u32)h.z;
+                s2 = (u32)h.w;
+            }
+            for (int j = 0; j < 8; j++) {
+                int scj, mj;
+                k4_sm(s0, s1, s2, j, scj, mj);
+                sc[o * MQ_SC + 2 * j] = sc[o * MQ_SC + 2 * j + 1] = d * (float)scj;
+                mn[o * MQ_MN + j] = -dmin * (float)mj;
+            }
+        }
+    } else if (TY == T_Q6_K) {
+        // 64 outputs x 8 units (h, kk, c): ql[64 h + 32 kk + 16 c ..] gives sub-blocks 4 h + kk (low nibbles) and
+        // 4 h + kk + 2 (high), with 2-bit highs from qh[32 h + 16 c ..] at shifts 2 kk and 2 kk + 4.
+        for (int u = tid; u < MQ_BN * 8; u += blockDim.x) {
+            int o = u >> 3, h = (u >> 2) & 1, kk = (u >> 1) & 1, c = u & 1;
+            int4 ql = make_int4(0, 0, 0, 0), qh = make_int4(0, 0, 0, 0);
+            if (o0 + o < n_out) {
+                const u8* p = w + ((long long)(o0 + o) * nsb + sb) * 208;
+                ql = ldg16(p + 64 * h + 32 * kk + 16 * c);
+                qh = ldg16(p + 128 + 32 * h + 16 * c);
+            }
+            int4 lo = nib_lo(ql), hi = nib_hi(ql);
+            int s_a = 2 * kk, s_b = 2 * kk + 4;
+#define Q6_MERGE(n, v, s) (((v).n | ((((qh.n) >> (s)) & 0x03030303) << 4)))
+            int4 qa = sub_bytes(make_int4(Q6_MERGE(x, lo, s_a), Q6_MERGE(y, lo, s_a), Q6_MERGE(z, lo, s_a),
+                                          Q6_MERGE(w, lo, s_a)), 0x20202020);
+            int4 qb = sub_bytes(make_int4(Q6_MERGE(x, hi, s_b), Q6_MERGE(y, hi, s_b), Q6_MERGE(z, hi, s_b),
+                                          Q6_MERGE(w, hi, s_b)), 0x20202020);
+#undef Q6_MERGE
+            int base = o * MQ_LD + 32 * (4 * h + kk) + 16 * c;
+            *(int4*)(sw + base) = qa;
+            *(int4*)(sw + base + 64) = qb;
+        }
+        const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
+        for (int o = tid; o < MQ_BN; o += blockDim.x) {
+            float d = 0.0f;
+            int4 s4 = make_int4(0, 0, 0, 0);
+            if (o0 + o < n_out) {
+                d = h2f(dd[(long long)(o0 + o) * nsb + sb]);
+                s4 = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 208 + 192);
+            }
+            u32 sw4[4] = {(u32)s4.x, (u32)s4.y, (u32)s4.z, (u32)s4.w};
+            // Scale byte 8 h + 2 k + c belongs to sub-block 4 h + k, half c: index 2 (4 h + k) + c, the same.
+            for (int i = 0; i < 16; i++) sc[o * MQ_SC + i] = d * (float)(signed char)byte_of(sw4[i >> 2], i & 3);
+            for (int j = 0; j < 8; j++) mn[o * MQ_MN + j] = 0.0f;
+        }
+    } else { // T_Q8_0
+        int nb = nsb * 8;
+        for (int u = tid; u < MQ_BN * 16; u += blockDim.x) {
+            int o = u >> 4, c = u & 15;
+            int4 v = make_int4(0, 0, 0, 0);
+            if (o0 + o < n_out) v = ldg16(w + (long long)(o0 + o) * nb * 32 + sb * 256 + 16 * c);
+            *(int4*)(sw + o * MQ_LD + 16 * c) = v;
+        }
+        const u16* dd = (const u16*)(w + (long long)n_out * nb * 32);
+        for (int u = tid; u < MQ_BN * 8; u += blockDim.x) {
+            int o = u >> 3, j = u & 7;
+            float d = o0 + o < n_out ? h2f(dd[(long long)(o0 + o) * nb + sb * 8 + j]) : 0.0f;
+            sc[o * MQ_SC + 2 * j] = sc[o * MQ_SC + 2 * j + 1] = d;
+            mn[o * MQ_MN + j] = 0.0f;
+        }
+    }
+}
+
+// out[r * n_out + o] (+)= W[o] . x[r]. grid = (ceil(n_out / 64), ceil(n_rows / 64)), block = 128; width % 256 == 0.
+template <int TY>
+__device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed char* xq, const float* xd,
+                                         const float* xs, int width, int n_out, int n_rows, int accumulate) {
+    __shared__ __align__(16) signed char sa[MQ_BM * MQ_LD];
+    __shared__ __align__(16) signed char sw[MQ_BN * MQ_LD];
+    __shared__ float sdx[MQ_BM * MQ_XS], ssx[MQ_BM * MQ_XS];
+    __shared__ float ssc[MQ_BN * MQ_SC], smn[MQ_BN * MQ_MN];
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int g = lane >> 2, t = lane & 3;
+    int o0 = blockIdx.x * MQ_BN, r0 = blockIdx.y * MQ_BM;
+    int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
+    int nsb = width / MQ_K, nb = width / 32;
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+
+    for (int sb = 0; sb < nsb; sb++) {
+        // Activations: 64 rows x 256 quants, then their 8 block scales and sums.
+        for (int u = tid; u < MQ_BM * 16; u += blockDim.x) {
+            int r = u >> 4, c = u & 15;
+            int4 v = make_int4(0, 0, 0, 0);
+            if (r0 + r < n_rows) v = ldg16(xq + (long long)(r0 + r) * width + sb * MQ_K + 16 * c);
+            *(int4*)(sa + r * MQ_LD + 16 * c) = v;
+        }
+        for (int u = tid; u < MQ_BM * 8; u += blockDim.x) {
+            int r = u >> 3, j = u & 7;
+            bool in = r0 + r < n_rows;
+            long long xb = (long long)(r0 + r) * nb + sb * 8 + j;
+            sdx[r * MQ_XS + j] = in ? xd[xb] : 0.0f;
+            ssx[r * MQ_XS + j] = in ? xs[xb] : 0.0f;
+        }
+        mq_load_weights<TY>(sw, ssc, smn, w, sb, nsb, o0, n_out);
+        __syncthreads();
+#pragma unroll 1
+        for (int kb = 0; kb < 8; kb++) {
+            int a[2][2][2], b[4][2]; // [mi][half][reg], [ni][half]
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const signed char* p = sa + (wm + 16 * mi + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t;
+                    a[mi][hh][0] = *(const int*)p;
+                    a[mi][hh][1] = *(const int*)(p + 8 * MQ_LD);
+                }
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++)
+                    b[ni][hh] = *(const int*)(sw + (wn + 8 * ni + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t);
+            float dx[2][2], sx[2][2];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int rr = 0; rr < 2; rr++) {
+                    int r = wm + 16 * mi + g + 8 * rr;
+                    dx[mi][rr] = sdx[r * MQ_XS + kb];
+                    sx[mi][rr] = ssx[r * MQ_XS + kb];
+                }
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                float slo[2], shi[2], m[2];
+#pragma unroll
+                for (int cc = 0; cc < 2; cc++) {
+                    int o = wn + 8 * ni + 2 * t + cc;
+                    slo[cc] = ssc[o * MQ_SC + 2 * kb];
+                    shi[cc] = ssc[o * MQ_SC + 2 * kb + 1];
+                    m[cc] = smn[o * MQ_MN + kb];
+                }
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    int lo[4], hi[4];
+                    mma_s8_16816(lo, a[mi][0][0], a[mi][0][1], b[ni][0]);
+                    mma_s8_16816(hi, a[mi][1][0], a[mi][1][1], b[ni][1]);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int cc = e & 1, rr = e >> 1;
+                        float v = dx[mi][rr] * (slo[cc] * (float)lo[e] + shi[cc] * (float)hi[e]);
+                        acc[mi][ni][e] += v + m[cc] * sx[mi][rr];
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = r0 + wm + 16 * mi + g + 8 * (e >> 1);
+                int o = o0 + wn + 8 * ni + 2 * t + (e & 1);
+                if (r < n_rows && o < n_out) {
+                    float* p = out + (long long)r * n_out + o;
+                    *p = accumulate ? *p + acc[mi][ni][e] : acc[mi][ni][e];
+                }
+            }
+}
+
+#define MMQ_KERNEL(NAME, TY)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(128) NAME(float* out, const u8* w, const signed char* xq,      \
+                                                           const float* xd, const float* xs, int width,          \
+                                                           int n_out, int n_rows, int accumulate) {             \
+        mmq_body<TY>(out, w, xq, xd, xs, width, n_out, n_rows, accumulate);                                    \
+    }
+MMQ_KERNEL(mmq_q4_k, T_Q4_K)
+MMQ_KERNEL(mmq_q6_k, T_Q6_K)
+MMQ_KERNEL(mmq_q8_0, T_Q8_0)
