@@ -48,6 +48,20 @@ __device__ __forceinline__ int byte_of(u32 w, int n) {
     return (int)((w >> (8 * n)) & 0xFF);
 }
 
+// The float part of each lane's step, with every rounding explicit (no FMA contraction): the tensor-core kernels
+// for several rows (gemv16.cu) call the same functions on the same integer dots, so their bits match these.
+// Q4_K, one 16-byte chunk: halves of sub-blocks j0 (lo) and j0 + 1 (hi); the min term only on the half-0 lane.
+__device__ __forceinline__ float q4k_term(int lo, int hi, float dx0, float dx1, float s0, float s1, float mn0,
+                                          float mn1, float sx0, float sx1, float mk) {
+    float p = __fadd_rn(__fmul_rn(dx0, __fmul_rn(s0, (float)lo)), __fmul_rn(dx1, __fmul_rn(s1, (float)hi)));
+    return __fadd_rn(p, __fmul_rn(mk, __fadd_rn(__fmul_rn(mn0, sx0), __fmul_rn(mn1, sx1))));
+}
+
+// Q6_K, one of a lane's four 16-element pieces, added to the step's sum `p` (which starts at 0).
+__device__ __forceinline__ float q6k_add(float p, int dot, float dx, float s) {
+    return __fadd_rn(p, __fmul_rn(dx, __fmul_rn(s, (float)dot)));
+}
+
 // Q4_K 6-bit scale and min of sub-block j from the 12 scale bytes held in three words. Branch-free: lanes of
 // one warp take different sub-blocks, and a branch on j would split the warp.
 __device__ __forceinline__ void k4_sm(u32 s0, u32 s1, u32 s2, int j, int& sc, int& m) {
@@ -129,9 +143,7 @@ __device__ __forceinline__ void gemv_q4k_body(int blk, float* out, const u8* w, 
                     long long xb = (long long)(r0 + r) * nb + b0; // even: one 8-byte load per scale pair
                     float2 dx = *(const float2*)(xd + xb), sx = *(const float2*)(xs + xb);
                     // The min term belongs to whole blocks: the half-0 lane adds it (mk = 1), the other adds 0.
-                    float p = dx.x * (s0 * (float)lo) + dx.y * (s1 * (float)hi);
-                    p += mk * (mn0 * sx.x + mn1 * sx.y);
-                    acc[r] += p;
+                    acc[r] = __fadd_rn(acc[r], q4k_term(lo, hi, dx.x, dx.y, s0, s1, mn0, mn1, sx.x, sx.y, mk));
                 }
             }
         }
@@ -196,8 +208,8 @@ __device__ __forceinline__ void gemv_q6k_body(int blk, float* out, const u8* w, 
                 long long xb = (long long)(r0 + r) * nb + b0;
                 float p = 0.0f;
 #pragma unroll
-                for (int k = 0; k < 4; k++) p += xd[xb + k] * (s[k] * (float)dot16(q[k], ldg16(xr + 32 * k), 0));
-                acc[r] += p;
+                for (int k = 0; k < 4; k++) p = q6k_add(p, dot16(q[k], ldg16(xr + 32 * k), 0), xd[xb + k], s[k]);
+                acc[r] = __fadd_rn(acc[r], p);
             }
         }
             }

@@ -14,18 +14,19 @@ use std::ffi::CString;
 use std::path::PathBuf;
 
 /// The kernel files, in the order they are concatenated.
-pub const KERNEL_FILES: [(&str, &str); 7] = [
+pub const KERNEL_FILES: [(&str, &str); 8] = [
     ("common.cu", include_str!("../kernels/common.cu")),
     ("quant.cu", include_str!("../kernels/quant.cu")),
     ("gemv.cu", include_str!("../kernels/gemv.cu")),
     ("mmq.cu", include_str!("../kernels/mmq.cu")),
+    ("gemv16.cu", include_str!("../kernels/gemv16.cu")),
     ("moe.cu", include_str!("../kernels/moe.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 34] = [
+pub const KERNEL_NAMES: [&str; 36] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -36,6 +37,8 @@ pub const KERNEL_NAMES: [&str; 34] = [
     "mmq_q4_k",
     "mmq_q6_k",
     "mmq_q8_0",
+    "gemv16_q4k",
+    "gemv16_q6k",
     "matmul_deq",
     "rms_norm_q8",
     "swiglu_q8",

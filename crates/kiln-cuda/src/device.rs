@@ -37,6 +37,8 @@ const SPLIT_GROUPS: [usize; 5] = [1, 2, 3, 4, 8];
 /// Rows above which a prefill pass's matmuls use the tensor-core kernel (below, the GEMV's one weight read serves
 /// a few rows as well).
 pub const MMQ_MIN_ROWS: usize = 16;
+/// Rows from which other passes' Q4_K/Q6_K matmuls use the tensor-core block kernel (same bits as the GEMV).
+pub const G16_MIN_ROWS: usize = 4;
 /// Graphs kept before the cache is cleared (one per batch shape in practice).
 const MAX_GRAPHS: usize = 64;
 
@@ -54,8 +56,9 @@ pub struct Options {
     pub split_kv: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
-    /// Prefill passes ([`Device::set_pass`] with `prefill`) matmul Q4_K/Q6_K/Q8_0 weights on int8 tensor cores
-    /// (mmq.cu) when they have more than [`MMQ_MIN_ROWS`] rows; else every pass uses the GEMV kernels.
+    /// Int8 tensor cores for many-row matmuls: prefill passes ([`Device::set_pass`] with `prefill`) of more than
+    /// [`MMQ_MIN_ROWS`] rows on Q4_K/Q6_K/Q8_0 (mmq.cu), other passes of [`G16_MIN_ROWS`] rows or more on
+    /// Q4_K/Q6_K (gemv16.cu, bit-identical to the GEMV); else the GEMV kernels for every row count.
     pub mma: bool,
     /// The reference mode: every matmul on f32 activations against dequantized weights.
     pub reference: bool,
@@ -954,11 +957,15 @@ impl Device {
         }
         self.quantize(x, n_rows * w.cols)?;
         let (qp, dp, sp) = (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs));
-        if let Some(kernel) = self.mmq_kernel(w, n_rows) {
+        if let Some((kernel, tile_rows, tile_outs)) = self.tensor_core_kernel(w, n_rows) {
             return self.launch(
                 kernel,
                 LaunchConfig {
-                    grid_dim: (w.rows.div_ceil(64) as u32, n_rows.div_ceil(64) as u32, 1),
+                    grid_dim: (
+                        w.rows.div_ceil(tile_outs) as u32,
+                        n_rows.div_ceil(tile_rows) as u32,
+                        1,
+                    ),
                     block_dim: (128, 1, 1),
                     shared_mem_bytes: 0,
                 },
@@ -987,19 +994,31 @@ impl Device {
         }
     }
 
-    /// The tensor-core prefill kernel for `w` on `n_rows` rows of the current pass, when it applies.
-    fn mmq_kernel(&self, w: &DWeight, n_rows: usize) -> Option<&'static str> {
-        let prefill = self.lock(&self.meta).prefill;
-        if !(self.opts.mma && prefill && n_rows > MMQ_MIN_ROWS)
-            || w.layout != Layout::Gemv
-            || !w.cols.is_multiple_of(256)
-        {
+    /// The tensor-core kernel for `w` on `n_rows` rows of the current pass, when one applies, with its tile (rows,
+    /// outputs): in a prefill pass of more than [`MMQ_MIN_ROWS`] rows the prefill matmul (mmq.cu, its own float
+    /// order); else, from [`G16_MIN_ROWS`] rows, the decode-path block kernel (gemv16.cu, the GEMV's bits).
+    fn tensor_core_kernel(
+        &self,
+        w: &DWeight,
+        n_rows: usize,
+    ) -> Option<(&'static str, usize, usize)> {
+        if !self.opts.mma || w.layout != Layout::Gemv || !w.cols.is_multiple_of(256) {
+            return None;
+        }
+        if self.lock(&self.meta).prefill && n_rows > MMQ_MIN_ROWS {
+            return match w.ty {
+                GgmlType::Q4_K => Some(("mmq_q4_k", 64, 64)),
+                GgmlType::Q6_K => Some(("mmq_q6_k", 64, 64)),
+                GgmlType::Q8_0 => Some(("mmq_q8_0", 64, 64)),
+                _ => None,
+            };
+        }
+        if n_rows < G16_MIN_ROWS {
             return None;
         }
         match w.ty {
-            GgmlType::Q4_K => Some("mmq_q4_k"),
-            GgmlType::Q6_K => Some("mmq_q6_k"),
-            GgmlType::Q8_0 => Some("mmq_q8_0"),
+            GgmlType::Q4_K => Some(("gemv16_q4k", 16, 32)),
+            GgmlType::Q6_K => Some(("gemv16_q6k", 16, 32)),
             _ => None,
         }
     }
@@ -1017,7 +1036,9 @@ impl Device {
         let cols = ws.first().map(|w| w.cols).unwrap_or(0);
         let one_launch = self.opts.fused
             && !self.opts.reference
-            && ws.iter().all(|w| self.mmq_kernel(w, n_rows).is_none())
+            && ws
+                .iter()
+                .all(|w| self.tensor_core_kernel(w, n_rows).is_none())
             && (2..=3).contains(&ws.len())
             && outs.len() == ws.len()
             && ws

@@ -280,7 +280,18 @@ fn matmul_check(
             err: bits_differ(&ga, &sum),
             tol: 0.0,
         });
-        // Batch invariance: rows 0 and 9 alone give the bits they got among 11.
+        // Batch invariance: rows 0 and 9 alone, and rows 0..3 as a group of three, give the bits they got among 11
+        // (11 rows take the tensor-core block kernel where it applies, 3 the 8-row GEMV, 1 the one-row GEMV).
+        let x3 = dev.upload(&x[..3 * cols])?;
+        let mut o3 = dev.alloc(3 * rows)?;
+        dev.matmul(&mut o3, &w, &x3, 3, false)?;
+        let mut g3 = vec![0f32; 3 * rows];
+        dev.read(&o3, &mut g3)?;
+        checks.push(Check {
+            name: format!("matmul {ty} {kind} {cols} batch invariance, rows 0..3"),
+            err: bits_differ(&g3, &got[..3 * rows]),
+            tol: 0.0,
+        });
         for r in [0usize, 9] {
             let xa = dev.upload(&x[r * cols..(r + 1) * cols])?;
             let mut oa = dev.alloc(rows)?;

@@ -60,8 +60,8 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_CUDA_MMA",
-        disables: "CUDA: int8 tensor-core matmul for prompt prefill (Q4_K/Q6_K/Q8_0); prefill rows go through the \
-                   decode-path GEMV instead",
+        disables: "CUDA: int8 tensor-core matmuls for many rows (prompt prefill on Q4_K/Q6_K/Q8_0; blocks of 4+ \
+                   decode/verify rows on Q4_K/Q6_K, same bits as the GEMV); the GEMV for every row count instead",
         default_on: true,
     },
     FlagInfo {
@@ -90,7 +90,7 @@ pub struct Flags {
     pub cuda_split_kv: bool,
     /// CUDA: forward passes replayed as CUDA graphs.
     pub cuda_graph: bool,
-    /// CUDA: int8 tensor-core matmul for prefill passes.
+    /// CUDA: int8 tensor-core matmuls for many rows (prefill, verify blocks).
     pub cuda_mma: bool,
 }
 
