@@ -56,10 +56,12 @@ pub struct Options {
     pub split_kv: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
-    /// Int8 tensor cores for many-row matmuls: prefill passes ([`Device::set_pass`] with `prefill`) of more than
-    /// [`MMQ_MIN_ROWS`] rows on Q4_K/Q6_K/Q8_0 (mmq.cu), other passes of [`G16_MIN_ROWS`] rows or more on
-    /// Q4_K/Q6_K (gemv16.cu, bit-identical to the GEMV); else the GEMV kernels for every row count.
-    pub mma: bool,
+    /// Int8 tensor cores for prefill passes ([`Device::set_pass`] with `prefill`) of more than [`MMQ_MIN_ROWS`]
+    /// rows on Q4_K/Q6_K/Q8_0 (mmq.cu, its own float order).
+    pub prefill_mma: bool,
+    /// Int8 tensor cores for other passes' matmuls of [`G16_MIN_ROWS`] rows or more on Q4_K/Q6_K (gemv16.cu,
+    /// bit-identical to the GEMV).
+    pub block_mma: bool,
     /// The reference mode: every matmul on f32 activations against dequantized weights.
     pub reference: bool,
 }
@@ -71,7 +73,8 @@ impl Default for Options {
             fused: true,
             split_kv: true,
             graphs: true,
-            mma: true,
+            prefill_mma: true,
+            block_mma: true,
             reference: false,
         }
     }
@@ -1002,10 +1005,10 @@ impl Device {
         w: &DWeight,
         n_rows: usize,
     ) -> Option<(&'static str, usize, usize)> {
-        if !self.opts.mma || w.layout != Layout::Gemv || !w.cols.is_multiple_of(256) {
+        if w.layout != Layout::Gemv || !w.cols.is_multiple_of(256) {
             return None;
         }
-        if self.lock(&self.meta).prefill && n_rows > MMQ_MIN_ROWS {
+        if self.opts.prefill_mma && self.lock(&self.meta).prefill && n_rows > MMQ_MIN_ROWS {
             return match w.ty {
                 GgmlType::Q4_K => Some(("mmq_q4_k", 64, 64)),
                 GgmlType::Q6_K => Some(("mmq_q6_k", 64, 64)),
@@ -1013,7 +1016,7 @@ impl Device {
                 _ => None,
             };
         }
-        if n_rows < G16_MIN_ROWS {
+        if !self.opts.block_mma || n_rows < G16_MIN_ROWS {
             return None;
         }
         match w.ty {

@@ -140,7 +140,7 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
 /// partial tiles of rows and outputs, each row's bits independent of the rows around it (two tilings), the
 /// residual form, and decode passes of the same size keeping the GEMV's bits.
 fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>) -> Result<()> {
-    if !dev.options().mma || dev.options().reference {
+    if !dev.options().prefill_mma || dev.options().reference {
         return Ok(());
     }
     let (cols, rows, n) = (768usize, 130usize, 70usize);

@@ -69,7 +69,8 @@ impl CudaBackend {
             fast_gemv: flags.cuda_gemv,
             fused: flags.cuda_fuse,
             split_kv: flags.cuda_split_kv,
-            mma: flags.cuda_mma,
+            prefill_mma: flags.cuda_prefill_mma,
+            block_mma: flags.cuda_block_mma,
             graphs: flags.cuda_graph,
             reference: !flags.quant_act,
         };

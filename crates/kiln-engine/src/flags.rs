@@ -59,9 +59,15 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
-        env: "KILN_NO_CUDA_MMA",
-        disables: "CUDA: int8 tensor-core matmuls for many rows (prompt prefill on Q4_K/Q6_K/Q8_0; blocks of 4+ \
-                   decode/verify rows on Q4_K/Q6_K, same bits as the GEMV); the GEMV for every row count instead",
+        env: "KILN_NO_CUDA_PREFILL_MMA",
+        disables: "CUDA: int8 tensor-core matmul for prompt prefill (Q4_K/Q6_K/Q8_0, more than 16 rows); prefill \
+                   rows go through the decode-path kernels instead",
+        default_on: true,
+    },
+    FlagInfo {
+        env: "KILN_NO_CUDA_BLOCK_MMA",
+        disables: "CUDA: int8 tensor-core kernel for blocks of 4+ decode/verify rows (Q4_K/Q6_K; the GEMV's bits); \
+                   the 8-row GEMV instead",
         default_on: true,
     },
     FlagInfo {
@@ -90,8 +96,10 @@ pub struct Flags {
     pub cuda_split_kv: bool,
     /// CUDA: forward passes replayed as CUDA graphs.
     pub cuda_graph: bool,
-    /// CUDA: int8 tensor-core matmuls for many rows (prefill, verify blocks).
-    pub cuda_mma: bool,
+    /// CUDA: int8 tensor-core matmul for prefill passes.
+    pub cuda_prefill_mma: bool,
+    /// CUDA: int8 tensor-core kernel for blocks of decode/verify rows.
+    pub cuda_block_mma: bool,
 }
 
 impl Default for Flags {
@@ -106,7 +114,8 @@ impl Default for Flags {
             cuda_fuse: true,
             cuda_split_kv: true,
             cuda_graph: true,
-            cuda_mma: true,
+            cuda_prefill_mma: true,
+            cuda_block_mma: true,
         }
     }
 }
@@ -123,7 +132,8 @@ impl Flags {
             cuda_fuse: false,
             cuda_split_kv: false,
             cuda_graph: false,
-            cuda_mma: false,
+            cuda_prefill_mma: false,
+            cuda_block_mma: false,
         }
     }
 
@@ -168,7 +178,8 @@ impl Flags {
                 "KILN_NO_CUDA_FUSE" => flags.cuda_fuse = !disabled,
                 "KILN_NO_CUDA_SPLIT_KV" => flags.cuda_split_kv = !disabled,
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,
-                "KILN_NO_CUDA_MMA" => flags.cuda_mma = !disabled,
+                "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,
+                "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),
             }
         }

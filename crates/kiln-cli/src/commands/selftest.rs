@@ -32,7 +32,8 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         fused: false,
         split_kv: false,
         graphs: false,
-        mma: false,
+        prefill_mma: false,
+        block_mma: false,
         reference: true,
     };
     let mut failed = 0;
