@@ -15,6 +15,7 @@ use kiln_engine::{
     StepOutcome,
 };
 use kiln_quant::GgmlType;
+use kiln_tokenizer::{apply_chat_template_ids, Message, Tokenizer};
 use std::path::PathBuf;
 
 fn session(m: &Model, n_ctx: usize) -> Session<'_> {
@@ -218,6 +219,57 @@ fn spec_agree_smollm2() {
         assert!(tau > 5.0, "τ {tau} at full forced acceptance (block 8)");
     }
     agree_all(&m, &d, prompts[0], 40, prompts[0].len() + 11);
+}
+
+/// SPEC_AGREE with the drafter trained for SmolLM2 (tools/dflash-train, committed as a Q8_0 GGUF) on the 31
+/// held-out prompts of its prompt set, built as `kiln run --chat` builds them: speculative greedy output equals
+/// plain greedy output token for token, including where the model stops (EOS inside a block), and the trained
+/// drafter's own drafts are accepted (τ well above the ~1.0 of a random drafter).
+#[test]
+fn spec_agree_trained_drafter_held_out_prompts() {
+    let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
+    let drafter = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tools/dflash-train/trained/smollm2-135m-dflash-2l-q8_0.gguf"
+    );
+    let d = Drafter::load(drafter, &m).unwrap();
+    let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
+    let prompts = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tools/dflash-train/prompts.jsonl"
+    ))
+    .unwrap();
+    let held_out: Vec<String> = prompts
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["split"] == "test")
+        .map(|v| v["prompt"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(held_out.len(), 31);
+    let p = params(32, tok.eos_ids().to_vec(), SamplerParams::greedy());
+    let (mut emitted, mut rounds, mut stopped) = (0usize, 0usize, 0usize);
+    for text in &held_out {
+        let ids = apply_chat_template_ids(
+            &tok,
+            &[Message::new("user", text.clone())],
+            true,
+            &serde_json::json!({}),
+        )
+        .unwrap();
+        let want = plain(&m, &ids, &p, 512);
+        let mut s = session(&m, 512);
+        let o = generate(&mut s, 0, &d, &ids, &p, None, &mut |_| false).unwrap();
+        assert_eq!((&o.tokens, o.finish), (&want.0, want.1), "prompt {text:?}");
+        emitted += o.stats.round_tokens;
+        rounds += o.stats.rounds;
+        stopped += (o.finish == FinishReason::Stop) as usize;
+    }
+    let tau = emitted as f64 / rounds as f64;
+    eprintln!("trained drafter: τ {tau:.2} over {rounds} rounds, {stopped} of 31 stopped at EOS");
+    assert!(
+        tau > 1.4,
+        "τ {tau:.2}: the trained drafter's drafts are not being accepted"
+    );
 }
 
 #[test]
