@@ -123,4 +123,12 @@ if want bench; then
     done
     step bench-depth timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -d 4096 -r 2
     grep -E "^\|" "$OUT/bench-depth.log" | tee -a "$OUT/summary.txt"
+    # Frontier mode (prefill in chunks of 512 to each frontier, then 32 decoded tokens), and the prefill kernel's
+    # logits against the decode-path kernels' at every frontier (KL, top-1).
+    fr=(bench -m "$WORK/q8b-q4km.gguf" --device cuda -b 512 --ctx-start 2048 --ctx-max 32768 --step-mul 4
+        --gen-tokens 32 --prompt-file "$WORK/text.txt")
+    step frontier timeout 300 "$KILN" "${fr[@]}" --dump-frontier-logits-dir "$WORK/frontier-mma"
+    step frontier-no-mma timeout 300 env KILN_NO_CUDA_PREFILL_MMA=1 "$KILN" "${fr[@]}" \
+        --ref-frontier-logits "$WORK/frontier-mma"
+    grep -E "^\||frontier" "$OUT/frontier.log" "$OUT/frontier-no-mma.log" | tee -a "$OUT/summary.txt"
 fi

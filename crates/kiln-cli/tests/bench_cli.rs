@@ -175,6 +175,63 @@ fn frontier_csv_and_logit_dumps() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--ref-frontier-logits`: a rerun matches its own dump bit for bit; the reference mode (f32 activations) does
+/// not, and gets a KL line instead.
+#[test]
+fn frontier_logits_against_a_reference_run() {
+    let m = smollm2();
+    let dir = tmpdir("frontier-ref");
+    let base = [
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "-t",
+        "2",
+        "--ctx-start",
+        "16",
+        "--ctx-max",
+        "32",
+        "--step-mul",
+        "2",
+        "--gen-tokens",
+        "2",
+    ];
+    let with = |extra: &[&str], env: Option<(&str, &str)>| -> String {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        c.env_remove("KILN_NO_SIMD").env_remove("KILN_NO_QUANT_ACT");
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let out = c.args(base).args(extra).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        stderr
+    };
+    let d = dir.to_str().unwrap();
+    with(&["--dump-frontier-logits-dir", d], None);
+    let same = with(&["--ref-frontier-logits", d], None);
+    for f in [16, 32] {
+        assert!(
+            same.contains(&format!("frontier {f}: logits identical to the reference")),
+            "{same}"
+        );
+    }
+    let other = with(
+        &["--ref-frontier-logits", d],
+        Some(("KILN_NO_QUANT_ACT", "1")),
+    );
+    assert!(other.contains("frontier 16: KL "), "{other}");
+    assert!(!other.contains("identical"), "{other}");
+    let missing = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(base)
+        .args(["--ref-frontier-logits", "/nonexistent-kiln-dir"])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("reference logits"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn ab_runs_both_arms_and_prints_the_ratio() {
     let m = smollm2();

@@ -10,6 +10,7 @@ use kiln_engine::bench::{
     run_frontiers, run_test, test_matrix, BenchRecord, Format, FrontierLogits, FrontierOptions,
     ModelInfo, Stats,
 };
+use kiln_engine::fidelity::{compare_position, TopK};
 use kiln_engine::{Flags, KvType, LoadOptions, Model, Session, SessionConfig};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -164,6 +165,11 @@ pub struct Args {
     /// Frontier mode: write the full logits at each frontier to DIR/frontier-<ctx>.logits.
     #[arg(long, value_name = "DIR")]
     pub dump_frontier_logits_dir: Option<PathBuf>,
+    /// Frontier mode: compare the logits at each frontier with DIR/frontier-<ctx>.logits (an earlier
+    /// --dump-frontier-logits-dir run, e.g. with a kill switch set): "identical" when every bit matches, else the
+    /// KL divergence, top-1 agreement and max |Δlogit| (stderr).
+    #[arg(long, value_name = "DIR")]
+    pub ref_frontier_logits: Option<PathBuf>,
     /// DFlash drafter (z-lab directory or converted GGUF): each `tg` test is run plainly and speculatively in
     /// the same run; the table has both speeds (after prefill), the speed-up (median of per-repetition ratios),
     /// τ, the acceptance histogram and the per-round time split. The prompt is `-d` tokens (`--prompt-file` text,
@@ -397,7 +403,14 @@ fn run_frontier_mode(args: &Args, flags: Flags) -> Result<()> {
         kv_bytes_per_pos: kv_bytes(&model, args.kv_type, 1),
     };
     let dump_dir = args.dump_frontier_logits_dir.clone();
+    let ref_dir = args.ref_frontier_logits.clone();
     let mut on_logits = |ctx: usize, logits: &[f32]| -> kiln_engine::Result<()> {
+        if let Some(dir) = &ref_dir {
+            eprintln!(
+                "kiln bench: frontier {ctx}: {}",
+                compare_frontier(dir, ctx, logits)?
+            );
+        }
         if let Some(dir) = &dump_dir {
             let p = dir.join(FrontierLogits::file_name(ctx));
             let bytes = FrontierLogits {
@@ -413,6 +426,38 @@ fn run_frontier_mode(args: &Args, flags: Flags) -> Result<()> {
     let records = run_frontiers(&mut session, &prompt, &opts, &mut on_logits)?;
     print!("{}", render_frontiers(&records, args.output));
     Ok(())
+}
+
+/// The logits at frontier `ctx` against the reference run's file in `dir`, in words.
+fn compare_frontier(dir: &Path, ctx: usize, logits: &[f32]) -> kiln_engine::Result<String> {
+    let p = dir.join(FrontierLogits::file_name(ctx));
+    let bytes = std::fs::read(&p).map_err(|e| {
+        kiln_engine::Error::Config(format!("reference logits {}: {e}", p.display()))
+    })?;
+    let r = FrontierLogits::from_bytes(&bytes)?;
+    if r.ctx_tokens != ctx as u64 || r.logits.len() != logits.len() {
+        return Err(kiln_engine::Error::Config(format!(
+            "{}: {} logits after {} tokens, but this run has {} after {ctx}",
+            p.display(),
+            r.logits.len(),
+            r.ctx_tokens,
+            logits.len()
+        )));
+    }
+    if r.logits
+        .iter()
+        .zip(logits)
+        .all(|(a, b)| a.to_bits() == b.to_bits())
+    {
+        return Ok("logits identical to the reference".into());
+    }
+    let m = compare_position(&TopK::from_logits(&r.logits, 64), logits);
+    Ok(format!(
+        "KL {:.3e} vs the reference, top-1 {}, max |Δlogit| over its top-64 {:.4}",
+        m.kl,
+        if m.top1_agree { "same" } else { "differs" },
+        m.max_abs_dlogit
+    ))
 }
 
 /// The text's tokens (with BOS when the model adds one), repeated without the BOS until `need` tokens.

@@ -146,7 +146,8 @@ pub fn run_frontiers(
         let t1 = Instant::now();
         let mut gen_first_s = 0.0;
         for i in 0..opts.gen_tokens {
-            let l = session.decode(0, next)?;
+            // The greedy token is chosen where the logits are (a GPU reads back 4 bytes, not the vocabulary).
+            let chosen = session.decode_argmax(0, next)?;
             if i == 0 {
                 gen_first_s = t1.elapsed().as_secs_f64();
             }
@@ -154,7 +155,7 @@ pub fn run_frontiers(
                 // Stays in range: the prompt holds `last + gen_tokens` tokens.
                 prompt[(f + i + 1).min(prompt.len() - 1)]
             } else {
-                argmax(&l).unwrap_or(0) as u32
+                chosen
             };
         }
         let gen_s = t1.elapsed().as_secs_f64();
