@@ -23,19 +23,25 @@ extern "C" __global__ void kv_append(void* kc, void* vc, const float* k, const f
     }
 }
 
+// Positions row r attends to: 0..=pos (causal), or 0..n_vis for every row when n_vis > 0 (a DFlash drafter's
+// block, whose rows see one another).
+__device__ __forceinline__ int attn_len(const int* positions, int r, int n_vis) {
+    return n_vis > 0 ? n_vis : positions[r] + 1;
+}
+
 // One block per (head, row): softmax(q . K[0..=pos] * scale) . V over the row's slot. `scores` is scratch of
 // rows x n_head x slot_ctx floats. Each position's score is a serial dot product, the softmax sum a fixed tree,
 // each output element a serial sum over positions: the result does not depend on the other rows.
 extern "C" __global__ void attn_decode(float* out, const float* q, const void* kc, const void* vc, float* scores,
                                        const int* slots, const int* positions, int layer, int n_slots,
                                        int slot_ctx, int n_head, int n_head_kv, int head_dim, float scale,
-                                       int f16) {
+                                       int f16, int n_vis) {
     __shared__ float sh[32];
     __shared__ float qs[512];
     int h = blockIdx.x, r = blockIdx.y;
     int kvh = h / (n_head / n_head_kv);
     int kv_dim = n_head_kv * head_dim;
-    int n_pos = positions[r] + 1;
+    int n_pos = attn_len(positions, r, n_vis);
     long long base = ((long long)layer * n_slots + slots[r]) * slot_ctx * kv_dim + (long long)kvh * head_dim;
     const float* qr = q + ((long long)r * n_head + h) * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) qs[d] = qr[d];
@@ -168,12 +174,12 @@ template <int G>
 __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const void* kc, const void* vc,
                                                 const int* slots, const int* positions, int layer, int n_slots,
                                                 int slot_ctx, int n_head, int n_head_kv, int head_dim, float scale,
-                                                int chunk, int n_splits) {
+                                                int chunk, int n_splits, int n_vis) {
     __shared__ float sacc[4 * G * 256];
     __shared__ __align__(16) float qs[G * 256];
     __shared__ float sm[4 * G], sl[4 * G];
     int g = blockIdx.x, r = blockIdx.y, sp = blockIdx.z;
-    int n_pos = positions[r] + 1;
+    int n_pos = attn_len(positions, r, n_vis);
     int start = sp * chunk;
     if (start >= n_pos) return;
     int end = min(start + chunk, n_pos);
@@ -304,9 +310,9 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                               \
         float* ws, const float* q, const void* kc, const void* vc, const int* slots, const int* positions,      \
         int layer, int n_slots, int slot_ctx, int n_head, int n_head_kv, int head_dim, float scale, int chunk,  \
-        int n_splits) {                                                                                        \
+        int n_splits, int n_vis) {                                                                             \
         attn_split_body<G>(ws, q, kc, vc, slots, positions, layer, n_slots, slot_ctx, n_head, n_head_kv,        \
-                           head_dim, scale, chunk, n_splits);                                                  \
+                           head_dim, scale, chunk, n_splits, n_vis);                                           \
     }
 ATTN_SPLIT_KERNEL(attn_split_g1, 1, 4)
 ATTN_SPLIT_KERNEL(attn_split_g2, 2, 4)
@@ -318,9 +324,10 @@ ATTN_SPLIT_KERNEL(attn_split_g8, 8, 2)
 // out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M).
 // grid = (n_head, rows), block = head_dim threads; with `xq` non-null also writes the Q8 blocks of the output.
 extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, float* xs, const float* ws,
-                                      const int* positions, int n_head, int head_dim, int chunk, int n_splits) {
+                                      const int* positions, int n_head, int head_dim, int chunk, int n_splits,
+                                      int n_vis) {
     int h = blockIdx.x, r = blockIdx.y, e = threadIdx.x;
-    int n_act = (positions[r] + chunk) / chunk;
+    int n_act = (attn_len(positions, r, n_vis) - 1 + chunk) / chunk;
     const float* p = ws + ((long long)r * n_head + h) * n_splits * (head_dim + 2);
     float M = __int_as_float(0xff800000);
     for (int s = 0; s < n_act; s++) M = fmaxf(M, p[s * (head_dim + 2) + head_dim]);

@@ -461,6 +461,21 @@ impl Device {
         self.with_shadow(data)
     }
 
+    /// Copies `src` into the first `src.len()` elements of `dst`.
+    pub fn write(&self, dst: &mut DBuf, src: &[f32]) -> Result<()> {
+        if src.len() > dst.len() {
+            return Err(Error::Shape {
+                op: "write",
+                detail: format!("{} elements into a buffer of {}", src.len(), dst.len()),
+            });
+        }
+        dst.q8_valid.store(0, Ordering::Relaxed);
+        let mut view = dst.data.slice_mut(..src.len());
+        self.stream
+            .memcpy_htod(src, &mut view)
+            .map_err(drv("writing to the device"))
+    }
+
     /// Copies the first `dst.len()` elements of `x` to the host (synchronizes).
     pub fn read(&self, x: &DBuf, dst: &mut [f32]) -> Result<()> {
         if dst.len() > x.len() {
@@ -1409,7 +1424,39 @@ impl Device {
         head_dim: usize,
         scale: f32,
     ) -> Result<()> {
+        self.attention_visible(
+            out, q, k, v, kv, layer, n, n_head, n_head_kv, head_dim, scale, 0,
+        )
+    }
+
+    /// [`Device::attention`] with every row attending to positions `0..visible` of its slot instead of
+    /// `0..=pos` (`visible` 0: causal). Every row's position must be below `visible`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_visible(
+        &self,
+        out: &mut DBuf,
+        q: &DBuf,
+        k: &DBuf,
+        v: &DBuf,
+        kv: &mut DKv,
+        layer: usize,
+        n: usize,
+        n_head: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        scale: f32,
+        visible: usize,
+    ) -> Result<()> {
         self.attention_checks(out, q, k, v, kv, layer, n, n_head, n_head_kv, head_dim)?;
+        if visible > 0 {
+            let (_, _, slot_ctx, _) = kv.dims;
+            let m = self.lock(&self.meta);
+            let late = m.rows.iter().take(n).find(|&&(_, p)| p >= visible).copied();
+            drop(m);
+            self.check("attention", visible <= slot_ctx && late.is_none(), || {
+                format!("{visible} visible positions of a {slot_ctx}-position slot, row {late:?}")
+            })?;
+        }
         out.q8_valid.store(0, Ordering::Relaxed);
         if n == 0 {
             return Ok(());
@@ -1429,7 +1476,59 @@ impl Device {
             grid(n as u32, 1, ROW_THREADS),
             &[&kc, &vc, &kp, &vp, &sp, &pp, &li, &ns, &sc, &kd, &f16],
         )?;
-        self.attend(out, q, kv, layer, n, n_head, n_head_kv, head_dim, scale)
+        self.attend(
+            out, q, kv, layer, n, n_head, n_head_kv, head_dim, scale, visible,
+        )
+    }
+
+    /// Stores each pass row's k/v (`n` rows) at its `(slot, pos)` of `layer`, with no attention.
+    pub fn kv_store(&self, kv: &mut DKv, k: &DBuf, v: &DBuf, layer: usize, n: usize) -> Result<()> {
+        let (n_layer, n_slots, slot_ctx, kv_dim) = kv.dims;
+        let m = self.lock(&self.meta);
+        let bad = m
+            .rows
+            .iter()
+            .take(n)
+            .find(|&&(s, p)| s >= n_slots || p >= slot_ctx)
+            .copied();
+        let have = m.rows.len();
+        drop(m);
+        self.check(
+            "kv_store",
+            layer < n_layer
+                && have >= n
+                && bad.is_none()
+                && k.len() >= n * kv_dim
+                && v.len() >= n * kv_dim,
+            || {
+                format!(
+                    "layer {layer}, {n} rows (bad row {bad:?}), cache {:?}",
+                    kv.dims
+                )
+            },
+        )?;
+        if n == 0 {
+            return Ok(());
+        }
+        let [_, sp, pp, _] = self.meta_ptrs();
+        let (kc, vc, kp, vp) = (
+            self.ptr(&kv.k),
+            self.ptr(&kv.v),
+            self.ptr(&k.data),
+            self.ptr(&v.data),
+        );
+        let (li, ns, sc, kd, f16) = (
+            layer as i32,
+            n_slots as i32,
+            slot_ctx as i32,
+            kv_dim as i32,
+            kv.f16 as i32,
+        );
+        self.launch(
+            "kv_append",
+            grid(n as u32, 1, ROW_THREADS),
+            &[&kc, &vc, &kp, &vp, &sp, &pp, &li, &ns, &sc, &kd, &f16],
+        )
     }
 
     /// QK-norm (when `norms` are given), RoPE, KV append and attention of the pass's `n` rows in two to three
@@ -1502,10 +1601,13 @@ impl Device {
                 &(kv.f16 as i32),
             ],
         )?;
-        self.attend(out, q, kv, layer, n, n_head, n_head_kv, head_dim, a.scale)
+        self.attend(
+            out, q, kv, layer, n, n_head, n_head_kv, head_dim, a.scale, 0,
+        )
     }
 
-    /// The attention proper over a cache that already holds the rows' K/V.
+    /// The attention proper over a cache that already holds the rows' K/V; `visible` > 0 overrides every row's
+    /// causal span `0..=pos` with `0..visible`.
     #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
@@ -1518,7 +1620,9 @@ impl Device {
         n_head_kv: usize,
         head_dim: usize,
         scale: f32,
+        visible: usize,
     ) -> Result<()> {
+        let vis = visible as i32;
         let (_, n_slots, slot_ctx, _) = kv.dims;
         self.reserve_attention(n, n_head, head_dim, slot_ctx)?;
         let [_, sp, pp, _] = self.meta_ptrs();
@@ -1543,6 +1647,7 @@ impl Device {
                 grid(n_head as u32, n as u32, 128),
                 &[
                     &o, &qp, &kc, &vc, &wsp, &sp, &pp, &li, &ns, &sc, &nh, &nkv, &hd, &scale, &f16,
+                    &vis,
                 ],
             );
         }
@@ -1563,6 +1668,7 @@ impl Device {
             },
             &[
                 &wsp, &qp, &kc, &vc, &sp, &pp, &li, &ns, &sc, &nh, &nkv, &hd, &scale, &ch, &nsp,
+                &vis,
             ],
         )?;
         let fused = self.opts.fused && head_dim.is_multiple_of(32);
@@ -1574,7 +1680,7 @@ impl Device {
         self.launch(
             "attn_merge",
             grid(n_head as u32, n as u32, head_dim as u32),
-            &[&o, &xq, &xd, &xs, &wsp, &pp, &nh, &hd, &ch, &nsp],
+            &[&o, &xq, &xd, &xs, &wsp, &pp, &nh, &hd, &ch, &nsp, &vis],
         )?;
         if fused {
             out.q8_valid.store(n * n_head * head_dim, Ordering::Relaxed);

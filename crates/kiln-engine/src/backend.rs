@@ -236,6 +236,33 @@ pub trait Backend: Send + Sync {
     ) -> Result<()>;
     /// Copies the first `dst.len()` elements of `x` to the host.
     fn read(&self, x: &Self::Buf, dst: &mut [f32]) -> Result<()>;
+    /// Copies `src` from the host into the first `src.len()` elements of `dst`.
+    fn write(&self, dst: &mut Self::Buf, src: &[f32]) -> Result<()>;
+    /// Stores the rows' K and V (`rows × n_head_kv · head_dim` each) in layer `layer` of the cache at each row's
+    /// `(slot, pos)`, without attention (a DFlash drafter's context).
+    fn kv_store(
+        &self,
+        kv: &mut Self::Kv,
+        layer: usize,
+        k: &Self::Buf,
+        v: &Self::Buf,
+        rows: &[AttnRow],
+    ) -> Result<()>;
+    /// [`Backend::attention`], except that every row attends to positions `0..visible` of its slot (each row's
+    /// `pos < visible`): the rows see one another whatever their order, as a DFlash drafter's block does.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_visible(
+        &self,
+        out: &mut Self::Buf,
+        q: &Self::Buf,
+        k: &Self::Buf,
+        v: &Self::Buf,
+        kv: &mut Self::Kv,
+        layer: usize,
+        rows: &[AttnRow],
+        visible: usize,
+        p: &AttnParams,
+    ) -> Result<()>;
     /// [`crate::sampler::greedy_argmax`] of each of `n_rows` rows of `width` values: the greedy token without
     /// copying the logits to the host (a GPU reads 4 bytes a row instead of the vocabulary).
     fn argmax_rows(&self, x: &Self::Buf, n_rows: usize, width: usize) -> Result<Vec<u32>> {

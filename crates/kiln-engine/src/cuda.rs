@@ -19,13 +19,14 @@ use crate::flags::Flags;
 use crate::hparams::Hparams;
 use crate::weights::Weight;
 use kiln_cuda::{AttnShape, DBuf, DKv, DWeight, Device, MoeShape};
-use kiln_gguf::GgufFile;
+use kiln_gguf::{GgufFile, TensorInfo};
 use kiln_quant::GgmlType;
 use std::collections::HashMap;
 
 /// A GPU with the model's weights resident.
 pub struct CudaBackend {
     dev: Device,
+    ordinal: usize,
     mats: HashMap<String, DWeight>,
     /// Tables read by `embed` (GGUF layout).
     tables: HashMap<String, DWeight>,
@@ -65,6 +66,19 @@ impl CudaBackend {
         flags: Flags,
         progress: Option<&mut dyn FnMut(u64, u64)>,
     ) -> Result<Self> {
+        let tensors: Vec<(&GgufFile, &TensorInfo)> =
+            file.tensors().iter().map(|t| (file, t)).collect();
+        Self::from_tensors(ordinal, &tensors, flags, progress)
+    }
+
+    /// Opens GPU `ordinal` and uploads the given tensors (of one or more files; names must be unique). Without
+    /// an `output.weight` among them, `token_embd.weight` also serves as the output head (tied embeddings).
+    pub fn from_tensors(
+        ordinal: usize,
+        tensors: &[(&GgufFile, &TensorInfo)],
+        flags: Flags,
+        progress: Option<&mut dyn FnMut(u64, u64)>,
+    ) -> Result<Self> {
         let opts = kiln_cuda::Options {
             fast_gemv: flags.cuda_gemv,
             fused: flags.cuda_fuse,
@@ -78,11 +92,11 @@ impl CudaBackend {
         let mut mats = HashMap::new();
         let mut tables = HashMap::new();
         let mut vecs = HashMap::new();
-        let tied = file.tensor("output.weight").is_none();
-        let total: u64 = file.tensors().iter().map(|t| t.size).sum();
+        let tied = !tensors.iter().any(|(_, t)| t.name == "output.weight");
+        let total: u64 = tensors.iter().map(|(_, t)| t.size).sum();
         let mut done = 0u64;
         let mut progress = progress;
-        for t in file.tensors() {
+        for &(file, t) in tensors {
             let bytes = file.tensor_data(t);
             if t.shape.len() == 1 && t.ty == GgmlType::F32 {
                 // Norm weights: f32 vectors the row kernels read directly.
@@ -117,6 +131,7 @@ impl CudaBackend {
         dev.synchronize().map_err(dev_err)?;
         Ok(CudaBackend {
             dev,
+            ordinal,
             mats,
             tables,
             vecs,
@@ -188,6 +203,11 @@ impl CudaBackend {
     /// The device (name, architecture).
     pub fn device(&self) -> &Device {
         &self.dev
+    }
+
+    /// The GPU's index (`cuda:N`).
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
     }
 
     fn mat(&self, w: &Weight) -> Result<&DWeight> {
@@ -349,6 +369,56 @@ impl Backend for CudaBackend {
                 p.scale,
             )
             .map_err(dev_err)
+    }
+
+    fn attention_visible(
+        &self,
+        out: &mut DBuf,
+        q: &DBuf,
+        k: &DBuf,
+        v: &DBuf,
+        kv: &mut DKv,
+        layer: usize,
+        rows: &[AttnRow],
+        visible: usize,
+        p: &AttnParams,
+    ) -> Result<()> {
+        if visible == 0 {
+            return Err(Error::Batch("attention over no visible positions".into()));
+        }
+        self.dev
+            .attention_visible(
+                out,
+                q,
+                k,
+                v,
+                kv,
+                layer,
+                rows.len(),
+                p.n_head,
+                p.n_head_kv,
+                p.head_dim,
+                p.scale,
+                visible,
+            )
+            .map_err(dev_err)
+    }
+
+    fn kv_store(
+        &self,
+        kv: &mut DKv,
+        layer: usize,
+        k: &DBuf,
+        v: &DBuf,
+        rows: &[AttnRow],
+    ) -> Result<()> {
+        self.dev
+            .kv_store(kv, k, v, layer, rows.len())
+            .map_err(dev_err)
+    }
+
+    fn write(&self, dst: &mut DBuf, src: &[f32]) -> Result<()> {
+        self.dev.write(dst, src).map_err(dev_err)
     }
 
     fn attention_block(

@@ -83,7 +83,7 @@ fn log_softmax(x: &[f32]) -> Vec<f64> {
 /// Runs the fixture's rounds through `d`; returns (all draft logits, worst KL, max |Δlogit|, top-1 rows checked).
 fn run_rounds(m: &Model, d: &Drafter, meta: &serde_json::Value) -> (Vec<f32>, f64, f32, usize) {
     let n_vocab = m.n_vocab();
-    let mut st = d.new_state();
+    let mut st = d.new_state(m.backend(), 4096).unwrap();
     let (mut worst_kl, mut worst_diff, mut top1_checked) = (0f64, 0f32, 0);
     let mut all = Vec::new();
     for (r, round) in meta["rounds"].as_array().unwrap().iter().enumerate() {
@@ -96,8 +96,8 @@ fn run_rounds(m: &Model, d: &Drafter, meta: &serde_json::Value) -> (Vec<f32>, f6
             .map(|v| v.as_u64().unwrap() as u32)
             .collect();
         assert_eq!(st.len(), round["ctx_start"].as_u64().unwrap() as usize);
-        d.append_context(&mut st, &ctx).unwrap();
-        let h = d.block_hidden(m.backend(), &st, &block).unwrap();
+        d.append_context(m.backend(), &mut st, &ctx).unwrap();
+        let h = d.block_hidden(m.backend(), &mut st, &block).unwrap();
         let got = d.logits(m.backend(), &h[256..]).unwrap();
         assert_eq!(got.len(), want.len());
         for (g, w) in got.chunks(n_vocab).zip(want.chunks(n_vocab)) {

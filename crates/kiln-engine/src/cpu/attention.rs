@@ -61,6 +61,45 @@ fn store(dst: &mut KvData, off: usize, src: &[f32]) {
     }
 }
 
+/// Stores row `i`'s K and V at `(rows[i].slot, rows[i].pos)` of layer `layer` (positions already checked).
+fn store_rows(kv: &mut CpuKv, layer: usize, k: &[f32], v: &[f32], rows: &[AttnRow], kvd: usize) {
+    for (i, r) in rows.iter().enumerate() {
+        let off = kv.offset(layer, r.slot, r.pos);
+        store(&mut kv.k, off, &k[i * kvd..(i + 1) * kvd]);
+        store(&mut kv.v, off, &v[i * kvd..(i + 1) * kvd]);
+    }
+}
+
+/// [`crate::backend::Backend::kv_store`] on the CPU.
+pub(crate) fn kv_store(
+    kv: &mut CpuKv,
+    layer: usize,
+    k: &[f32],
+    v: &[f32],
+    rows: &[AttnRow],
+) -> Result<()> {
+    let l = kv.layout;
+    let kvd = l.n_head_kv * l.head_dim;
+    if layer >= l.n_layer || k.len() < rows.len() * kvd || v.len() < rows.len() * kvd {
+        return Err(Error::Batch(format!(
+            "kv_store of {} rows into layer {layer} of {l:?}: buffers too small or no such layer",
+            rows.len()
+        )));
+    }
+    if let Some(r) = rows
+        .iter()
+        .find(|r| r.slot >= l.n_slots || r.pos >= l.slot_ctx)
+    {
+        return Err(Error::ContextFull {
+            slot: r.slot,
+            pos: r.pos,
+            n_ctx: l.slot_ctx,
+        });
+    }
+    store_rows(kv, layer, k, v, rows, kvd);
+    Ok(())
+}
+
 /// Reads `buf.len()` elements at `off` as f32.
 #[inline(always)]
 fn load<'a>(src: &'a KvData, off: usize, buf: &'a mut [f32]) -> &'a [f32] {
@@ -163,6 +202,7 @@ pub(crate) fn attention(
     kv: &mut CpuKv,
     layer: usize,
     rows: &[AttnRow],
+    visible: Option<usize>,
     p: &AttnParams,
 ) -> Result<()> {
     let l = kv.layout;
@@ -192,13 +232,15 @@ pub(crate) fn attention(
                 n_ctx: l.slot_ctx,
             });
         }
+        if visible.is_some_and(|n| r.pos >= n || n > l.slot_ctx) {
+            return Err(Error::Batch(format!(
+                "attention over {visible:?} positions for a row at {} of a {}-position slot",
+                r.pos, l.slot_ctx
+            )));
+        }
     }
     // 1. Store every row's K and V first, so a row sees the earlier rows of its own chunk.
-    for (i, r) in rows.iter().enumerate() {
-        let off = kv.offset(layer, r.slot, r.pos);
-        store(&mut kv.k, off, &k[i * kvd..(i + 1) * kvd]);
-        store(&mut kv.v, off, &v[i * kvd..(i + 1) * kvd]);
-    }
+    store_rows(kv, layer, k, v, rows, kvd);
     // 2. One task per (row, kv head): the query heads sharing that kv head are computed together, so each
     //    K/V row is loaded (and converted from f16) once per group instead of once per query head. Each query
     //    head's arithmetic is the same as if it ran alone.
@@ -206,6 +248,7 @@ pub(crate) fn attention(
     let task = Task {
         q,
         rows,
+        visible,
         kv: &*kv,
         layer,
         p,
@@ -239,6 +282,8 @@ pub(crate) fn attention(
 struct Task<'a> {
     q: &'a [f32],
     rows: &'a [AttnRow],
+    /// Positions every row sees; `None`: causal (`0..=pos`).
+    visible: Option<usize>,
     kv: &'a CpuKv,
     layer: usize,
     p: &'a AttnParams,
@@ -256,6 +301,7 @@ impl Task<'_> {
         let Task {
             q,
             rows,
+            visible: t_visible,
             kv: kv_ref,
             layer,
             p,
@@ -269,7 +315,7 @@ impl Task<'_> {
         let q0 = ri * qd + kh * group * hd;
         let qs = &q[q0..q0 + group * hd];
         let base = kv_ref.offset(layer, row.slot, 0) + kh * hd;
-        let len = row.pos + 1;
+        let len = t_visible.unwrap_or(row.pos + 1);
         let mut tmp = [0f32; MAX_HEAD_DIM];
         let tmp = &mut tmp[..hd];
         SCORES.with(|s| {
@@ -411,6 +457,7 @@ mod x86 {
         let Task {
             q,
             rows,
+            visible: t_visible,
             kv,
             layer,
             p,
@@ -424,7 +471,7 @@ mod x86 {
         let q0 = ri * qd + kh * G * hd;
         let qs = &q[q0..q0 + G * hd];
         let base = kv.offset(layer, row.slot, 0) + kh * hd;
-        let len = row.pos + 1;
+        let len = t_visible.unwrap_or(row.pos + 1);
         // The last row read: every K/V access below stays under it.
         assert!(base + (len - 1) * kvd + hd <= k.len().min(v.len()) && o.len() >= G * hd);
         SCORES.with(|s| {
@@ -522,7 +569,7 @@ mod tests {
         let v = rand_vec(n * p.n_head_kv * p.head_dim, 3);
         let rows: Vec<AttnRow> = (0..n).map(|pos| AttnRow { slot: 1, pos }).collect();
         let mut out = vec![f32::NAN; n * p.n_head * p.head_dim];
-        attention(&be, &mut out, &q, &k, &v, &mut kv, 0, &rows, p).unwrap();
+        attention(&be, &mut out, &q, &k, &v, &mut kv, 0, &rows, None, p).unwrap();
         out
     }
 

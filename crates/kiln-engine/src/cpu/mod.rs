@@ -327,7 +327,41 @@ impl Backend for CpuBackend {
         rows: &[AttnRow],
         p: &AttnParams,
     ) -> Result<()> {
-        attention::attention(self, out, q, k, v, kv, layer, rows, p)
+        attention::attention(self, out, q, k, v, kv, layer, rows, None, p)
+    }
+
+    fn attention_visible(
+        &self,
+        out: &mut Vec<f32>,
+        q: &Vec<f32>,
+        k: &Vec<f32>,
+        v: &Vec<f32>,
+        kv: &mut CpuKv,
+        layer: usize,
+        rows: &[AttnRow],
+        visible: usize,
+        p: &AttnParams,
+    ) -> Result<()> {
+        attention::attention(self, out, q, k, v, kv, layer, rows, Some(visible), p)
+    }
+
+    fn kv_store(
+        &self,
+        kv: &mut CpuKv,
+        layer: usize,
+        k: &Vec<f32>,
+        v: &Vec<f32>,
+        rows: &[AttnRow],
+    ) -> Result<()> {
+        attention::kv_store(kv, layer, k, v, rows)
+    }
+
+    fn write(&self, dst: &mut Vec<f32>, src: &[f32]) -> Result<()> {
+        if dst.len() < src.len() {
+            return Err(too_small("write"));
+        }
+        dst[..src.len()].copy_from_slice(src);
+        Ok(())
     }
 
     fn swiglu(&self, out: &mut Vec<f32>, gate: &Vec<f32>, up: &Vec<f32>, n: usize) -> Result<()> {

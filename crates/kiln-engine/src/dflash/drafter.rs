@@ -1,5 +1,5 @@
-//! The DFlash drafter: weights from a z-lab directory (`config.json` + `model.safetensors`), and its forward pass
-//! exactly as the reference `dflash` package (0.1.0) defines it:
+//! The DFlash drafter: weights from a z-lab directory (`config.json` + `model.safetensors`) or a converted GGUF,
+//! and its forward pass exactly as the reference `dflash` package (0.1.0) defines it:
 //!
 //! - context features (the target's hidden states after each tapped layer, concatenated per token) → `fc` →
 //!   `hidden_norm`; they skip the drafter's layernorms and MLP and only feed each layer's K/V projections;
@@ -10,51 +10,52 @@
 //! - draft logits = the target's output head applied to the normed hidden states (no target output norm),
 //!   × `output_multiplier`, optionally soft-capped.
 //!
-//! Only the context's K/V are kept between rounds ([`DraftState`]); the block's are recomputed each round. The
-//! drafter runs in f32 on the host (weights are widened from bf16 at load); the shared embedding and head run
-//! through the target's backend, so a quantized head is read as stored.
+//! The forward is written once against the [`Backend`] ops, so the drafter runs where its target runs: on the
+//! CPU, or, when the target was moved to a GPU, on a GPU backend holding the drafter's tensors and the target's
+//! output head. The context's K/V live in a KV cache ([`DraftState`]); the block's are written after them each
+//! round and overwritten by the next. Matrices run in the type they are stored in (a converted GGUF may hold
+//! Q8_0; a z-lab directory's bf16 tensors are widened to f32), norms in f32.
 
 use super::config::DraftConfig;
-use crate::backend::Backend;
+use super::gguf::{CONFIG_KEY, DRAFT_ARCH};
+use crate::backend::{AttnParams, AttnRow, Backend, KvLayout, KvType, RopeMode, RopeParams};
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
 use crate::models::Model;
 use crate::weights::{Binder, Weight};
-use rayon::prelude::*;
+use kiln_gguf::GgufFile;
+use kiln_quant::GgmlType;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::path::Path;
-
-/// A row-major f32 matrix `rows × cols` (torch `Linear.weight`: out × in).
-struct Mat {
-    rows: usize,
-    cols: usize,
-    w: Vec<f32>,
-}
+use std::sync::Arc;
 
 struct Layer {
-    input_norm: Vec<f32>,
-    post_norm: Vec<f32>,
-    q: Mat,
-    k: Mat,
-    v: Mat,
-    o: Mat,
-    q_norm: Vec<f32>,
-    k_norm: Vec<f32>,
-    gate: Mat,
-    up: Mat,
-    down: Mat,
+    input_norm: Weight,
+    post_norm: Weight,
+    q: Weight,
+    k: Weight,
+    v: Weight,
+    o: Weight,
+    q_norm: Weight,
+    k_norm: Weight,
+    gate: Weight,
+    up: Weight,
+    down: Weight,
 }
 
 /// A loaded drafter bound to its target's embedding table and output head.
 pub struct Drafter {
     cfg: DraftConfig,
-    fc: Mat,
-    hidden_norm: Vec<f32>,
-    norm: Vec<f32>,
+    fc: Weight,
+    hidden_norm: Weight,
+    norm: Weight,
     layers: Vec<Layer>,
     embd: Weight,
     head: Weight,
+    /// The GPU backend holding the drafter's tensors and the target's head, when the target runs on a GPU.
+    #[cfg(feature = "cuda")]
+    gpu: Option<crate::cuda::CudaBackend>,
 }
 
 impl std::fmt::Debug for Drafter {
@@ -63,12 +64,69 @@ impl std::fmt::Debug for Drafter {
     }
 }
 
-/// One sequence's drafter state: the context K/V of every layer (positions `0..len`).
-#[derive(Clone, Debug, Default)]
+/// Activation buffers of one drafter forward, sized for a block of `rows` rows.
+struct Scratch<B: Backend> {
+    x: B::Buf,
+    xn: B::Buf,
+    q: B::Buf,
+    k: B::Buf,
+    v: B::Buf,
+    attn: B::Buf,
+    tmp: B::Buf,
+    gate: B::Buf,
+    up: B::Buf,
+    act: B::Buf,
+    feat: B::Buf,
+    hidden: B::Buf,
+    logits: B::Buf,
+}
+
+impl<B: Backend> Scratch<B> {
+    fn new(be: &B, c: &DraftConfig, rows: usize) -> Result<Scratch<B>> {
+        let (h, qd, kvd) = (c.hidden, c.n_head * c.head_dim, c.n_head_kv * c.head_dim);
+        let fw = c.target_layer_ids.len() * h;
+        Ok(Scratch {
+            x: be.alloc(rows * h)?,
+            xn: be.alloc(rows * h)?,
+            q: be.alloc(rows * qd)?,
+            k: be.alloc(rows * kvd)?,
+            v: be.alloc(rows * kvd)?,
+            attn: be.alloc(rows * qd)?,
+            tmp: be.alloc(rows * h)?,
+            gate: be.alloc(rows * c.n_ff)?,
+            up: be.alloc(rows * c.n_ff)?,
+            act: be.alloc(rows * c.n_ff)?,
+            feat: be.alloc(rows * fw)?,
+            hidden: be.alloc(rows * h)?,
+            logits: be.alloc(rows * c.vocab)?,
+        })
+    }
+}
+
+/// Where a sequence's drafter state lives.
+enum Exec {
+    Cpu {
+        kv: crate::cpu::CpuKv,
+        sc: Box<Scratch<CpuBackend>>,
+    },
+    #[cfg(feature = "cuda")]
+    Cuda {
+        kv: kiln_cuda::DKv,
+        sc: Box<Scratch<crate::cuda::CudaBackend>>,
+    },
+}
+
+/// One sequence's drafter state: the context K/V of every layer (positions `0..len`) and the buffers of a round.
 pub struct DraftState {
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
     len: usize,
+    capacity: usize,
+    exec: Exec,
+}
+
+impl std::fmt::Debug for DraftState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DraftState({} of {} positions)", self.len, self.capacity)
+    }
 }
 
 impl DraftState {
@@ -120,92 +178,151 @@ pub(crate) fn read_safetensors(path: &Path) -> Result<TensorMap> {
     Ok(out)
 }
 
-struct Tensors {
-    map: TensorMap,
+/// A drafter's tensors as a GGUF in memory (f32; norms and matrices alike), from a z-lab directory's map.
+fn map_to_gguf(config_json: &str, map: &TensorMap) -> Result<GgufFile> {
+    let mut names: Vec<&String> = map.keys().collect();
+    names.sort();
+    let mut w = kiln_gguf::GgufWriter::new();
+    w.add("general.architecture", DRAFT_ARCH)?;
+    w.add(CONFIG_KEY, config_json)?;
+    for name in &names {
+        let shape: Vec<u64> = map[*name].0.iter().rev().map(|&d| d as u64).collect();
+        w.add_tensor(name, GgmlType::F32, &shape)?;
+    }
+    let mut dw = w.begin(Vec::new())?;
+    for name in names {
+        let bytes: Vec<u8> = map[name].1.iter().flat_map(|v| v.to_le_bytes()).collect();
+        dw.write_tensor_data(name, &bytes)?;
+    }
+    Ok(GgufFile::from_bytes(dw.finish()?)?)
 }
 
-impl Tensors {
-    fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        let (s, v) = self.map.remove(name).ok_or_else(|| Error::MissingTensor {
+/// Binds a drafter tensor, naming it as a draft tensor in errors.
+fn bind(b: &mut Binder, name: &str, shape: &[u64]) -> Result<Weight> {
+    b.req(name, shape).map_err(|e| match e {
+        Error::MissingTensor { name, expected } => Error::MissingTensor {
             name: format!("draft {name}"),
-            expected: shape.iter().map(|&x| x as u64).collect(),
-        })?;
-        if s != shape {
-            return Err(Error::TensorShape {
-                name: format!("draft {name}"),
-                actual: s.iter().map(|&x| x as u64).collect(),
-                expected: shape.iter().map(|&x| x as u64).collect(),
-            });
-        }
-        Ok(v)
-    }
-
-    fn mat(&mut self, name: &str, rows: usize, cols: usize) -> Result<Mat> {
-        Ok(Mat {
-            rows,
-            cols,
-            w: self.take(name, &[rows, cols])?,
-        })
-    }
+            expected,
+        },
+        Error::TensorShape {
+            name,
+            actual,
+            expected,
+        } => Error::TensorShape {
+            name: format!("draft {name}"),
+            actual,
+            expected,
+        },
+        other => other,
+    })
 }
 
 impl Drafter {
     /// Loads the drafter at `path` — a z-lab directory, or a GGUF written by [`super::convert_to_gguf`] — and
-    /// binds it to `target` (validated against it).
+    /// binds it to `target` (validated against it). When `target` runs on a GPU, the drafter's tensors and the
+    /// target's output head are uploaded to the same GPU and the drafter runs there.
     pub fn load(path: impl AsRef<Path>, target: &Model) -> Result<Drafter> {
-        let dir = path.as_ref();
-        if dir.is_file() {
-            let (cfg, map) = super::gguf::read_gguf(dir)?;
-            cfg.validate_target(target.hparams())?;
-            return Drafter::from_tensors(cfg, map, target);
-        }
-        let cfg_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&cfg_path)
-            .map_err(|e| Error::Config(format!("{}: {e}", cfg_path.display())))?;
-        let cfg = DraftConfig::parse(&text)?;
+        let path = path.as_ref();
+        let file = if path.is_file() {
+            let file = GgufFile::open(path)?;
+            let arch = file.metadata().get_str("general.architecture")?;
+            if arch != DRAFT_ARCH {
+                return Err(Error::Config(format!(
+                    "{}: general.architecture is '{arch}', not a converted DFlash drafter ('{DRAFT_ARCH}')",
+                    path.display()
+                )));
+            }
+            file
+        } else {
+            let cfg_path = path.join("config.json");
+            let text = std::fs::read_to_string(&cfg_path)
+                .map_err(|e| Error::Config(format!("{}: {e}", cfg_path.display())))?;
+            DraftConfig::parse(&text)?;
+            map_to_gguf(&text, &read_safetensors(&path.join("model.safetensors"))?)?
+        };
+        let cfg = DraftConfig::parse(file.metadata().get_str(CONFIG_KEY)?)?;
         cfg.validate_target(target.hparams())?;
-        let map = read_safetensors(&dir.join("model.safetensors"))?;
-        Drafter::from_tensors(cfg, map, target)
+        Drafter::bind(cfg, Arc::new(file), target)
     }
 
-    fn from_tensors(cfg: DraftConfig, map: TensorMap, target: &Model) -> Result<Drafter> {
-        let mut t = Tensors { map };
-        let (h, ff, hd) = (cfg.hidden, cfg.n_ff, cfg.head_dim);
-        let (qd, kvd) = (cfg.n_head * hd, cfg.n_head_kv * hd);
+    fn bind(cfg: DraftConfig, file: Arc<GgufFile>, target: &Model) -> Result<Drafter> {
+        let mut b = Binder::new(file.clone());
+        let (h, ff, hd) = (cfg.hidden as u64, cfg.n_ff as u64, cfg.head_dim as u64);
+        let (qd, kvd) = (cfg.n_head as u64 * hd, cfg.n_head_kv as u64 * hd);
         let layers = (0..cfg.n_layer)
             .map(|i| {
                 let n = |s: &str| format!("layers.{i}.{s}.weight");
                 Ok(Layer {
-                    input_norm: t.take(&n("input_layernorm"), &[h])?,
-                    post_norm: t.take(&n("post_attention_layernorm"), &[h])?,
-                    q: t.mat(&n("self_attn.q_proj"), qd, h)?,
-                    k: t.mat(&n("self_attn.k_proj"), kvd, h)?,
-                    v: t.mat(&n("self_attn.v_proj"), kvd, h)?,
-                    o: t.mat(&n("self_attn.o_proj"), h, qd)?,
-                    q_norm: t.take(&n("self_attn.q_norm"), &[hd])?,
-                    k_norm: t.take(&n("self_attn.k_norm"), &[hd])?,
-                    gate: t.mat(&n("mlp.gate_proj"), ff, h)?,
-                    up: t.mat(&n("mlp.up_proj"), ff, h)?,
-                    down: t.mat(&n("mlp.down_proj"), h, ff)?,
+                    input_norm: bind(&mut b, &n("input_layernorm"), &[h])?,
+                    post_norm: bind(&mut b, &n("post_attention_layernorm"), &[h])?,
+                    q: bind(&mut b, &n("self_attn.q_proj"), &[h, qd])?,
+                    k: bind(&mut b, &n("self_attn.k_proj"), &[h, kvd])?,
+                    v: bind(&mut b, &n("self_attn.v_proj"), &[h, kvd])?,
+                    o: bind(&mut b, &n("self_attn.o_proj"), &[qd, h])?,
+                    q_norm: bind(&mut b, &n("self_attn.q_norm"), &[hd])?,
+                    k_norm: bind(&mut b, &n("self_attn.k_norm"), &[hd])?,
+                    gate: bind(&mut b, &n("mlp.gate_proj"), &[h, ff])?,
+                    up: bind(&mut b, &n("mlp.up_proj"), &[h, ff])?,
+                    down: bind(&mut b, &n("mlp.down_proj"), &[ff, h])?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let fc = t.mat("fc.weight", h, cfg.target_layer_ids.len() * h)?;
-        let hidden_norm = t.take("hidden_norm.weight", &[h])?;
-        let norm = t.take("norm.weight", &[h])?;
-        if let Some(extra) = t.map.keys().min() {
+        let fw = cfg.target_layer_ids.len() as u64 * h;
+        let fc = bind(&mut b, "fc.weight", &[fw, h])?;
+        let hidden_norm = bind(&mut b, "hidden_norm.weight", &[h])?;
+        let norm = bind(&mut b, "norm.weight", &[h])?;
+        let unused = b.finish();
+        if let Some(first) = file
+            .tensors()
+            .iter()
+            .map(|t| &t.name)
+            .find(|n| unused.iter().any(|u| u.contains(&format!("'{n}'"))))
+        {
             return Err(Error::Unsupported(format!(
-                "draft tensor '{extra}' is not part of a DFlash drafter ({} unexpected tensors)",
-                t.map.len()
+                "draft tensor '{first}' is not part of a DFlash drafter ({} unexpected tensors)",
+                unused.len()
             )));
         }
+        for (name, w) in layers
+            .iter()
+            .flat_map(|l| [&l.input_norm, &l.post_norm, &l.q_norm, &l.k_norm])
+            .chain([&hidden_norm, &norm])
+            .map(|w| (&w.name, w))
+        {
+            if w.ty != GgmlType::F32 {
+                return Err(Error::TensorType {
+                    name: format!("draft {name}"),
+                    ty: w.ty,
+                    usage: "a norm weight (f32)",
+                });
+            }
+        }
         let hp = target.hparams();
-        let mut b = Binder::new(target.gguf_arc());
+        let mut tb = Binder::new(target.gguf_arc());
         let (d, nv) = (hp.n_embd as u64, hp.n_vocab as u64);
-        let embd = b.req("token_embd.weight", &[d, nv])?;
-        let head = b
+        let embd = tb.req("token_embd.weight", &[d, nv])?;
+        let head = tb
             .opt("output.weight", &[d, nv])?
             .unwrap_or_else(|| embd.clone());
+        #[cfg(feature = "cuda")]
+        let gpu = match target.cuda() {
+            Some(t) => {
+                let mut tensors: Vec<(&GgufFile, &kiln_gguf::TensorInfo)> =
+                    file.tensors().iter().map(|t| (&*file, t)).collect();
+                let tf = target.gguf();
+                let head_info = tf.tensor(&head.name).ok_or_else(|| {
+                    Error::Device(format!("target head '{}' not found", head.name))
+                })?;
+                tensors.push((tf, head_info));
+                Some(crate::cuda::CudaBackend::from_tensors(
+                    t.ordinal(),
+                    &tensors,
+                    target.backend().flags(),
+                    None,
+                )?)
+            }
+            None => None,
+        };
         Ok(Drafter {
             cfg,
             fc,
@@ -214,6 +331,8 @@ impl Drafter {
             layers,
             embd,
             head,
+            #[cfg(feature = "cuda")]
+            gpu,
         })
     }
 
@@ -222,13 +341,39 @@ impl Drafter {
         &self.cfg
     }
 
-    /// A fresh per-sequence state.
-    pub fn new_state(&self) -> DraftState {
-        DraftState {
-            k: vec![Vec::new(); self.cfg.n_layer],
-            v: vec![Vec::new(); self.cfg.n_layer],
-            len: 0,
+    /// A fresh per-sequence state for up to `positions` context positions (the target slot's size); the
+    /// cache also holds a block after them.
+    pub fn new_state(&self, be: &CpuBackend, positions: usize) -> Result<DraftState> {
+        let c = &self.cfg;
+        let capacity = positions + c.block_size;
+        let layout = |ty| KvLayout {
+            n_layer: c.n_layer,
+            n_slots: 1,
+            slot_ctx: capacity,
+            n_head_kv: c.n_head_kv,
+            head_dim: c.head_dim,
+            ty,
+        };
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.gpu {
+            // f16: the GPU's split-KV attention reads f16 caches.
+            return Ok(DraftState {
+                len: 0,
+                capacity,
+                exec: Exec::Cuda {
+                    kv: g.alloc_kv(&layout(KvType::F16))?,
+                    sc: Box::new(Scratch::new(g, c, c.block_size)?),
+                },
+            });
         }
+        Ok(DraftState {
+            len: 0,
+            capacity,
+            exec: Exec::Cpu {
+                kv: be.alloc_kv(&layout(KvType::F32))?,
+                sc: Box::new(Scratch::new(be, c, c.block_size)?),
+            },
+        })
     }
 
     /// Width of one token's context features (`taps × hidden`).
@@ -236,9 +381,111 @@ impl Drafter {
         self.cfg.target_layer_ids.len() * self.cfg.hidden
     }
 
-    /// Appends context features (`rows × feature_width`, tokens at positions `st.len()..`) to `st`: fc,
-    /// hidden_norm, then every layer's k_proj/k_norm/RoPE and v_proj.
-    pub fn append_context(&self, st: &mut DraftState, features: &[f32]) -> Result<()> {
+    fn attn(&self) -> (AttnParams, RopeParams) {
+        let c = &self.cfg;
+        (
+            AttnParams {
+                n_head: c.n_head,
+                n_head_kv: c.n_head_kv,
+                head_dim: c.head_dim,
+                scale: 1.0 / (c.head_dim as f32).sqrt(),
+            },
+            RopeParams {
+                mode: RopeMode::Neox,
+                theta: c.rope_theta,
+                freq_scale: 1.0,
+            },
+        )
+    }
+
+    /// Context rows `start..start + n` from features already in `sc.feat`: fc, hidden_norm, then every layer's
+    /// k_proj/k_norm/RoPE and v_proj into the cache.
+    fn context_rows<B: Backend>(
+        &self,
+        be: &B,
+        kv: &mut B::Kv,
+        sc: &mut Scratch<B>,
+        start: usize,
+        n: usize,
+    ) -> Result<()> {
+        let c = &self.cfg;
+        let (_, rope) = self.attn();
+        let rows: Vec<AttnRow> = (start..start + n)
+            .map(|pos| AttnRow { slot: 0, pos })
+            .collect();
+        let positions: Vec<usize> = (start..start + n).collect();
+        be.matmul(&mut sc.xn, &self.fc, &sc.feat, n)?;
+        be.rms_norm_inplace(&mut sc.xn, &self.hidden_norm, n, c.hidden, c.rms_eps)?;
+        for (il, l) in self.layers.iter().enumerate() {
+            be.matmul(&mut sc.k, &l.k, &sc.xn, n)?;
+            be.matmul(&mut sc.v, &l.v, &sc.xn, n)?;
+            be.rms_norm_inplace(&mut sc.k, &l.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps)?;
+            be.rope(&mut sc.k, &positions, c.n_head_kv, c.head_dim, &rope)?;
+            be.kv_store(kv, il, &sc.k, &sc.v, &rows)?;
+        }
+        Ok(())
+    }
+
+    /// The block of `n` rows whose embeddings are in `sc.x`, at positions `start..start + n` after the context:
+    /// leaves the normed hidden states in `sc.hidden`.
+    fn block_rows<B: Backend>(
+        &self,
+        be: &B,
+        kv: &mut B::Kv,
+        sc: &mut Scratch<B>,
+        start: usize,
+        n: usize,
+    ) -> Result<()> {
+        let c = &self.cfg;
+        let (p, rope) = self.attn();
+        let rows: Vec<AttnRow> = (start..start + n)
+            .map(|pos| AttnRow { slot: 0, pos })
+            .collect();
+        let positions: Vec<usize> = (start..start + n).collect();
+        for (il, l) in self.layers.iter().enumerate() {
+            be.rms_norm(&mut sc.xn, &sc.x, &l.input_norm, n, c.hidden, c.rms_eps)?;
+            be.matmul_many(
+                &mut [&mut sc.q, &mut sc.k, &mut sc.v],
+                &[&l.q, &l.k, &l.v],
+                &sc.xn,
+                n,
+            )?;
+            be.rms_norm_inplace(&mut sc.q, &l.q_norm, n * c.n_head, c.head_dim, c.rms_eps)?;
+            be.rms_norm_inplace(&mut sc.k, &l.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps)?;
+            be.rope(&mut sc.q, &positions, c.n_head, c.head_dim, &rope)?;
+            be.rope(&mut sc.k, &positions, c.n_head_kv, c.head_dim, &rope)?;
+            be.attention_visible(
+                &mut sc.attn,
+                &sc.q,
+                &sc.k,
+                &sc.v,
+                kv,
+                il,
+                &rows,
+                start + n,
+                &p,
+            )?;
+            be.matmul_add(&mut sc.x, &l.o, &sc.attn, &mut sc.tmp, n)?;
+            be.rms_norm(&mut sc.xn, &sc.x, &l.post_norm, n, c.hidden, c.rms_eps)?;
+            be.matmul_many(
+                &mut [&mut sc.gate, &mut sc.up],
+                &[&l.gate, &l.up],
+                &sc.xn,
+                n,
+            )?;
+            be.swiglu(&mut sc.act, &sc.gate, &sc.up, n * c.n_ff)?;
+            be.matmul_add(&mut sc.x, &l.down, &sc.act, &mut sc.tmp, n)?;
+        }
+        be.rms_norm(&mut sc.hidden, &sc.x, &self.norm, n, c.hidden, c.rms_eps)
+    }
+
+    /// Appends context features (`rows × feature_width`, tokens at positions `st.len()..`) to `st`.
+    pub fn append_context(
+        &self,
+        be: &CpuBackend,
+        st: &mut DraftState,
+        features: &[f32],
+    ) -> Result<()> {
         let fw = self.feature_width();
         if !features.len().is_multiple_of(fw) {
             return Err(Error::Batch(format!(
@@ -247,19 +494,39 @@ impl Drafter {
             )));
         }
         let n = features.len() / fw;
-        if n == 0 {
-            return Ok(());
+        if st.len + n + self.cfg.block_size > st.capacity {
+            return Err(Error::Batch(format!(
+                "draft context of {} positions plus a block exceeds the state's {}",
+                st.len + n,
+                st.capacity
+            )));
         }
-        let c = &self.cfg;
-        let mut x = matmul(&self.fc, features, n);
-        rms_norm_rows(&mut x, &self.hidden_norm, c.rms_eps);
-        let positions: Vec<usize> = (st.len..st.len + n).collect();
-        for (il, l) in self.layers.iter().enumerate() {
-            let mut k = matmul(&l.k, &x, n);
-            rms_norm_rows(&mut k, &l.k_norm, c.rms_eps);
-            rope_neox(&mut k, &positions, c.head_dim, c.rope_theta);
-            st.k[il].extend_from_slice(&k);
-            st.v[il].extend_from_slice(&matmul(&l.v, &x, n));
+        // In chunks of the block size, the rows the scratch holds.
+        for (ci, chunk) in features.chunks(self.cfg.block_size * fw).enumerate() {
+            let m = chunk.len() / fw;
+            let start = st.len + ci * self.cfg.block_size;
+            match &mut st.exec {
+                Exec::Cpu { kv, sc } => {
+                    be.write(&mut sc.feat, chunk)?;
+                    self.context_rows(be, kv, sc, start, m)?;
+                }
+                #[cfg(feature = "cuda")]
+                Exec::Cuda { kv, sc } => {
+                    let g = self
+                        .gpu
+                        .as_ref()
+                        .ok_or_else(|| Error::Device("no drafter GPU".into()))?;
+                    let rows: Vec<AttnRow> = (start..start + m)
+                        .map(|pos| AttnRow { slot: 0, pos })
+                        .collect();
+                    let toks = vec![0u32; m];
+                    g.write(&mut sc.feat, chunk)?;
+                    let key = [sc.feat.id(), kv.id()];
+                    g.pass(key, &toks, &rows, &[], false, false, &mut || {
+                        self.context_rows(g, kv, sc, start, m)
+                    })?;
+                }
+            }
         }
         st.len += n;
         Ok(())
@@ -267,95 +534,150 @@ impl Drafter {
 
     /// Rolls the context back to `len` positions.
     pub fn truncate(&self, st: &mut DraftState, len: usize) {
-        if len < st.len {
-            let kvd = self.cfg.n_head_kv * self.cfg.head_dim;
-            for l in 0..self.cfg.n_layer {
-                st.k[l].truncate(len * kvd);
-                st.v[l].truncate(len * kvd);
-            }
-            st.len = len;
-        }
+        st.len = st.len.min(len);
     }
 
-    /// The drafter's output hidden states (after `norm`) for a block of tokens at positions
-    /// `st.len() .. st.len() + block.len()`, attending to the whole context and block.
+    /// Runs the block `[block]` at positions `st.len()..` and returns its normed hidden states
+    /// (`block.len() × hidden`, on the host).
     pub fn block_hidden(
         &self,
         be: &CpuBackend,
-        st: &DraftState,
+        st: &mut DraftState,
         block: &[u32],
     ) -> Result<Vec<f32>> {
+        let n = block.len();
+        self.run_block(be, st, block, false)?;
+        let mut out = vec![0f32; n * self.cfg.hidden];
+        match &st.exec {
+            Exec::Cpu { sc, .. } => be.read(&sc.hidden, &mut out)?,
+            #[cfg(feature = "cuda")]
+            Exec::Cuda { sc, .. } => {
+                let g = self
+                    .gpu
+                    .as_ref()
+                    .ok_or_else(|| Error::Device("no drafter GPU".into()))?;
+                g.read(&sc.hidden, &mut out)?
+            }
+        }
+        Ok(out)
+    }
+
+    /// The block forward; with `propose`, also the head over rows 1.. and their argmax (in `sc.logits`, the
+    /// ids returned). The block's embeddings are computed on the host (the target's table).
+    fn run_block(
+        &self,
+        be: &CpuBackend,
+        st: &mut DraftState,
+        block: &[u32],
+        propose: bool,
+    ) -> Result<Vec<u32>> {
         let c = &self.cfg;
         let n = block.len();
+        if n == 0 || n > c.block_size || st.len + n > st.capacity {
+            return Err(Error::Batch(format!(
+                "draft block of {n} rows at position {} (block size {}, state of {} positions)",
+                st.len, c.block_size, st.capacity
+            )));
+        }
         let mut x = vec![0f32; n * c.hidden];
         be.embed(&mut x, &self.embd, block)?;
         if c.input_embedding_scale != 1.0 {
             x.iter_mut().for_each(|v| *v *= c.input_embedding_scale);
         }
-        self.block_hidden_from_embeddings(st, x)
+        let start = st.len;
+        // Without a multiplier or soft-cap the draft is the argmax of the raw head logits, taken where they are
+        // (either could round distinct logits into ties, so with them the host applies both first).
+        let on_device = propose && c.output_multiplier == 1.0 && c.softcap.is_none();
+        let logit_rows: Vec<usize> = if propose {
+            (1..n).collect()
+        } else {
+            Vec::new()
+        };
+        match &mut st.exec {
+            Exec::Cpu { kv, sc } => {
+                be.write(&mut sc.x, &x)?;
+                self.block_rows(be, kv, sc, start, n)?;
+                if !propose {
+                    return Ok(Vec::new());
+                }
+                be.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
+                be.matmul(&mut sc.logits, &self.head, &sc.tmp, n - 1)?;
+                if on_device {
+                    return be.argmax_rows(&sc.logits, n - 1, c.vocab);
+                }
+                let mut l = vec![0f32; (n - 1) * c.vocab];
+                be.read(&sc.logits, &mut l)?;
+                Ok(self
+                    .finish_logits(l)
+                    .chunks_exact(c.vocab)
+                    .map(argmax)
+                    .collect())
+            }
+            #[cfg(feature = "cuda")]
+            Exec::Cuda { kv, sc } => {
+                let g = self
+                    .gpu
+                    .as_ref()
+                    .ok_or_else(|| Error::Device("no drafter GPU".into()))?;
+                let rows: Vec<AttnRow> = (start..start + n)
+                    .map(|pos| AttnRow { slot: 0, pos })
+                    .collect();
+                g.write(&mut sc.x, &x)?;
+                let key = [sc.x.id(), kv.id()];
+                g.pass(key, block, &rows, &logit_rows, false, false, &mut || {
+                    self.block_rows(g, kv, sc, start, n)?;
+                    if propose {
+                        g.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
+                        g.matmul(&mut sc.logits, &self.head, &sc.tmp, n - 1)?;
+                    }
+                    Ok(())
+                })?;
+                if !propose {
+                    return Ok(Vec::new());
+                }
+                if on_device {
+                    return g.argmax_rows(&sc.logits, n - 1, c.vocab);
+                }
+                let mut l = vec![0f32; (n - 1) * c.vocab];
+                g.read(&sc.logits, &mut l)?;
+                Ok(self
+                    .finish_logits(l)
+                    .chunks_exact(c.vocab)
+                    .map(argmax)
+                    .collect())
+            }
+        }
     }
 
-    /// [`Drafter::block_hidden`] from given block embeddings (`block × hidden`, already scaled).
-    pub fn block_hidden_from_embeddings(
-        &self,
-        st: &DraftState,
-        mut x: Vec<f32>,
-    ) -> Result<Vec<f32>> {
+    /// `output_multiplier` and the soft-cap applied to raw head logits.
+    fn finish_logits(&self, mut l: Vec<f32>) -> Vec<f32> {
         let c = &self.cfg;
-        let n = x.len() / c.hidden;
-        let positions: Vec<usize> = (st.len..st.len + n).collect();
-        for (il, l) in self.layers.iter().enumerate() {
-            let mut xn = x.clone();
-            rms_norm_rows(&mut xn, &l.input_norm, c.rms_eps);
-            let mut q = matmul(&l.q, &xn, n);
-            let mut k = matmul(&l.k, &xn, n);
-            let v = matmul(&l.v, &xn, n);
-            rms_norm_rows(&mut q, &l.q_norm, c.rms_eps);
-            rms_norm_rows(&mut k, &l.k_norm, c.rms_eps);
-            rope_neox(&mut q, &positions, c.head_dim, c.rope_theta);
-            rope_neox(&mut k, &positions, c.head_dim, c.rope_theta);
-            let a = attention(c, &q, &st.k[il], &st.v[il], &k, &v, n);
-            let o = matmul(&l.o, &a, n);
-            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
-            let mut xn = x.clone();
-            rms_norm_rows(&mut xn, &l.post_norm, c.rms_eps);
-            let g = matmul(&l.gate, &xn, n);
-            let u = matmul(&l.up, &xn, n);
-            let act: Vec<f32> = g
-                .iter()
-                .zip(&u)
-                .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
-                .collect();
-            let d = matmul(&l.down, &act, n);
-            x.iter_mut().zip(&d).for_each(|(x, d)| *x += d);
+        if c.output_multiplier != 1.0 {
+            l.iter_mut().for_each(|v| *v *= c.output_multiplier);
         }
-        rms_norm_rows(&mut x, &self.norm, c.rms_eps);
-        Ok(x)
+        if let Some(cap) = c.softcap {
+            l.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+        }
+        l
     }
 
     /// Draft logits (`rows × vocab`) of hidden states from [`Drafter::block_hidden`]: the target's head,
-    /// × `output_multiplier`, soft-capped when configured.
+    /// × `output_multiplier`, soft-capped when configured (on the host backend).
     pub fn logits(&self, be: &CpuBackend, hidden: &[f32]) -> Result<Vec<f32>> {
         let c = &self.cfg;
         let n = hidden.len() / c.hidden;
-        let x = hidden.to_vec();
         let mut out = vec![0f32; n * c.vocab];
-        be.matmul(&mut out, &self.head, &x, n)?;
-        if c.output_multiplier != 1.0 {
-            out.iter_mut().for_each(|v| *v *= c.output_multiplier);
-        }
-        if let Some(cap) = c.softcap {
-            out.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
-        }
-        Ok(out)
+        be.matmul(&mut out, &self.head, &hidden.to_vec(), n)?;
+        Ok(self.finish_logits(out))
     }
 
     /// Greedy proposals for the block `[anchor, MASK × (n − 1)]` at positions `st.len()..`: the argmax of the
-    /// draft logits of rows 1..n (`n − 1` tokens).
+    /// draft logits of rows 1..n (`n − 1` tokens). `be` is the target's CPU backend (the block's embedding,
+    /// and the whole forward when the drafter is not on a GPU).
     pub fn propose(
         &self,
         be: &CpuBackend,
-        st: &DraftState,
+        st: &mut DraftState,
         anchor: u32,
         n: usize,
     ) -> Result<Vec<u32>> {
@@ -364,9 +686,7 @@ impl Drafter {
         }
         let mut block = vec![self.cfg.mask_token_id; n];
         block[0] = anchor;
-        let h = self.block_hidden(be, st, &block)?;
-        let logits = self.logits(be, &h[self.cfg.hidden..])?;
-        Ok(logits.chunks_exact(self.cfg.vocab).map(argmax).collect())
+        self.run_block(be, st, &block, true)
     }
 }
 
@@ -379,109 +699,4 @@ pub(crate) fn argmax(row: &[f32]) -> u32 {
         }
     }
     best as u32
-}
-
-/// A dot product with eight partial sums (vectorizes; fixed order, so deterministic).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in ra.iter().zip(rb) {
-        s += x * y;
-    }
-    s
-}
-
-/// `out[r] = W · x[r]` for `n` rows.
-fn matmul(m: &Mat, x: &[f32], n: usize) -> Vec<f32> {
-    let mut out = vec![0f32; n * m.rows];
-    out.par_chunks_mut(64).enumerate().for_each(|(ci, chunk)| {
-        for (j, o) in chunk.iter_mut().enumerate() {
-            let idx = ci * 64 + j;
-            let (r, c) = (idx / m.rows, idx % m.rows);
-            *o = dot(
-                &m.w[c * m.cols..(c + 1) * m.cols],
-                &x[r * m.cols..(r + 1) * m.cols],
-            );
-        }
-    });
-    out
-}
-
-/// RMSNorm of each `w.len()`-wide row in place.
-fn rms_norm_rows(x: &mut [f32], w: &[f32], eps: f32) {
-    let d = w.len();
-    for row in x.chunks_exact_mut(d) {
-        let ms = row.iter().map(|v| v * v).sum::<f32>() / d as f32;
-        let s = 1.0 / (ms + eps).sqrt();
-        row.iter_mut().zip(w).for_each(|(v, w)| *v = *v * s * w);
-    }
-}
-
-/// NEOX RoPE (halves rotate together) of every head of each row, at the row's absolute position.
-fn rope_neox(x: &mut [f32], positions: &[usize], head_dim: usize, theta: f32) {
-    let half = head_dim / 2;
-    let inv: Vec<f32> = (0..half)
-        .map(|j| 1.0 / theta.powf((2 * j) as f32 / head_dim as f32))
-        .collect();
-    let width = x.len() / positions.len().max(1);
-    for (row, &p) in x.chunks_exact_mut(width).zip(positions) {
-        for head in row.chunks_exact_mut(head_dim) {
-            for j in 0..half {
-                let a = p as f32 * inv[j];
-                let (s, c) = a.sin_cos();
-                let (x0, x1) = (head[j], head[j + half]);
-                head[j] = x0 * c - x1 * s;
-                head[j + half] = x1 * c + x0 * s;
-            }
-        }
-    }
-}
-
-/// Non-causal attention of `n` block queries over the context K/V (`kc`, `vc`) followed by the block's own K/V.
-fn attention(
-    c: &DraftConfig,
-    q: &[f32],
-    kc: &[f32],
-    vc: &[f32],
-    kb: &[f32],
-    vb: &[f32],
-    n: usize,
-) -> Vec<f32> {
-    let hd = c.head_dim;
-    let (qd, kvd) = (c.n_head * hd, c.n_head_kv * hd);
-    let group = c.n_head / c.n_head_kv;
-    let n_ctx = kc.len() / kvd;
-    let scale = 1.0 / (hd as f32).sqrt();
-    let mut out = vec![0f32; n * qd];
-    out.par_chunks_mut(hd).enumerate().for_each(|(idx, o)| {
-        let (r, h) = (idx / c.n_head, idx % c.n_head);
-        let kh = h / group;
-        let qv = &q[r * qd + h * hd..r * qd + (h + 1) * hd];
-        let key = |j: usize| -> (&[f32], &[f32]) {
-            let (ks, vs, jj) = if j < n_ctx {
-                (kc, vc, j)
-            } else {
-                (kb, vb, j - n_ctx)
-            };
-            let at = jj * kvd + kh * hd;
-            (&ks[at..at + hd], &vs[at..at + hd])
-        };
-        let scores: Vec<f32> = (0..n_ctx + n).map(|j| dot(qv, key(j).0) * scale).collect();
-        let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let e: Vec<f32> = scores.iter().map(|s| (s - m).exp()).collect();
-        let z: f32 = e.iter().sum();
-        for (j, w) in e.iter().enumerate() {
-            let vv = key(j).1;
-            let w = w / z;
-            o.iter_mut().zip(vv).for_each(|(o, v)| *o += w * v);
-        }
-    });
-    out
 }

@@ -1,12 +1,11 @@
 //! A drafter as one GGUF (`kiln convert-draft`): the z-lab `config.json` text verbatim under
 //! `dflash.config_json` (so the same strict parser reads it) and the tensors under their safetensors names, in
 //! ggml shape order; matrices may be stored quantized (any type whose block size divides the row length),
-//! norms stay f32. Loading widens everything to f32, like the safetensors path.
+//! norms stay f32. The drafter runs its matrices in the stored type.
 
 use super::config::DraftConfig;
-use super::drafter::TensorMap;
 use crate::error::{Error, Result};
-use kiln_gguf::{GgufFile, GgufWriter};
+use kiln_gguf::GgufWriter;
 use kiln_quant::GgmlType;
 use std::path::Path;
 
@@ -65,28 +64,4 @@ pub fn convert_to_gguf(dir: &Path, out: &Path, ty: GgmlType) -> Result<usize> {
     }
     dw.finish()?;
     Ok(kept_f32)
-}
-
-/// Reads a converted drafter: its config and its tensors widened to f32 (HF shape order).
-pub(crate) fn read_gguf(path: &Path) -> Result<(DraftConfig, TensorMap)> {
-    let file = GgufFile::open(path)?;
-    let meta = file.metadata();
-    let arch = meta.get_str("general.architecture")?;
-    if arch != DRAFT_ARCH {
-        return Err(Error::Config(format!(
-            "{}: general.architecture is '{arch}', not a converted DFlash drafter ('{DRAFT_ARCH}')",
-            path.display()
-        )));
-    }
-    let cfg = DraftConfig::parse(meta.get_str(CONFIG_KEY)?)?;
-    let mut map = TensorMap::new();
-    for t in file.tensors() {
-        let n: u64 = t.shape.iter().product();
-        let mut vals = vec![0f32; n as usize];
-        kiln_quant::dequantize(t.ty, file.tensor_data(t), &mut vals)
-            .map_err(|e| qerr(&t.name, e))?;
-        let shape = t.shape.iter().rev().map(|&d| d as usize).collect();
-        map.insert(t.name.clone(), (shape, vals));
-    }
-    Ok((cfg, map))
 }

@@ -182,7 +182,8 @@ pub fn generate_with(
     // Greedy verification needs only each row's argmax: computed where the logits are (4 bytes a row from a GPU).
     let argmax_only = params.sampler.is_plain_argmax() && acceptance == Acceptance::Exact;
     let block_max = dc.block_size.min(chunk);
-    let mut dstate: DraftState = drafter.new_state();
+    let be = session.model().backend();
+    let mut dstate: DraftState = drafter.new_state(be, session.slot_ctx())?;
     let base = session.len(slot);
     if base != 0 {
         return Err(Error::Batch(format!(
@@ -212,7 +213,7 @@ pub fn generate_with(
             prefill: true,
         };
         let out = session.forward(&batch)?;
-        drafter.append_context(&mut dstate, &features(&out, &ids, hidden, toks.len())?)?;
+        drafter.append_context(be, &mut dstate, &features(&out, &ids, hidden, toks.len())?)?;
         if !out.logits.is_empty() {
             logits = out.logits;
         }
@@ -263,7 +264,7 @@ pub fn generate_with(
         }
         let v = block_max.min(room).min(budget);
         let t0 = Instant::now();
-        let mut drafts = drafter.propose(session.model().backend(), &dstate, pending, v)?;
+        let mut drafts = drafter.propose(be, &mut dstate, pending, v)?;
         stats.draft_time += t0.elapsed();
         if let Some(f) = forced {
             force_drafts(f, &mut drafts, tokens.len(), n_vocab);
@@ -329,7 +330,11 @@ pub fn generate_with(
             return done(tokens, r, stats);
         }
         let t0 = Instant::now();
-        drafter.append_context(&mut dstate, &features(&out, &ids, hidden, accepted + 1)?)?;
+        drafter.append_context(
+            be,
+            &mut dstate,
+            &features(&out, &ids, hidden, accepted + 1)?,
+        )?;
         stats.draft_time += t0.elapsed();
     }
 }

@@ -429,7 +429,10 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             slot.cache.truncate(pick.reuse);
             if let Some(d) = &self.drafter {
                 if speculative && slot.draft.is_none() {
-                    slot.draft = Some(d.new_state());
+                    // A state that cannot be allocated is made again (or reported) when the request verifies.
+                    slot.draft = d
+                        .new_state(self.session.model().backend(), self.session.slot_ctx())
+                        .ok();
                 }
                 if let Some(st) = slot.draft.as_mut() {
                     d.truncate(st, pick.reuse);

@@ -50,7 +50,20 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             .min(slot_ctx.saturating_sub(len))
             .min(job.req.max_tokens.saturating_sub(job.generated))
             .max(1);
-        let st = slot.draft.get_or_insert_with(|| drafter.new_state());
+        if slot.draft.is_none() {
+            match drafter.new_state(model.backend(), slot_ctx) {
+                Ok(st) => slot.draft = Some(st),
+                Err(e) => {
+                    if let Some(job) = slot.job.take() {
+                        self.end(job, None, Some(format!("drafter: {e}")));
+                    }
+                    return;
+                }
+            }
+        }
+        let Some(st) = slot.draft.as_mut() else {
+            return;
+        };
         let mut drafts = match drafter.propose(model.backend(), st, pending, v) {
             Ok(d) => d,
             Err(e) => {
@@ -82,6 +95,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         };
         let ids = &drafter.config().target_layer_ids;
         let hidden = drafter.config().hidden;
+        let be = self.session.model().backend();
         let mut i = 0;
         while i < kinds.len() {
             let RowKind::Prefill { slot: s } = kinds[i] else {
@@ -99,7 +113,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 // context is truncated to the reused prefix on admission and prefill runs in order.
                 let r = if st.len() == batch.rows[i].pos {
                     features_of_rows(out, ids, hidden, i, n)
-                        .and_then(|f| drafter.append_context(st, &f))
+                        .and_then(|f| drafter.append_context(be, st, &f))
                 } else {
                     Err(crate::Error::Batch(format!(
                         "drafter context holds {} positions, the prefill chunk starts at {}",
@@ -183,8 +197,9 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         let drafter = self.drafter.clone();
         if let (Some(d), Some(st)) = (drafter, slot.draft.as_mut()) {
             let cfg = d.config();
+            let be = self.session.model().backend();
             let r = features_of_rows(out, &cfg.target_layer_ids, cfg.hidden, start, kept)
-                .and_then(|f| d.append_context(st, &f));
+                .and_then(|f| d.append_context(be, st, &f));
             if let Err(e) = r {
                 slot.draft = None;
                 if let Some(job) = slot.job.take() {
