@@ -131,6 +131,7 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
         for fused in [false, true] {
             attention_check(dev, &mut rng, f16, fused, &mut checks)?;
         }
+        visible_attention_check(dev, &mut rng, f16, &mut checks)?;
     }
     graph_check(dev, &mut rng, &mut checks)?;
     Ok(checks)
@@ -743,6 +744,109 @@ fn attention_check(
     checks.push(Check {
         name: format!("attention {form} {kvn} batch invariance"),
         err: bits_differ(&g2[qd..], &gd),
+        tol: 0.0,
+    });
+    Ok(())
+}
+
+/// A DFlash drafter's attention: a context stored with `kv_store` (no attention), then a block of 16 rows at the
+/// positions after it, every row attending to the whole context and block (`attention_visible`), against the host
+/// reference; one row recomputed alone gives the same bits.
+fn visible_attention_check(
+    dev: &Device,
+    rng: &mut Rng,
+    f16: bool,
+    checks: &mut Vec<Check>,
+) -> Result<()> {
+    let (ctx, nh, nkv, hd, n_ctx, n) = (300usize, 8usize, 2usize, 64usize, 100usize, 16usize);
+    let (qd, kvd) = (nh * hd, nkv * hd);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut kv = dev.alloc_kv(1, 1, ctx, kvd, f16)?;
+    dev.reserve_attention(n, nh, hd, ctx)?;
+    let round = |v: f32| {
+        if f16 {
+            half::f16::from_f32(v).to_f32() as f64
+        } else {
+            v as f64
+        }
+    };
+    let (kc, vc) = (rng.vec(n_ctx * kvd), rng.vec(n_ctx * kvd));
+    let rows: Vec<(usize, usize)> = (0..n_ctx).map(|p| (0, p)).collect();
+    dev.set_pass(&[], &rows, &[], false)?;
+    dev.kv_store(&mut kv, &dev.upload(&kc)?, &dev.upload(&vc)?, 0, n_ctx)?;
+    let (q, kb, vb) = (rng.vec(n * qd), rng.vec(n * kvd), rng.vec(n * kvd));
+    let block: Vec<(usize, usize)> = (0..n).map(|i| (0, n_ctx + i)).collect();
+    let visible = n_ctx + n;
+    let keys: Vec<f32> = [kc.clone(), kb.clone()].concat();
+    let vals: Vec<f32> = [vc.clone(), vb.clone()].concat();
+    let mut want = vec![0f64; n * qd];
+    for i in 0..n {
+        for h in 0..nh {
+            let g = h / (nh / nkv);
+            let sc: Vec<f64> = (0..visible)
+                .map(|t| {
+                    (0..hd)
+                        .map(|d| q[i * qd + h * hd + d] as f64 * round(keys[t * kvd + g * hd + d]))
+                        .sum::<f64>()
+                        * scale as f64
+                })
+                .collect();
+            let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = sc.iter().map(|v| (v - mx).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for d in 0..hd {
+                want[i * qd + h * hd + d] = (0..visible)
+                    .map(|t| e[t] * round(vals[t * kvd + g * hd + d]))
+                    .sum::<f64>()
+                    / z;
+            }
+        }
+    }
+    let call = |rows: &[(usize, usize)],
+                q: &[f32],
+                k: &[f32],
+                v: &[f32],
+                kv: &mut DKv|
+     -> Result<Vec<f32>> {
+        dev.set_pass(&[], rows, &[], false)?;
+        let mut out = dev.alloc(rows.len() * qd)?;
+        let (qb, kb, vb) = (dev.upload(q)?, dev.upload(k)?, dev.upload(v)?);
+        dev.attention_visible(
+            &mut out,
+            &qb,
+            &kb,
+            &vb,
+            kv,
+            0,
+            rows.len(),
+            nh,
+            nkv,
+            hd,
+            scale,
+            visible,
+        )?;
+        let mut got = vec![0f32; rows.len() * qd];
+        dev.read(&out, &mut got)?;
+        Ok(got)
+    };
+    let got = call(&block, &q, &kb, &vb, &mut kv)?;
+    let kvn = if f16 { "f16" } else { "f32" };
+    checks.push(Check {
+        name: format!("attention over a visible span {kvn} KV (context 100 by kv_store, block of 16, GQA 8/2x64)"),
+        err: rel_err(&got, &want),
+        tol: 1e-5,
+    });
+    let r = 5;
+    let one = call(
+        &block[r..r + 1],
+        &q[r * qd..(r + 1) * qd],
+        &kb[r * kvd..(r + 1) * kvd],
+        &vb[r * kvd..(r + 1) * kvd],
+        &mut kv,
+    )?;
+    checks.push(Check {
+        name: format!("attention over a visible span {kvn} KV: a row alone"),
+        err: bits_differ(&one, &got[r * qd..(r + 1) * qd]),
         tol: 0.0,
     });
     Ok(())
