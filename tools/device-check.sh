@@ -9,7 +9,8 @@
 #      kill-switch A/B of each optimization.
 # Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip its debug info to copy it over).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
-# Sections: STEPS="selftest sanitizer kernels parity bench" (default all; kernels = per-kernel timings). Logs go to $OUT (default
+# Sections: STEPS="selftest sanitizer kernels parity bench dflash" (default all; kernels = per-kernel timings;
+# dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
 set -uo pipefail
 
@@ -18,7 +19,7 @@ OUT=${OUT:-/tmp/kiln-device-check}
 WORK=${WORK:-$(mktemp -d)}
 CHUNKS=${CHUNKS:-4}
 CTX=${CTX:-256}
-STEPS=${STEPS:-selftest sanitizer kernels parity bench}
+STEPS=${STEPS:-selftest sanitizer kernels parity bench dflash}
 TOKENIZER=${TOKENIZER:-.test-assets/tokenizer-qwen3/tokenizer.json}
 mkdir -p "$OUT"
 export XDG_CACHE_HOME="$WORK/cache" # a fresh kernel cache: the first self-test compiles, the second loads
@@ -131,4 +132,17 @@ if want bench; then
     step frontier-no-mma timeout 300 env KILN_NO_CUDA_PREFILL_MMA=1 "$KILN" "${fr[@]}" \
         --ref-frontier-logits "$WORK/frontier-mma"
     grep -E "^\||frontier" "$OUT/frontier.log" "$OUT/frontier-no-mma.log" | tee -a "$OUT/summary.txt"
+fi
+
+# 4. DFlash on the GPU: the drafter's step and the verify block against plain decoding, at forced acceptance
+# (the drafter computes for real; drafts replaced by the plain continuation, at most K accepted a round).
+if want dflash; then
+    [ -f "$WORK/q8b-q4km.gguf" ] || step synth-8b-q4km "$KILN" synth --arch qwen3 --preset 8b --quant q4_k_m \
+        "${tok[@]}" -o "$WORK/q8b-q4km.gguf"
+    step synth-draft-8b "$KILN" synth --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0 \
+        -o "$WORK/d8b-q8.gguf"
+    step bench-dflash timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
+        --draft-force 3,6,9 -d 256 -n 128 -r 2
+    say "DFlash (CUDA, forced acceptance):"
+    grep -E "^\||dflash|τ|tau" "$OUT/bench-dflash.log" | tee -a "$OUT/summary.txt"
 fi

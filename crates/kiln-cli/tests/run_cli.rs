@@ -140,3 +140,62 @@ fn missing_model_is_one_error_line() {
     assert!(err.starts_with("kiln: error:"), "{err}");
     assert!(out.stdout.is_empty());
 }
+
+/// `kiln synth --arch dflash` writes a drafter of a target's shape that `kiln run --draft` loads, and greedy
+/// speculative output equals plain output (a random drafter: almost every draft rejected, rollback every round).
+#[test]
+fn synthesized_drafter_runs_and_agrees_with_plain_greedy() {
+    let dir = std::env::temp_dir().join(format!("kiln-run-cli-draft-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (target, draft) = (dir.join("t.gguf"), dir.join("d.gguf"));
+    let kiln = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .env_remove("KILN_NO_SIMD")
+            .env_remove("KILN_NO_QUANT_ACT")
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "kiln {args:?}: {stderr}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+    };
+    let (t, d) = (target.to_str().unwrap(), draft.to_str().unwrap());
+    kiln(&[
+        "synth", "--arch", "qwen3", "--preset", "tiny", "--quant", "q8_0", "-o", t,
+    ]);
+    let (_, made) = kiln(&[
+        "synth",
+        "--arch",
+        "dflash",
+        "--target",
+        t,
+        "--draft-layers",
+        "2",
+        "--block",
+        "8",
+        "--quant",
+        "q8_0",
+        "-o",
+        d,
+    ]);
+    assert!(
+        made.contains("DFlash drafter: 2 layers, hidden 256, block 8"),
+        "{made}"
+    );
+    let gen = [
+        "run",
+        "-m",
+        t,
+        "-p",
+        "hello there",
+        "-n",
+        "40",
+        "--temp",
+        "0",
+    ];
+    let (plain, _) = kiln(&gen);
+    let (spec, log) = kiln(&[&gen[..], &["--draft", d]].concat());
+    assert_eq!(spec, plain);
+    assert!(log.contains("dflash tau"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -56,6 +56,52 @@ fn values(state: &mut u64, n: usize, center: f32, amp: f32) -> Vec<u8> {
     out
 }
 
+/// The shape of a drafter for the target GGUF at `target`, as z-lab builds them: the target's hidden size, FFN
+/// width, heads and RoPE base, `n_layer` layers, `block_size`, taps by [`super::default_layer_ids`], and the
+/// mask token `mask_token_id` (any id inside the target's embedding table).
+pub fn draft_spec_for(
+    target: &Path,
+    n_layer: usize,
+    block_size: usize,
+    mask_token_id: Option<u32>,
+    seed: u64,
+) -> Result<DraftSpec> {
+    let file = kiln_gguf::GgufFile::open(target)?;
+    let arch = crate::Arch::from_name(file.metadata().get_str("general.architecture")?)?;
+    let n_vocab = file
+        .tensor("token_embd.weight")
+        .and_then(|t| t.shape.get(1).copied())
+        .ok_or_else(|| Error::Config(format!("{}: no token_embd.weight", target.display())))?
+        as usize;
+    let hp = crate::Hparams::from_gguf(arch, file.metadata(), n_vocab)?;
+    if n_layer == 0 || block_size < 2 {
+        return Err(Error::Config(format!(
+            "a drafter needs at least one layer and a block of two (got {n_layer} layers, block {block_size})"
+        )));
+    }
+    let mask = mask_token_id.unwrap_or(n_vocab as u32 - 1);
+    if mask as usize >= n_vocab {
+        return Err(Error::Config(format!(
+            "mask token {mask} is outside the target's {n_vocab}-entry vocabulary"
+        )));
+    }
+    Ok(DraftSpec {
+        hidden: hp.n_embd,
+        n_ff: hp.n_ff,
+        n_layer,
+        n_head: hp.n_head,
+        n_head_kv: hp.n_head_kv,
+        head_dim: hp.head_dim,
+        vocab: n_vocab,
+        block_size,
+        num_target_layers: hp.n_layer,
+        target_layer_ids: super::default_layer_ids(hp.n_layer, n_layer),
+        mask_token_id: mask,
+        rope_theta: hp.rope_theta,
+        seed,
+    })
+}
+
 /// Writes a random drafter of `spec` into `dir` (created if needed).
 pub fn write_random_drafter(dir: &Path, spec: &DraftSpec) -> Result<()> {
     let io = |e: std::io::Error| Error::Config(format!("{}: {e}", dir.display()));
