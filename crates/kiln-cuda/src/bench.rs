@@ -242,7 +242,7 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
     };
     dev.set_pass(&[], &[], &[], false)?;
     let us = time(dev, 5, &mut || {
-        dev.run_pass([u64::MAX, 0, 0, 0], true, &mut f)
+        dev.run_pass([u64::MAX, 0, 0, 0, 0], true, &mut f)
     })?;
     out.push(Timing {
         name: "graph node (200 tiny kernels, per node)".into(),

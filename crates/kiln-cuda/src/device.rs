@@ -802,7 +802,7 @@ impl Device {
     /// `key` must identify everything the launches depend on besides the metadata (row counts, buffers).
     pub fn run_pass(
         &self,
-        key: [u64; 4],
+        key: [u64; 5],
         capturable: bool,
         f: &mut dyn FnMut() -> Result<()>,
     ) -> Result<()> {
@@ -811,7 +811,7 @@ impl Device {
         }
         let mut graphs = self.lock(&self.graphs);
         let gen = *self.lock(&self.generation);
-        let full = [key[0], key[1], key[2], key[3], gen, 0];
+        let full = [key[0], key[1], key[2], key[3], key[4], gen];
         if let Some(g) = graphs.0.get(&full) {
             return g.launch().map_err(drv("launching a graph"));
         }
@@ -1293,16 +1293,16 @@ impl Device {
         )
     }
 
-    /// `dst[..n] = src[..n]`.
-    pub fn copy(&self, dst: &mut DBuf, src: &DBuf, n: usize) -> Result<()> {
-        self.check("copy", dst.len() >= n && src.len() >= n, || {
-            format!("{n} elements")
+    /// `dst[offset..offset + n] = src[..n]`.
+    pub fn copy(&self, dst: &mut DBuf, offset: usize, src: &DBuf, n: usize) -> Result<()> {
+        self.check("copy", dst.len() >= offset + n && src.len() >= n, || {
+            format!("{n} elements at {offset} into {}", dst.len())
         })?;
         dst.q8_valid.store(0, Ordering::Relaxed);
         if n == 0 {
             return Ok(());
         }
-        let (d, s) = (self.ptr(&dst.data), self.ptr(&src.data));
+        let (d, s) = (self.ptr(&dst.data) + 4 * offset as u64, self.ptr(&src.data));
         self.launch(
             "copy_f32",
             grid(n.div_ceil(256) as u32, 1, 256),

@@ -887,7 +887,7 @@ fn graph_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<(
         let mut f = || -> Result<()> {
             dev.rms_norm(&mut xn, &xb, &nwb, n, width, 1e-6)?;
             dev.matmul(&mut q, &w, &xn, n, false)?;
-            dev.copy(&mut k, &q, n * nkv * hd)?;
+            dev.copy(&mut k, 0, &q, n * nkv * hd)?;
             dev.attention_fused(
                 &mut att,
                 &mut q,
@@ -901,7 +901,7 @@ fn graph_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<(
             )?;
             dev.matmul(&mut out, &w, &att, n, false)
         };
-        dev.run_pass([7, n as u64, 0, 0], graph, &mut f)?;
+        dev.run_pass([7, n as u64, 0, 0, 0], graph, &mut f)?;
         let mut got = vec![0f32; n * rows_out];
         dev.read(&out, &mut got)?;
         Ok(got)

@@ -238,6 +238,15 @@ pub trait Backend: Send + Sync {
     fn read(&self, x: &Self::Buf, dst: &mut [f32]) -> Result<()>;
     /// Copies `src` from the host into the first `src.len()` elements of `dst`.
     fn write(&self, dst: &mut Self::Buf, src: &[f32]) -> Result<()>;
+    /// `dst[offset..offset + n] = src[..n]` on the backend (a tapped layer's hidden states, kept until the pass
+    /// ends so the pass reads nothing back midway).
+    fn copy_into(
+        &self,
+        dst: &mut Self::Buf,
+        offset: usize,
+        src: &Self::Buf,
+        n: usize,
+    ) -> Result<()>;
     /// Stores the rows' K and V (`rows × n_head_kv · head_dim` each) in layer `layer` of the cache at each row's
     /// `(slot, pos)`, without attention (a DFlash drafter's context).
     fn kv_store(

@@ -159,12 +159,12 @@ impl CudaBackend {
 
     /// Runs one forward pass `f` over the rows described by `tokens`/`rows`/`logit_rows`: uploads their metadata,
     /// then runs `f` eagerly or as a CUDA graph (captured the first time `key` is seen, replayed after). `key`
-    /// identifies the session's buffers; `capturable` is false when `f` reads anything back mid-pass; `prefill`
+    /// identifies the buffers the pass uses (and anything else that changes its kernels, such as tapped layers); `capturable` is false when `f` reads anything back mid-pass; `prefill`
     /// marks a pass of prompt rows only ([`crate::Batch::prefill`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn pass(
         &self,
-        key: [u64; 2],
+        key: [u64; 3],
         tokens: &[u32],
         rows: &[AttnRow],
         logit_rows: &[usize],
@@ -180,6 +180,7 @@ impl CudaBackend {
         let full = [
             key[0],
             key[1],
+            key[2],
             rows.len() as u64 | (prefill as u64) << 63,
             logit_rows.len() as u64,
         ];
@@ -415,6 +416,10 @@ impl Backend for CudaBackend {
         self.dev
             .kv_store(kv, k, v, layer, rows.len())
             .map_err(dev_err)
+    }
+
+    fn copy_into(&self, dst: &mut DBuf, offset: usize, src: &DBuf, n: usize) -> Result<()> {
+        self.dev.copy(dst, offset, src, n).map_err(dev_err)
     }
 
     fn write(&self, dst: &mut DBuf, src: &[f32]) -> Result<()> {

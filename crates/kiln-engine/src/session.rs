@@ -137,7 +137,11 @@ fn forward_on<B: Backend>(
     run: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<()>,
 ) -> Result<Vec<(usize, Vec<f32>)>> {
     let hp = model.hparams();
-    let mut hidden = Vec::new();
+    // Tapped layers in layer order, each once; their hidden states stay on the backend until the pass ends.
+    let mut layers = taps.to_vec();
+    layers.sort_unstable();
+    layers.dedup();
+    scratch.reserve_taps(be, hp, layers.len(), rows.len())?;
     run(&mut || {
         let mut pass = Pass {
             be,
@@ -146,11 +150,19 @@ fn forward_on<B: Backend>(
             kv: &mut *kv,
             rows,
             positions,
-            taps,
-            tapped: &mut hidden,
+            taps: &layers,
         };
         model.forward(&mut pass, tokens, logit_rows)
     })?;
+    let mut hidden = Vec::with_capacity(layers.len());
+    if let (false, Some((buf, _))) = (layers.is_empty(), &scratch.taps) {
+        let n = rows.len() * hp.n_embd;
+        let mut all = vec![0f32; layers.len() * n];
+        be.read(buf, &mut all)?;
+        for (&l, h) in layers.iter().zip(all.chunks_exact(n.max(1))) {
+            hidden.push((l, h.to_vec()));
+        }
+    }
     match out {
         LogitsOut::Full(logits) => {
             logits.resize(logit_rows.len() * hp.n_vocab, 0.0);
@@ -383,9 +395,22 @@ impl<'m> Session<'m> {
                 let be = model
                     .cuda()
                     .ok_or_else(|| Error::Device("no GPU backend".into()))?;
-                let key = [scratch.x.id(), kv.id()];
-                // Tapped passes read hidden states back mid-pass, so they cannot be a graph.
-                let capturable = taps.is_empty();
+                // The tap buffer must exist before a capture (which may not allocate); the graph copies the
+                // tapped layers into it, so its identity and the layer set are part of the key.
+                let mut layers = taps.to_vec();
+                layers.sort_unstable();
+                layers.dedup();
+                scratch.reserve_taps(be, model.hparams(), layers.len(), rows.len())?;
+                let tap_key = match &scratch.taps {
+                    Some((buf, _)) if !layers.is_empty() => {
+                        layers.iter().fold(buf.id(), |h, &l| {
+                            h.wrapping_mul(0x100_0000_01B3).wrapping_add(l as u64 + 1)
+                        })
+                    }
+                    _ => 0,
+                };
+                let key = [scratch.x.id(), kv.id(), tap_key];
+                let capturable = true;
                 forward_on(
                     model,
                     be,

@@ -356,6 +356,14 @@ impl Backend for CpuBackend {
         attention::kv_store(kv, layer, k, v, rows)
     }
 
+    fn copy_into(&self, dst: &mut Vec<f32>, offset: usize, src: &Vec<f32>, n: usize) -> Result<()> {
+        if dst.len() < offset + n || src.len() < n {
+            return Err(too_small("copy_into"));
+        }
+        dst[offset..offset + n].copy_from_slice(&src[..n]);
+        Ok(())
+    }
+
     fn write(&self, dst: &mut Vec<f32>, src: &[f32]) -> Result<()> {
         if dst.len() < src.len() {
             return Err(too_small("write"));

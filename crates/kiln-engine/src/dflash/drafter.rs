@@ -521,7 +521,7 @@ impl Drafter {
                         .collect();
                     let toks = vec![0u32; m];
                     g.write(&mut sc.feat, chunk)?;
-                    let key = [sc.feat.id(), kv.id()];
+                    let key = [sc.feat.id(), kv.id(), 0];
                     g.pass(key, &toks, &rows, &[], false, false, &mut || {
                         self.context_rows(g, kv, sc, start, m)
                     })?;
@@ -623,7 +623,7 @@ impl Drafter {
                     .map(|pos| AttnRow { slot: 0, pos })
                     .collect();
                 g.write(&mut sc.x, &x)?;
-                let key = [sc.x.id(), kv.id()];
+                let key = [sc.x.id(), kv.id(), 0];
                 g.pass(key, block, &rows, &logit_rows, false, false, &mut || {
                     self.block_rows(g, kv, sc, start, n)?;
                     if propose {

@@ -3,7 +3,7 @@
 //! The per-architecture files combine them; every intermediate lives in a named [`Scratch`] buffer.
 
 use crate::backend::{AttnParams, AttnRow, Backend, MoeFfn, RopeParams};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::hparams::Hparams;
 use crate::weights::{require_f32, Binder, Weight};
 
@@ -33,6 +33,8 @@ pub(crate) struct Scratch<B: Backend> {
     pub head_in: B::Buf,
     /// Logits, `rows × n_vocab`.
     pub logits: B::Buf,
+    /// Hidden states of the tapped layers, `taps × rows × n_embd` (grown before a tapped pass, outside it).
+    pub taps: Option<(B::Buf, usize)>,
 }
 
 impl<B: Backend> Scratch<B> {
@@ -53,7 +55,23 @@ impl<B: Backend> Scratch<B> {
             act: be.alloc(rows * ff)?,
             head_in: be.alloc(logit_rows * hp.n_embd)?,
             logits: be.alloc(logit_rows * hp.n_vocab)?,
+            taps: None,
         })
+    }
+
+    /// Makes room for `n_taps` tapped layers of `rows` rows.
+    pub(crate) fn reserve_taps(
+        &mut self,
+        be: &B,
+        hp: &Hparams,
+        n_taps: usize,
+        rows: usize,
+    ) -> Result<()> {
+        let need = n_taps * rows * hp.n_embd;
+        if need > 0 && self.taps.as_ref().is_none_or(|(_, cap)| *cap < need) {
+            self.taps = Some((be.alloc(need)?, need));
+        }
+        Ok(())
     }
 }
 
@@ -65,10 +83,9 @@ pub(crate) struct Pass<'a, B: Backend> {
     pub kv: &'a mut B::Kv,
     pub rows: &'a [AttnRow],
     pub positions: &'a [usize],
-    /// Layers whose output hidden states (the residual stream after the layer) are read back.
+    /// Layers whose output hidden states (the residual stream after the layer) are kept, ascending and
+    /// distinct; layer `taps[t]` goes to slot `t` of the scratch's tap buffer.
     pub taps: &'a [usize],
-    /// `(layer, rows × n_embd values)` for each tapped layer, in layer order.
-    pub tapped: &'a mut Vec<(usize, Vec<f32>)>,
 }
 
 impl<B: Backend> Pass<'_, B> {
@@ -76,12 +93,17 @@ impl<B: Backend> Pass<'_, B> {
         self.rows.len()
     }
 
-    /// Called by each architecture after layer `il`: reads the hidden state back if the layer is tapped.
+    /// Called by each architecture after layer `il`: keeps the hidden state if the layer is tapped (a copy on
+    /// the backend; the session reads them all after the pass).
     pub(crate) fn after_layer(&mut self, il: usize) -> Result<()> {
-        if self.taps.contains(&il) {
-            let mut h = vec![0f32; self.n() * self.hp.n_embd];
-            self.be.read(&self.st.x, &mut h)?;
-            self.tapped.push((il, h));
+        if let Some(t) = self.taps.iter().position(|&l| l == il) {
+            let n = self.n() * self.hp.n_embd;
+            let (buf, _) = self
+                .st
+                .taps
+                .as_mut()
+                .ok_or_else(|| Error::Batch("tapped pass without a tap buffer".into()))?;
+            self.be.copy_into(buf, t * n, &self.st.x, n)?;
         }
         Ok(())
     }
