@@ -16,13 +16,16 @@ set -uo pipefail
 
 KILN=${1:-${KILN:-target/release/kiln}}
 OUT=${OUT:-/tmp/kiln-device-check}
-WORK=${WORK:-$(mktemp -d)}
+# Synthesized models stay in WORK between runs (a warm GPU machine keeps /tmp): one call per section fits the
+# device's per-command limit, e.g. STEPS="selftest sanitizer kernels", then "parity", "bench", "dflash".
+WORK=${WORK:-/tmp/kiln-device-work}
+mkdir -p "$WORK"
 CHUNKS=${CHUNKS:-4}
 CTX=${CTX:-256}
 STEPS=${STEPS:-selftest sanitizer kernels parity bench dflash}
 TOKENIZER=${TOKENIZER:-.test-assets/tokenizer-qwen3/tokenizer.json}
 mkdir -p "$OUT"
-export XDG_CACHE_HOME="$WORK/cache" # a fresh kernel cache: the first self-test compiles, the second loads
+export XDG_CACHE_HOME="$WORK/cache-$$" # a fresh kernel cache: the first self-test compiles, the second loads
 
 say() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 # step NAME CMD...: runs CMD with its output in $OUT/NAME.log; stops the script when it fails.
@@ -41,6 +44,16 @@ step() {
     say "ok: $name ($((SECONDS - t0)) s)"
 }
 want() { [[ " $STEPS " == *" $1 "* ]]; }
+# synth NAME FILE ARGS...: synthesizes FILE once (kept in WORK for later runs).
+synth() {
+    local name=$1 file=$2
+    shift 2
+    if [ -s "$file" ]; then
+        say "reusing $file"
+    else
+        step "$name" "$KILN" synth "$@" -o "$file.tmp" && mv "$file.tmp" "$file"
+    fi
+}
 # Pack the logs into one archive at exit (one file to copy off the GPU machine).
 trap 'tar czf "$OUT/logs.tgz" -C "$OUT" --remove-files $(cd "$OUT" && ls *.log 2>/dev/null) 2>/dev/null' EXIT
 
@@ -76,7 +89,7 @@ parity() {
     local t=()
     # The real Qwen3 tokenizer for the real-size Qwen3 presets; llama and tiny presets carry their own vocabulary.
     [ "$arch" != llama ] && [ "$preset" != tiny ] && t=("${tok[@]}")
-    step "synth-$tag" "$KILN" synth --arch "$arch" --preset "$preset" --quant "$quant" "${t[@]}" -o "$m"
+    synth "synth-$tag" "$m" --arch "$arch" --preset "$preset" --quant "$quant" "${t[@]}"
     local sc=(score -m "$m" -f "$WORK/text.txt" -c "$CTX" --chunks "$CHUNKS")
     step "score-cpu-ref-$tag" env KILN_NO_QUANT_ACT=1 "$KILN" "${sc[@]}" --dump-logits "$WORK/ref-$tag"
     step "score-cuda-ref-$tag" env KILN_NO_QUANT_ACT=1 "$KILN" "${sc[@]}" --device cuda --ref-logits "$WORK/ref-$tag"
@@ -100,9 +113,9 @@ fi
 
 # 3. Speed. Byte counts for the roofline: `kiln info` gives each model's size.
 if want bench; then
-    step synth-8b-q4km "$KILN" synth --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}" -o "$WORK/q8b-q4km.gguf"
-    step synth-8b-q8 "$KILN" synth --arch qwen3 --preset 8b --quant q8_0 "${tok[@]}" -o "$WORK/q8b-q8.gguf"
-    step synth-06b-q4km "$KILN" synth --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}" -o "$WORK/q06-q4km.gguf"
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    synth synth-8b-q8 "$WORK/q8b-q8.gguf" --arch qwen3 --preset 8b --quant q8_0 "${tok[@]}"
+    synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
     models=(-m "$WORK/q8b-q4km.gguf" -m "$WORK/q8b-q8.gguf" -m "$WORK/q06-q4km.gguf")
     step bench-tg "$KILN" bench "${models[@]}" --device cuda -p 0 -n 128 -r 3
     step bench-block16 "$KILN" bench "${models[@]}" --device cuda -p 16 -b 16 -n 0 -r 5
@@ -137,10 +150,8 @@ fi
 # 4. DFlash on the GPU: the drafter's step and the verify block against plain decoding, at forced acceptance
 # (the drafter computes for real; drafts replaced by the plain continuation, at most K accepted a round).
 if want dflash; then
-    [ -f "$WORK/q8b-q4km.gguf" ] || step synth-8b-q4km "$KILN" synth --arch qwen3 --preset 8b --quant q4_k_m \
-        "${tok[@]}" -o "$WORK/q8b-q4km.gguf"
-    step synth-draft-8b "$KILN" synth --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0 \
-        -o "$WORK/d8b-q8.gguf"
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
     step bench-dflash timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
         --draft-force 3,6,9 -d 256 -n 128 -r 2
     say "DFlash (CUDA, forced acceptance):"
