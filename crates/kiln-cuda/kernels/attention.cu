@@ -23,10 +23,11 @@ extern "C" __global__ void kv_append(void* kc, void* vc, const float* k, const f
     }
 }
 
-// Positions row r attends to: 0..=pos (causal), or 0..n_vis for every row when n_vis > 0 (a DFlash drafter's
-// block, whose rows see one another).
+// Positions row r attends to: 0..=pos (causal, n_vis 0), or for every row up to the pass's last row (n_vis < 0:
+// a DFlash drafter's block, whose rows see one another; read from the metadata, so a graph replays it right).
+// grid.y is the row count in every attention kernel.
 __device__ __forceinline__ int attn_len(const int* positions, int r, int n_vis) {
-    return n_vis > 0 ? n_vis : positions[r] + 1;
+    return n_vis < 0 ? positions[gridDim.y - 1] + 1 : positions[r] + 1;
 }
 
 // One block per (head, row): softmax(q . K[0..=pos] * scale) . V over the row's slot. `scores` is scratch of

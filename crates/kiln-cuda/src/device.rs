@@ -1430,7 +1430,8 @@ impl Device {
     }
 
     /// [`Device::attention`] with every row attending to positions `0..visible` of its slot instead of
-    /// `0..=pos` (`visible` 0: causal). Every row's position must be below `visible`.
+    /// `0..=pos` (`visible` 0: causal). `visible` must be the last row's position + 1 (the kernels read it from
+    /// the pass metadata, so a captured pass replays with the current span).
     #[allow(clippy::too_many_arguments)]
     pub fn attention_visible(
         &self,
@@ -1452,10 +1453,16 @@ impl Device {
             let (_, _, slot_ctx, _) = kv.dims;
             let m = self.lock(&self.meta);
             let late = m.rows.iter().take(n).find(|&&(_, p)| p >= visible).copied();
+            let last = n
+                .checked_sub(1)
+                .and_then(|i| m.rows.get(i))
+                .map(|&(_, p)| p + 1);
             drop(m);
-            self.check("attention", visible <= slot_ctx && late.is_none(), || {
-                format!("{visible} visible positions of a {slot_ctx}-position slot, row {late:?}")
-            })?;
+            self.check(
+                "attention",
+                visible <= slot_ctx && late.is_none() && last == Some(visible),
+                || format!("{visible} visible positions of a {slot_ctx}-position slot (last row ends at {last:?}, row {late:?})"),
+            )?;
         }
         out.q8_valid.store(0, Ordering::Relaxed);
         if n == 0 {
@@ -1622,7 +1629,7 @@ impl Device {
         scale: f32,
         visible: usize,
     ) -> Result<()> {
-        let vis = visible as i32;
+        let vis: i32 = if visible > 0 { -1 } else { 0 };
         let (_, n_slots, slot_ctx, _) = kv.dims;
         self.reserve_attention(n, n_head, head_dim, slot_ctx)?;
         let [_, sp, pp, _] = self.meta_ptrs();

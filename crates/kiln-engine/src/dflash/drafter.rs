@@ -356,6 +356,10 @@ impl Drafter {
         };
         #[cfg(feature = "cuda")]
         if let Some(g) = &self.gpu {
+            // Attention scratch sized now: the drafter's passes are captured as graphs, which may not allocate.
+            g.device()
+                .reserve_attention(c.block_size, c.n_head, c.head_dim, capacity)
+                .map_err(|e| Error::Device(e.to_string()))?;
             // f16: the GPU's split-KV attention reads f16 caches.
             return Ok(DraftState {
                 len: 0,
@@ -522,7 +526,7 @@ impl Drafter {
                     let toks = vec![0u32; m];
                     g.write(&mut sc.feat, chunk)?;
                     let key = [sc.feat.id(), kv.id(), 0];
-                    g.pass(key, &toks, &rows, &[], false, false, &mut || {
+                    g.pass(key, &toks, &rows, &[], true, false, &mut || {
                         self.context_rows(g, kv, sc, start, m)
                     })?;
                 }
@@ -624,7 +628,7 @@ impl Drafter {
                     .collect();
                 g.write(&mut sc.x, &x)?;
                 let key = [sc.x.id(), kv.id(), 0];
-                g.pass(key, block, &rows, &logit_rows, false, false, &mut || {
+                g.pass(key, block, &rows, &logit_rows, true, false, &mut || {
                     self.block_rows(g, kv, sc, start, n)?;
                     if propose {
                         g.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
