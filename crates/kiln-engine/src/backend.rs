@@ -257,8 +257,9 @@ pub trait Backend: Send + Sync {
         v: &Self::Buf,
         rows: &[AttnRow],
     ) -> Result<()>;
-    /// [`Backend::attention`], except that every row attends to positions `0..visible` of its slot (each row's
-    /// `pos < visible`): the rows see one another whatever their order, as a DFlash drafter's block does.
+    /// [`Backend::attention`], except that every row attends to positions `0..visible` of its slot, where
+    /// `visible` is the last row's position + 1: the rows of a block see one another whatever their order, as a
+    /// DFlash drafter's block does.
     #[allow(clippy::too_many_arguments)]
     fn attention_visible(
         &self,

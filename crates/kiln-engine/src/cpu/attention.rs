@@ -232,7 +232,9 @@ pub(crate) fn attention(
                 n_ctx: l.slot_ctx,
             });
         }
-        if visible.is_some_and(|n| r.pos >= n || n > l.slot_ctx) {
+        if visible.is_some_and(|n| {
+            r.pos >= n || n > l.slot_ctx || rows.last().map(|l| l.pos + 1) != Some(n)
+        }) {
             return Err(Error::Batch(format!(
                 "attention over {visible:?} positions for a row at {} of a {}-position slot",
                 r.pos, l.slot_ctx
