@@ -57,6 +57,11 @@ __device__ __forceinline__ float q4k_term(int lo, int hi, float dx0, float dx1, 
     return __fadd_rn(p, __fmul_rn(mk, __fadd_rn(__fmul_rn(mn0, sx0), __fmul_rn(mn1, sx1))));
 }
 
+// Q8_0, one 32-element block: its integer dot `s`, the activation scale `dx` and the weight scale `d`.
+__device__ __forceinline__ float q8_term(int s, float dx, float d) {
+    return __fmul_rn(dx, __fmul_rn(d, (float)s));
+}
+
 // Q6_K, one of a lane's four 16-element pieces, added to the step's sum `p` (which starts at 0).
 __device__ __forceinline__ float q6k_add(float p, int dot, float dx, float s) {
     return __fadd_rn(p, __fmul_rn(dx, __fmul_rn(s, (float)dot)));
@@ -246,7 +251,7 @@ __device__ __forceinline__ void gemv_q8_0_body(int blk, float* out, const u8* w,
                 if (r < nr) {
                     const signed char* xr = xq + (long long)(r0 + r) * width + b * 32;
                     int s = dot16(w1[u], ldg16(xr + 16), dot16(w0[u], ldg16(xr), 0));
-                    acc[r] += xd[(long long)(r0 + r) * nb + b] * (d * (float)s);
+                    acc[r] = __fadd_rn(acc[r], q8_term(s, xd[(long long)(r0 + r) * nb + b], d));
                 }
             }
         }

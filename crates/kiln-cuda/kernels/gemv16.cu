@@ -247,3 +247,62 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q6k(float* out, const u
         res[e] = __fadd_rn(__fadd_rn(st1[0][e], st1[2][e]), __fadd_rn(st1[1][e], st1[3][e]));
     g16_store(out, res, o0, r0, n_out, n_rows, accumulate);
 }
+
+// Q8_0. GEMV lane L takes blocks L, L + 32, L + 64, ...; its tree pairs L with L ^ 16, ^ 8, ^ 4, ^ 2, ^ 1. The lanes
+// are replayed in bit-reversed order (0, 16, 8, 24, 4, ...), so the tree is a running stack of pairwise sums:
+// level j holds the sum of the last 2^j lanes (level 5: all 32). Activations come straight from global memory (L1-resident for
+// the block's 16 rows). grid and block as gemv16_q4k.
+extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const u8* w, const signed char* xq,
+                                                              const float* xd, const float* xs, int width,
+                                                              int n_out, int n_rows, int accumulate) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int o0 = blockIdx.x * 32 + 8 * (threadIdx.x >> 5), r0 = blockIdx.y * 16;
+    int nb = width / 32;
+    const u8* wg = o0 + g < n_out ? w + (long long)(o0 + g) * nb * 32 : nullptr;
+    const u16* dd = (const u16*)(w + (long long)n_out * nb * 32);
+    int oc[2] = {o0 + 2 * t, o0 + 2 * t + 1};
+    int rr[2] = {r0 + g, r0 + g + 8};
+    float stack[6][4];
+#pragma unroll 1
+    for (int k = 0; k < 32; k++) {
+        int L = (int)(__brev((unsigned)k) >> 27); // bit-reversed 5-bit index
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int b = L; b < nb; b += 32) {
+            int a[2][2], bw[2];
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    a[hh][i] = rr[i] < n_rows
+                                   ? *(const int*)(xq + (long long)rr[i] * width + b * 32 + 16 * hh + 4 * t)
+                                   : 0;
+                bw[hh] = wg ? *(const int*)(wg + b * 32 + 16 * hh + 4 * t) : 0;
+            }
+            int lo[4], hi[4];
+            mma_s8_16816(lo, a[0][0], a[0][1], bw[0]);
+            mma_s8_16816(hi, a[1][0], a[1][1], bw[1]);
+            float d[2], dx[2];
+#pragma unroll
+            for (int cc = 0; cc < 2; cc++) d[cc] = oc[cc] < n_out ? h2f(dd[(long long)oc[cc] * nb + b]) : 0.0f;
+#pragma unroll
+            for (int i = 0; i < 2; i++) dx[i] = rr[i] < n_rows ? xd[(long long)rr[i] * nb + b] : 0.0f;
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[e] = __fadd_rn(acc[e], q8_term(lo[e] + hi[e], dx[e >> 1], d[e & 1]));
+        }
+        // Push lane L: merge with the completed levels below (as many as k has trailing ones), store the sum at
+        // the first free level; the 32nd lane's push leaves the whole tree at level 5.
+        int ones = __ffs(~k) - 1;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float v = acc[e];
+#pragma unroll
+            for (int j = 0; j < 5; j++)
+                if (j < ones) v = __fadd_rn(stack[j][e], v);
+#pragma unroll
+            for (int j = 0; j < 6; j++)
+                if (j == ones) stack[j][e] = v;
+        }
+    }
+    g16_store(out, stack[5], o0, r0, n_out, n_rows, accumulate);
+}
+

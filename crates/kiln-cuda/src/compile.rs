@@ -26,7 +26,7 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 36] = [
+pub const KERNEL_NAMES: [&str; 37] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -39,6 +39,7 @@ pub const KERNEL_NAMES: [&str; 36] = [
     "mmq_q8_0",
     "gemv16_q4k",
     "gemv16_q6k",
+    "gemv16_q8_0",
     "matmul_deq",
     "rms_norm_q8",
     "swiglu_q8",

@@ -37,7 +37,7 @@ const SPLIT_GROUPS: [usize; 5] = [1, 2, 3, 4, 8];
 /// Rows above which a prefill pass's matmuls use the tensor-core kernel (below, the GEMV's one weight read serves
 /// a few rows as well).
 pub const MMQ_MIN_ROWS: usize = 16;
-/// Rows from which other passes' Q4_K/Q6_K matmuls use the tensor-core block kernel (same bits as the GEMV).
+/// Rows from which other passes' Q4_K/Q6_K/Q8_0 matmuls use the tensor-core block kernel (same bits as the GEMV).
 pub const G16_MIN_ROWS: usize = 4;
 /// Graphs kept before the cache is cleared (one per batch shape in practice).
 const MAX_GRAPHS: usize = 64;
@@ -59,8 +59,8 @@ pub struct Options {
     /// Int8 tensor cores for prefill passes ([`Device::set_pass`] with `prefill`) of more than [`MMQ_MIN_ROWS`]
     /// rows on Q4_K/Q6_K/Q8_0 (mmq.cu, its own float order).
     pub prefill_mma: bool,
-    /// Int8 tensor cores for other passes' matmuls of [`G16_MIN_ROWS`] rows or more on Q4_K/Q6_K (gemv16.cu,
-    /// bit-identical to the GEMV).
+    /// Int8 tensor cores for other passes' matmuls of [`G16_MIN_ROWS`] rows or more on Q4_K/Q6_K/Q8_0
+    /// (gemv16.cu, bit-identical to the GEMV).
     pub block_mma: bool,
     /// The reference mode: every matmul on f32 activations against dequantized weights.
     pub reference: bool,
@@ -1037,6 +1037,7 @@ impl Device {
         match w.ty {
             GgmlType::Q4_K => Some(("gemv16_q4k", 16, 32)),
             GgmlType::Q6_K => Some(("gemv16_q6k", 16, 32)),
+            GgmlType::Q8_0 => Some(("gemv16_q8_0", 16, 32)),
             _ => None,
         }
     }

@@ -66,7 +66,7 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_CUDA_BLOCK_MMA",
-        disables: "CUDA: int8 tensor-core kernel for blocks of 4+ decode/verify rows (Q4_K/Q6_K; the GEMV's bits); \
+        disables: "CUDA: int8 tensor-core kernel for blocks of 4+ decode/verify rows (Q4_K/Q6_K/Q8_0; the GEMV's bits); \
                    the 8-row GEMV instead",
         default_on: true,
     },
