@@ -178,20 +178,38 @@ pub(crate) fn read_safetensors(path: &Path) -> Result<TensorMap> {
     Ok(out)
 }
 
-/// A drafter's tensors as a GGUF in memory (f32; norms and matrices alike), from a z-lab directory's map.
-fn map_to_gguf(config_json: &str, map: &TensorMap) -> Result<GgufFile> {
+/// A drafter's tensors as a GGUF in memory, from a z-lab directory's map: norms in f32, matrices in `matrix_ty`
+/// (f32 on the CPU, exact for a bf16 checkpoint; bf16 for a GPU, also exact and half the bytes to read).
+fn map_to_gguf(config_json: &str, map: &TensorMap, matrix_ty: GgmlType) -> Result<GgufFile> {
     let mut names: Vec<&String> = map.keys().collect();
     names.sort();
+    let ty = |name: &str| {
+        if map[name].0.len() == 2 {
+            matrix_ty
+        } else {
+            GgmlType::F32
+        }
+    };
     let mut w = kiln_gguf::GgufWriter::new();
     w.add("general.architecture", DRAFT_ARCH)?;
     w.add(CONFIG_KEY, config_json)?;
     for name in &names {
         let shape: Vec<u64> = map[*name].0.iter().rev().map(|&d| d as u64).collect();
-        w.add_tensor(name, GgmlType::F32, &shape)?;
+        w.add_tensor(name, ty(name), &shape)?;
     }
     let mut dw = w.begin(Vec::new())?;
     for name in names {
-        let bytes: Vec<u8> = map[name].1.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let (shape, vals) = &map[name];
+        let t = ty(name);
+        let rows: usize = shape.iter().rev().skip(1).product();
+        let row_bytes = t
+            .row_bytes(*shape.last().unwrap_or(&0) as u64)
+            .ok_or_else(|| Error::Config(format!("draft tensor '{name}': row length for {t}")))?;
+        let mut bytes = vec![0u8; rows * row_bytes as usize];
+        kiln_quant::quantize(t, vals, &mut bytes).map_err(|e| Error::Quant {
+            name: name.clone(),
+            error: e.to_string(),
+        })?;
         dw.write_tensor_data(name, &bytes)?;
     }
     Ok(GgufFile::from_bytes(dw.finish()?)?)
@@ -238,7 +256,19 @@ impl Drafter {
             let text = std::fs::read_to_string(&cfg_path)
                 .map_err(|e| Error::Config(format!("{}: {e}", cfg_path.display())))?;
             DraftConfig::parse(&text)?;
-            map_to_gguf(&text, &read_safetensors(&path.join("model.safetensors"))?)?
+            #[cfg(feature = "cuda")]
+            let matrix_ty = if target.cuda().is_some() {
+                GgmlType::BF16
+            } else {
+                GgmlType::F32
+            };
+            #[cfg(not(feature = "cuda"))]
+            let matrix_ty = GgmlType::F32;
+            map_to_gguf(
+                &text,
+                &read_safetensors(&path.join("model.safetensors"))?,
+                matrix_ty,
+            )?
         };
         let cfg = DraftConfig::parse(file.metadata().get_str(CONFIG_KEY)?)?;
         cfg.validate_target(target.hparams())?;
