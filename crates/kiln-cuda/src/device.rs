@@ -1469,21 +1469,7 @@ impl Device {
         if n == 0 {
             return Ok(());
         }
-        let (_, n_slots, slot_ctx, kv_dim) = kv.dims;
-        let [_, sp, pp, _] = self.meta_ptrs();
-        let (kc, vc, kp, vp) = (
-            self.ptr(&kv.k),
-            self.ptr(&kv.v),
-            self.ptr(&k.data),
-            self.ptr(&v.data),
-        );
-        let f16 = kv.f16 as i32;
-        let (li, ns, sc, kd) = (layer as i32, n_slots as i32, slot_ctx as i32, kv_dim as i32);
-        self.launch(
-            "kv_append",
-            grid(n as u32, 1, ROW_THREADS),
-            &[&kc, &vc, &kp, &vp, &sp, &pp, &li, &ns, &sc, &kd, &f16],
-        )?;
+        self.kv_append(kv, k, v, layer, n)?;
         self.attend(
             out, q, kv, layer, n, n_head, n_head_kv, head_dim, scale, visible,
         )
@@ -1518,6 +1504,12 @@ impl Device {
         if n == 0 {
             return Ok(());
         }
+        self.kv_append(kv, k, v, layer, n)
+    }
+
+    /// The `kv_append` launch of [`Device::kv_store`] and [`Device::attention`] (arguments already checked).
+    fn kv_append(&self, kv: &mut DKv, k: &DBuf, v: &DBuf, layer: usize, n: usize) -> Result<()> {
+        let (_, n_slots, slot_ctx, kv_dim) = kv.dims;
         let [_, sp, pp, _] = self.meta_ptrs();
         let (kc, vc, kp, vp) = (
             self.ptr(&kv.k),

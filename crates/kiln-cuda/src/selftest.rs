@@ -81,6 +81,52 @@ fn q8_values(x: &[f32]) -> Vec<f64> {
     out
 }
 
+/// `rows × cols` weights of `ty` dequantized on the host.
+fn dequantize_rows(ty: GgmlType, wq: &[u8], rows: usize, cols: usize) -> Result<Vec<f32>> {
+    let row_bytes = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
+    let mut wd = vec![0f32; rows * cols];
+    for r in 0..rows {
+        dequantize(
+            ty,
+            &wq[r * row_bytes..(r + 1) * row_bytes],
+            &mut wd[r * cols..(r + 1) * cols],
+        )
+        .map_err(quant_err)?;
+    }
+    Ok(wd)
+}
+
+/// `W · x[r]` in f64 for `n` rows: `wq` (`rows × cols` of `ty`) dequantized on the host, `x` as the kernels see
+/// it (Q8 blocks when `q8`, else f32).
+fn reference_matmul(
+    ty: GgmlType,
+    wq: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    q8: bool,
+) -> Result<Vec<f64>> {
+    let wd = dequantize_rows(ty, wq, rows, cols)?;
+    let mut want = vec![0f64; n * rows];
+    for i in 0..n {
+        let xr = &x[i * cols..(i + 1) * cols];
+        let xv: Vec<f64> = if q8 {
+            q8_values(xr)
+        } else {
+            xr.iter().map(|&v| v as f64).collect()
+        };
+        for o in 0..rows {
+            want[i * rows + o] = wd[o * cols..(o + 1) * cols]
+                .iter()
+                .zip(&xv)
+                .map(|(&w, &v)| w as f64 * v)
+                .sum();
+        }
+    }
+    Ok(want)
+}
+
 fn quant_err(e: kiln_quant::Error) -> Error {
     Error::Shape {
         op: "selftest",
@@ -145,29 +191,9 @@ fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>)
         return Ok(());
     }
     let (cols, rows, n) = (768usize, 130usize, 70usize);
-    let row_bytes = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
     let wq = random_weight(rng, ty, rows, cols)?;
-    let mut wd = vec![0f32; rows * cols];
-    for r in 0..rows {
-        dequantize(
-            ty,
-            &wq[r * row_bytes..(r + 1) * row_bytes],
-            &mut wd[r * cols..(r + 1) * cols],
-        )
-        .map_err(quant_err)?;
-    }
     let x = rng.vec(n * cols);
-    let mut want = vec![0f64; n * rows];
-    for i in 0..n {
-        let xv = q8_values(&x[i * cols..(i + 1) * cols]);
-        for o in 0..rows {
-            want[i * rows + o] = wd[o * cols..(o + 1) * cols]
-                .iter()
-                .zip(&xv)
-                .map(|(&w, &v)| w as f64 * v)
-                .sum();
-        }
-    }
+    let want = reference_matmul(ty, &wq, rows, cols, &x, n, true)?;
     let w = dev.upload_weight(&format!("test.mmq.{ty}"), ty, cols, rows, &wq, true)?;
     let run = |xs: &[f32], m: usize, prefill: bool, init: Option<&[f32]>| -> Result<Vec<f32>> {
         dev.set_pass(&[], &[], &[], prefill)?;
@@ -223,36 +249,11 @@ fn matmul_check(
 ) -> Result<()> {
     // 37 output rows (a partial block of GEMV warps), 11 activation rows (one full and one partial group of 8).
     let (rows, n) = (37usize, 11usize);
-    let row_bytes = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
     let wq = random_weight(rng, ty, rows, cols)?;
-    let mut wd = vec![0f32; rows * cols];
-    for r in 0..rows {
-        dequantize(
-            ty,
-            &wq[r * row_bytes..(r + 1) * row_bytes],
-            &mut wd[r * cols..(r + 1) * cols],
-        )
-        .map_err(quant_err)?;
-    }
     let x = rng.vec(n * cols);
     use GgmlType::*;
     let q8 = !matches!(ty, F32 | F16 | BF16) && !dev.options().reference;
-    let mut want = vec![0f64; n * rows];
-    for i in 0..n {
-        let xr = &x[i * cols..(i + 1) * cols];
-        let xv: Vec<f64> = if q8 {
-            q8_values(xr)
-        } else {
-            xr.iter().map(|&v| v as f64).collect()
-        };
-        for o in 0..rows {
-            want[i * rows + o] = wd[o * cols..(o + 1) * cols]
-                .iter()
-                .zip(&xv)
-                .map(|(&w, &v)| w as f64 * v)
-                .sum();
-        }
-    }
+    let want = reference_matmul(ty, &wq, rows, cols, &x, n, q8)?;
     let xb = dev.upload(&x)?;
     for gemv in [false, true] {
         let w = dev.upload_weight(&format!("test.{ty}"), ty, cols, rows, &wq, gemv)?;
@@ -310,6 +311,7 @@ fn matmul_check(
         return Ok(());
     }
     // Embedding rows of the same table (GGUF layout), tokens from the pass metadata.
+    let wd = dequantize_rows(ty, &wq, rows, cols)?;
     let w = dev.upload_weight(&format!("test.{ty}"), ty, cols, rows, &wq, false)?;
     let toks = [3u32, 0, 36, 3];
     dev.set_pass(&toks, &[], &[], false)?;

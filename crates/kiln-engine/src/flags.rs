@@ -71,6 +71,17 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_DEVICE_ARGMAX",
+        disables: "greedy tokens chosen where the logits are (a GPU reads back 4 bytes a row); the logits are read \
+                   back and the argmax taken on the host instead (same tokens)",
+        default_on: true,
+    },
+    FlagInfo {
+        env: "KILN_NO_CUDA_DRAFTER",
+        disables: "CUDA: a DFlash drafter runs on its target's GPU; it runs on the host instead (same drafts)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_GRAPH",
         disables: "CUDA: each forward pass captured once as a CUDA graph and replayed; kernels launched one by one",
         default_on: true,
@@ -100,6 +111,10 @@ pub struct Flags {
     pub cuda_prefill_mma: bool,
     /// CUDA: int8 tensor-core kernel for blocks of decode/verify rows.
     pub cuda_block_mma: bool,
+    /// Greedy tokens chosen by the backend where the logits are.
+    pub device_argmax: bool,
+    /// CUDA: a DFlash drafter on its target's GPU.
+    pub cuda_drafter: bool,
 }
 
 impl Default for Flags {
@@ -116,6 +131,8 @@ impl Default for Flags {
             cuda_graph: true,
             cuda_prefill_mma: true,
             cuda_block_mma: true,
+            device_argmax: true,
+            cuda_drafter: true,
         }
     }
 }
@@ -134,6 +151,8 @@ impl Flags {
             cuda_graph: false,
             cuda_prefill_mma: false,
             cuda_block_mma: false,
+            device_argmax: false,
+            cuda_drafter: false,
         }
     }
 
@@ -180,6 +199,8 @@ impl Flags {
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
+                "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,
+                "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),
             }
         }

@@ -132,15 +132,12 @@ fn forward_on<B: Backend>(
     positions: &[usize],
     tokens: &[u32],
     logit_rows: &[usize],
-    taps: &[usize],
+    layers: &[usize],
     out: LogitsOut,
     run: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<()>,
 ) -> Result<Vec<(usize, Vec<f32>)>> {
     let hp = model.hparams();
-    // Tapped layers in layer order, each once; their hidden states stay on the backend until the pass ends.
-    let mut layers = taps.to_vec();
-    layers.sort_unstable();
-    layers.dedup();
+    // `layers` (ascending, distinct) stay on the backend until the pass ends; the buffer is grown outside it.
     scratch.reserve_taps(be, hp, layers.len(), rows.len())?;
     run(&mut || {
         let mut pass = Pass {
@@ -150,7 +147,7 @@ fn forward_on<B: Backend>(
             kv: &mut *kv,
             rows,
             positions,
-            taps: &layers,
+            taps: layers,
         };
         model.forward(&mut pass, tokens, logit_rows)
     })?;
@@ -168,8 +165,17 @@ fn forward_on<B: Backend>(
             logits.resize(logit_rows.len() * hp.n_vocab, 0.0);
             be.read(&scratch.logits, logits)?;
         }
-        LogitsOut::Argmax(ids) => {
+        LogitsOut::Argmax(ids) if model.backend().flags().device_argmax => {
             *ids = be.argmax_rows(&scratch.logits, logit_rows.len(), hp.n_vocab)?
+        }
+        LogitsOut::Argmax(ids) => {
+            // KILN_NO_DEVICE_ARGMAX: the logits come back and the host takes the same argmax.
+            let mut logits = vec![0f32; logit_rows.len() * hp.n_vocab];
+            be.read(&scratch.logits, &mut logits)?;
+            *ids = logits
+                .chunks_exact(hp.n_vocab)
+                .map(crate::sampler::greedy_argmax)
+                .collect();
         }
     }
     Ok(hidden)
@@ -367,6 +373,11 @@ impl<'m> Session<'m> {
             }
         }
         let model = self.model;
+        // Tapped layers in layer order, each once.
+        let mut layers = taps.to_vec();
+        layers.sort_unstable();
+        layers.dedup();
+        let layers = layers.as_slice();
         let (rows, pos, toks, lrows) = (
             &self.attn_rows,
             &self.positions,
@@ -385,7 +396,7 @@ impl<'m> Session<'m> {
                     pos,
                     toks,
                     lrows,
-                    taps,
+                    layers,
                     out,
                     |f| f(),
                 )?
@@ -397,9 +408,6 @@ impl<'m> Session<'m> {
                     .ok_or_else(|| Error::Device("no GPU backend".into()))?;
                 // The tap buffer must exist before a capture (which may not allocate); the graph copies the
                 // tapped layers into it, so its identity and the layer set are part of the key.
-                let mut layers = taps.to_vec();
-                layers.sort_unstable();
-                layers.dedup();
                 scratch.reserve_taps(be, model.hparams(), layers.len(), rows.len())?;
                 let tap_key = match &scratch.taps {
                     Some((buf, _)) if !layers.is_empty() => {
@@ -420,7 +428,7 @@ impl<'m> Session<'m> {
                     pos,
                     toks,
                     lrows,
-                    taps,
+                    layers,
                     out,
                     |f| be.pass(key, toks, rows, lrows, capturable, prefill, f),
                 )?

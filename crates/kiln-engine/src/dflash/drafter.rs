@@ -257,13 +257,14 @@ impl Drafter {
                 .map_err(|e| Error::Config(format!("{}: {e}", cfg_path.display())))?;
             DraftConfig::parse(&text)?;
             #[cfg(feature = "cuda")]
-            let matrix_ty = if target.cuda().is_some() {
+            let on_gpu = target.cuda().is_some() && target.backend().flags().cuda_drafter;
+            #[cfg(not(feature = "cuda"))]
+            let on_gpu = false;
+            let matrix_ty = if on_gpu {
                 GgmlType::BF16
             } else {
                 GgmlType::F32
             };
-            #[cfg(not(feature = "cuda"))]
-            let matrix_ty = GgmlType::F32;
             map_to_gguf(
                 &text,
                 &read_safetensors(&path.join("model.safetensors"))?,
@@ -336,7 +337,7 @@ impl Drafter {
             .unwrap_or_else(|| embd.clone());
         #[cfg(feature = "cuda")]
         let gpu = match target.cuda() {
-            Some(t) => {
+            Some(t) if target.backend().flags().cuda_drafter => {
                 let mut tensors: Vec<(&GgufFile, &kiln_gguf::TensorInfo)> =
                     file.tensors().iter().map(|t| (&*file, t)).collect();
                 let tf = target.gguf();
@@ -351,7 +352,7 @@ impl Drafter {
                     None,
                 )?)
             }
-            None => None,
+            _ => None,
         };
         Ok(Drafter {
             cfg,
@@ -364,6 +365,14 @@ impl Drafter {
             #[cfg(feature = "cuda")]
             gpu,
         })
+    }
+
+    /// The GPU backend of a state that lives on the GPU.
+    #[cfg(feature = "cuda")]
+    fn gpu(&self) -> Result<&crate::cuda::CudaBackend> {
+        self.gpu
+            .as_ref()
+            .ok_or_else(|| Error::Device("a GPU drafter state without the drafter's GPU".into()))
     }
 
     /// The configuration.
@@ -444,10 +453,7 @@ impl Drafter {
     ) -> Result<()> {
         let c = &self.cfg;
         let (_, rope) = self.attn();
-        let rows: Vec<AttnRow> = (start..start + n)
-            .map(|pos| AttnRow { slot: 0, pos })
-            .collect();
-        let positions: Vec<usize> = (start..start + n).collect();
+        let (rows, positions) = rows_at(start, n);
         be.matmul(&mut sc.xn, &self.fc, &sc.feat, n)?;
         be.rms_norm_inplace(&mut sc.xn, &self.hidden_norm, n, c.hidden, c.rms_eps)?;
         for (il, l) in self.layers.iter().enumerate() {
@@ -472,10 +478,7 @@ impl Drafter {
     ) -> Result<()> {
         let c = &self.cfg;
         let (p, rope) = self.attn();
-        let rows: Vec<AttnRow> = (start..start + n)
-            .map(|pos| AttnRow { slot: 0, pos })
-            .collect();
-        let positions: Vec<usize> = (start..start + n).collect();
+        let (rows, positions) = rows_at(start, n);
         for (il, l) in self.layers.iter().enumerate() {
             be.rms_norm(&mut sc.xn, &sc.x, &l.input_norm, n, c.hidden, c.rms_eps)?;
             be.matmul_many(
@@ -546,13 +549,8 @@ impl Drafter {
                 }
                 #[cfg(feature = "cuda")]
                 Exec::Cuda { kv, sc } => {
-                    let g = self
-                        .gpu
-                        .as_ref()
-                        .ok_or_else(|| Error::Device("no drafter GPU".into()))?;
-                    let rows: Vec<AttnRow> = (start..start + m)
-                        .map(|pos| AttnRow { slot: 0, pos })
-                        .collect();
+                    let g = self.gpu()?;
+                    let (rows, _) = rows_at(start, m);
                     let toks = vec![0u32; m];
                     g.write(&mut sc.feat, chunk)?;
                     let key = [sc.feat.id(), kv.id(), 0];
@@ -586,10 +584,7 @@ impl Drafter {
             Exec::Cpu { sc, .. } => be.read(&sc.hidden, &mut out)?,
             #[cfg(feature = "cuda")]
             Exec::Cuda { sc, .. } => {
-                let g = self
-                    .gpu
-                    .as_ref()
-                    .ok_or_else(|| Error::Device("no drafter GPU".into()))?;
+                let g = self.gpu()?;
                 g.read(&sc.hidden, &mut out)?
             }
         }
@@ -649,13 +644,8 @@ impl Drafter {
             }
             #[cfg(feature = "cuda")]
             Exec::Cuda { kv, sc } => {
-                let g = self
-                    .gpu
-                    .as_ref()
-                    .ok_or_else(|| Error::Device("no drafter GPU".into()))?;
-                let rows: Vec<AttnRow> = (start..start + n)
-                    .map(|pos| AttnRow { slot: 0, pos })
-                    .collect();
+                let g = self.gpu()?;
+                let (rows, _) = rows_at(start, n);
                 g.write(&mut sc.x, &x)?;
                 let key = [sc.x.id(), kv.id(), 0];
                 g.pass(key, block, &rows, &logit_rows, true, false, &mut || {
@@ -722,6 +712,18 @@ impl Drafter {
         block[0] = anchor;
         self.run_block(be, st, &block, true)
     }
+}
+
+/// The attention rows (slot 0) and positions of `n` rows from position `start`.
+fn rows_at(start: usize, n: usize) -> (Vec<AttnRow>, Vec<usize>) {
+    let positions: Vec<usize> = (start..start + n).collect();
+    (
+        positions
+            .iter()
+            .map(|&pos| AttnRow { slot: 0, pos })
+            .collect(),
+        positions,
+    )
 }
 
 /// Index of the largest value (the first on ties, like torch.argmax on CPU).
