@@ -114,6 +114,8 @@ pub struct Device {
     meta: Mutex<Meta>,
     /// Attention scratch (split partials or scores), grown only outside graph capture.
     ws: Mutex<CudaSlice<f32>>,
+    /// Greedy tokens of the last [`Device::argmax`] (grown as rows need, never inside a graph).
+    argmax_out: Mutex<CudaSlice<i32>>,
     graphs: Mutex<Graphs>,
     /// Mixture-of-experts intermediates, sized by [`Device::reserve_moe`].
     moe: Mutex<Option<MoeScratch>>,
@@ -371,6 +373,9 @@ impl Device {
         let ws = stream
             .alloc_zeros::<f32>(1)
             .map_err(drv("allocating attention scratch"))?;
+        let argmax_out = stream
+            .alloc_zeros::<i32>(64)
+            .map_err(drv("allocating argmax output"))?;
         Ok(Device {
             ctx,
             stream,
@@ -379,6 +384,7 @@ impl Device {
             opts,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
+            argmax_out: Mutex::new(argmax_out),
             graphs: Mutex::new(Graphs(HashMap::new())),
             moe: Mutex::new(None),
             generation: Mutex::new(0),
@@ -1341,7 +1347,7 @@ impl Device {
         )
     }
 
-    /// Index of the maximum of each of `n_rows` rows of `width` (first on ties).
+    /// Index of the maximum of each of `n_rows` rows of `width` (lowest on ties; see `argmax_rows`).
     pub fn argmax(&self, x: &DBuf, n_rows: usize, width: usize) -> Result<Vec<u32>> {
         self.check("argmax", x.len() >= n_rows * width, || {
             format!("{n_rows} rows of {width}")
@@ -1349,11 +1355,14 @@ impl Device {
         if n_rows == 0 {
             return Ok(Vec::new());
         }
-        let out = self
-            .stream
-            .alloc_zeros::<i32>(n_rows)
-            .map_err(drv("allocating argmax output"))?;
-        let (o, xp) = (self.ptr(&out), self.ptr(&x.data));
+        let mut out = self.lock(&self.argmax_out);
+        if out.len() < n_rows {
+            *out = self
+                .stream
+                .alloc_zeros::<i32>(n_rows.next_power_of_two())
+                .map_err(drv("allocating argmax output"))?;
+        }
+        let (o, xp) = (self.ptr(&*out), self.ptr(&x.data));
         self.launch(
             "argmax_rows",
             grid(n_rows as u32, 1, 1024),
@@ -1361,8 +1370,9 @@ impl Device {
         )?;
         let mut h = vec![0i32; n_rows];
         self.stream
-            .memcpy_dtoh(&out, &mut h)
+            .memcpy_dtoh(&out.slice(..n_rows), &mut h)
             .map_err(drv("reading argmax"))?;
+        drop(out);
         self.synchronize()?;
         Ok(h.into_iter().map(|v| v as u32).collect())
     }
