@@ -121,10 +121,12 @@ if want bench; then
     step bench-block16 "$KILN" bench "${models[@]}" --device cuda -p 16 -b 16 -n 0 -r 5
     step bench-pp "$KILN" bench "${models[@]}" --device cuda -p 512,4096 -b 512 -n 0 -r 2
     # Kill-switch A/B (interleaved, one process per run): graphs matter most on the launch-bound 0.6B.
-    step ab-KILN_NO_CUDA_GRAPH "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
+    # AB_SKIP="FLAG ..." leaves out A/Bs already measured for this build (to fit one device call).
+    ab_want() { [[ " ${AB_SKIP:-} " != *" $1 "* ]]; }
+    ab_want KILN_NO_CUDA_GRAPH && step ab-KILN_NO_CUDA_GRAPH "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
         -p 0 -n 128 -r 2 --ab KILN_NO_CUDA_GRAPH=1
     for flag in KILN_NO_CUDA_FUSE KILN_NO_CUDA_GEMV KILN_NO_CUDA_SPLIT_KV; do
-        step "ab-$flag" "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -r 2 --ab "$flag=1"
+        ab_want "$flag" && step "ab-$flag" "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -r 2 --ab "$flag=1"
     done
     step ab-KILN_NO_CUDA_PREFILL_MMA "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q8b-q8.gguf" --device cuda \
         -p 512 -b 512 -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_MMA=1
@@ -133,7 +135,7 @@ if want bench; then
     say "bench (CUDA):"
     for f in bench-tg bench-block16 bench-pp ab-KILN_NO_CUDA_GRAPH ab-KILN_NO_CUDA_FUSE \
         ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_BLOCK_MMA; do
-        grep -E "^\||ratio|median" "$OUT/$f.log" | tee -a "$OUT/summary.txt"
+        grep -E "^\||ratio|median" "$OUT/$f.log" 2>/dev/null | tee -a "$OUT/summary.txt"
     done
     step bench-depth timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -d 4096 -r 2
     grep -E "^\|" "$OUT/bench-depth.log" | tee -a "$OUT/summary.txt"

@@ -160,32 +160,42 @@ __device__ __forceinline__ void kv_unpack8(int4 raw, float* out) {
     }
 }
 
-// Positions a lane group loads before using any (K and V of AT_U steps in flight per lane).
+// Positions a lane group loads before using any (K and V of AT_U steps in flight per lane, plus the next tile's).
 #define AT_U 4
 #define NEG_INF __int_as_float(0xff800000)
 
-// One block (4 warps) per (KV head, row, split of `chunk` positions) over an f16 cache: the partial softmax state of the G query
-// heads of the KV head over positions [split * chunk, min(split * chunk + chunk, pos + 1)), in the log2 domain
+// Positions per split for a row attending to n_pos positions when a slot allows n_splits splits: a multiple of 64,
+// at least 128 (shorter splits cost more in per-block set-up and merging than they gain in parallelism), else as
+// small as fits n_splits. It depends only on the row's own span, so a row's reduction order is the same alone or
+// in any batch, and long and short spans alike spread over many blocks.
+__device__ __forceinline__ int attn_chunk(int n_pos, int n_splits) {
+    int per = (n_pos + n_splits - 1) / n_splits;
+    return max(128, (per + 63) / 64 * 64);
+}
+
+// One block (4 warps) per (KV head, row, split of attn_chunk positions) over an f16 cache: the partial softmax state of the G
+// query heads of the KV head over positions [split * chunk, min(split * chunk + chunk, pos + 1)), in the log2 domain
 // (q is pre-multiplied by scale * log2 e). A group of head_dim / 8 lanes takes one position (8 elements a lane),
-// a warp takes 32 / (head_dim / 8) positions a step and AT_U steps a tile: all K/V loads of a tile are issued
-// first, then the tile's scores, one max per head for the whole warp, and the V sums. The lane groups' partial
+// a warp takes 32 / (head_dim / 8) positions a step and AT_U steps a tile: the next tile's K/V loads are issued
+// before the current tile's scores, one max per head for the whole warp, and the V sums. The lane groups' partial
 // sums are combined by an xor-shuffle tree and the four warps in warp order: the result depends only on the row's
 // own position and data. Writes (acc[head_dim], max, sum) per (row, query head, split) to `ws`.
-template <int G>
+template <int G, int HD>
 __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const void* kc, const void* vc,
                                                 const int* slots, const int* positions, int layer, int n_slots,
-                                                int slot_ctx, int n_head, int n_head_kv, int head_dim, float scale,
-                                                int chunk, int n_splits, int n_vis) {
-    __shared__ float sacc[4 * G * 256];
-    __shared__ __align__(16) float qs[G * 256];
+                                                int slot_ctx, int n_head, int n_head_kv, float scale, int n_splits,
+                                                int n_vis) {
+    constexpr int head_dim = HD, LP = HD / 8, PPW = 32 / LP;
+    __shared__ float sacc[4 * G * HD];
+    __shared__ __align__(16) float qs[G * HD];
     __shared__ float sm[4 * G], sl[4 * G];
     int g = blockIdx.x, r = blockIdx.y, sp = blockIdx.z;
     int n_pos = attn_len(positions, r, n_vis);
+    int chunk = attn_chunk(n_pos, n_splits);
     int start = sp * chunk;
     if (start >= n_pos) return;
     int end = min(start + chunk, n_pos);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int LP = head_dim / 8, PPW = 32 / LP;
     int sub = lane % LP, grp = lane / LP;
     int kv_dim = n_head_kv * head_dim;
     long long base = kv_row(layer, slots[r], 0, n_slots, slot_ctx, kv_dim) + (long long)g * head_dim + sub * 8;
@@ -206,14 +216,25 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
         for (int e = 0; e < 8; e++) acc[gi][e] = 0.0f;
     }
     int step = 4 * PPW;
-    for (int t0 = start + warp * PPW + grp; t0 - grp < end; t0 += AT_U * step) {
-        int4 kr[AT_U], vr[AT_U];
+    int4 kr[AT_U], vr[AT_U];
+    int t0 = start + warp * PPW + grp;
+#pragma unroll
+    for (int u = 0; u < AT_U; u++) {
+        int t = t0 + u * step;
+        if (t < end) {
+            kr[u] = __ldg(kb + (long long)t * pos_stride);
+            vr[u] = __ldg(vb + (long long)t * pos_stride);
+        }
+    }
+    for (; t0 - grp < end; t0 += AT_U * step) {
+        // The next tile in flight while this one is computed.
+        int4 kn[AT_U], vn[AT_U];
 #pragma unroll
         for (int u = 0; u < AT_U; u++) {
-            int t = t0 + u * step;
+            int t = t0 + (AT_U + u) * step;
             if (t < end) {
-                kr[u] = __ldg(kb + (long long)t * pos_stride);
-                vr[u] = __ldg(vb + (long long)t * pos_stride);
+                kn[u] = __ldg(kb + (long long)t * pos_stride);
+                vn[u] = __ldg(vb + (long long)t * pos_stride);
             }
         }
         float s[G][AT_U];
@@ -265,6 +286,11 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
                 for (int e = 0; e < 8; e++) acc[gi][e] += s[gi][u] * vf[e];
             }
         }
+#pragma unroll
+        for (int u = 0; u < AT_U; u++) {
+            kr[u] = kn[u];
+            vr[u] = vn[u];
+        }
     }
     // Lane groups share each head's max, so their sums add directly.
 #pragma unroll
@@ -305,40 +331,53 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     }
 }
 
-// grid = (n_head_kv, rows, n_splits), block = 128; one kernel per query heads per KV head (registers scale with
-// G; MINB blocks an SM is the most that fits without spills).
-#define ATTN_SPLIT_KERNEL(NAME, G, MINB)                                                                             \
+// grid = (n_head_kv, rows, n_splits), block = 128; one kernel per (query heads per KV head, head_dim): registers
+// scale with G (MINB blocks an SM is the most that fits without spills), and a constant head_dim unrolls the lane
+// groups' shuffle trees.
+#define ATTN_SPLIT_KERNEL(NAME, G, HD, MINB)                                                                         \
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                               \
         float* ws, const float* q, const void* kc, const void* vc, const int* slots, const int* positions,      \
-        int layer, int n_slots, int slot_ctx, int n_head, int n_head_kv, int head_dim, float scale, int chunk,  \
-        int n_splits, int n_vis) {                                                                             \
-        attn_split_body<G>(ws, q, kc, vc, slots, positions, layer, n_slots, slot_ctx, n_head, n_head_kv,        \
-                           head_dim, scale, chunk, n_splits, n_vis);                                           \
+        int layer, int n_slots, int slot_ctx, int n_head, int n_head_kv, float scale, int n_splits, int n_vis) { \
+        attn_split_body<G, HD>(ws, q, kc, vc, slots, positions, layer, n_slots, slot_ctx, n_head, n_head_kv,    \
+                               scale, n_splits, n_vis);                                                        \
     }
-ATTN_SPLIT_KERNEL(attn_split_g1, 1, 4)
-ATTN_SPLIT_KERNEL(attn_split_g2, 2, 4)
-ATTN_SPLIT_KERNEL(attn_split_g3, 3, 4)
-ATTN_SPLIT_KERNEL(attn_split_g4, 4, 3)
-ATTN_SPLIT_KERNEL(attn_split_g8, 8, 2)
+ATTN_SPLIT_KERNEL(attn_split_g1_h64, 1, 64, 4)
+ATTN_SPLIT_KERNEL(attn_split_g2_h64, 2, 64, 4)
+ATTN_SPLIT_KERNEL(attn_split_g3_h64, 3, 64, 3)
+ATTN_SPLIT_KERNEL(attn_split_g4_h64, 4, 64, 3)
+ATTN_SPLIT_KERNEL(attn_split_g8_h64, 8, 64, 2)
+ATTN_SPLIT_KERNEL(attn_split_g1_h128, 1, 128, 4)
+ATTN_SPLIT_KERNEL(attn_split_g2_h128, 2, 128, 4)
+ATTN_SPLIT_KERNEL(attn_split_g3_h128, 3, 128, 3)
+ATTN_SPLIT_KERNEL(attn_split_g4_h128, 4, 128, 3)
+ATTN_SPLIT_KERNEL(attn_split_g8_h128, 8, 128, 2)
 
-// Merges the splits of each (query head, row) in split order (log2 domain, as attn_split writes them):
-// out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M).
-// grid = (n_head, rows), block = head_dim threads; with `xq` non-null also writes the Q8 blocks of the output.
+// Merges the splits of each (query head, row) (log2 domain, as attn_split writes them):
+// out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), the numerator summed in split order, the denominator by
+// a fixed tree. grid = (n_head, rows), block = head_dim threads (>= 32, <= 256); with `xq` non-null also writes
+// the Q8 blocks of the output. n_splits <= 256.
 extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, float* xs, const float* ws,
-                                      const int* positions, int n_head, int head_dim, int chunk, int n_splits,
-                                      int n_vis) {
+                                      const int* positions, int n_head, int head_dim, int n_splits, int n_vis) {
+    __shared__ float f[256], sh[32];
     int h = blockIdx.x, r = blockIdx.y, e = threadIdx.x;
-    int n_act = (attn_len(positions, r, n_vis) - 1 + chunk) / chunk;
+    int n_pos = attn_len(positions, r, n_vis);
+    int chunk = attn_chunk(n_pos, n_splits);
+    int n_act = (n_pos + chunk - 1) / chunk;
     const float* p = ws + ((long long)r * n_head + h) * n_splits * (head_dim + 2);
-    float M = __int_as_float(0xff800000);
-    for (int s = 0; s < n_act; s++) M = fmaxf(M, p[s * (head_dim + 2) + head_dim]);
-    float L = 0.0f, A = 0.0f;
-    for (int s = 0; s < n_act; s++) {
-        const float* ps = p + s * (head_dim + 2);
-        float f = exp2f(ps[head_dim] - M);
-        L += ps[head_dim + 1] * f;
-        A += ps[e] * f;
+    // Thread e takes splits e, e + blockDim.x, ...: their maxima, then their weights 2^(m_s - M).
+    float mx = NEG_INF;
+    for (int s = e; s < n_act; s += blockDim.x) mx = fmaxf(mx, p[s * (head_dim + 2) + head_dim]);
+    float M = block_max(mx, sh);
+    float lsum = 0.0f;
+    for (int s = e; s < n_act; s += blockDim.x) {
+        float w = exp2f(p[s * (head_dim + 2) + head_dim] - M);
+        f[s] = w;
+        lsum += p[s * (head_dim + 2) + head_dim + 1] * w;
     }
+    float L = block_sum(lsum, sh); // its barriers also publish f
+    float A = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < n_act; s++) A += p[s * (head_dim + 2) + e] * f[s];
     float v = A * (1.0f / L);
     long long i = ((long long)r * n_head + h) * head_dim + e;
     out[i] = v;

@@ -2,185 +2,198 @@
 // cores, giving every row the exact bits of the one-row GEMV (gemv.cu).
 //
 // The GEMV computes an output with 32 lanes: each lane sums, in a fixed order, float terms of exact integer dots
-// (q4k_term / q6k_add), and an xor-shuffle tree adds the lanes. Here one warp computes 8 outputs for 16 rows: an
-// mma.sync m16n8k16 yields, for all 16 x 8 pairs at once, the integer dot one GEMV lane takes for one piece of
-// one super-block; the lane's float steps are then replayed on those integers in the same order (one running sum
-// per GEMV lane and C element) and the partial sums are combined in the xor tree's pairing. Integer dots are
-// exact and every float operation is the same explicitly rounded one, so the bits match; the self-test checks
-// it (a row alone through gemv_r1 against the same row in a block here).
-//
-// One block = 4 warps = 32 outputs of the same 16 rows; the rows' Q8 activations for the current super-block
-// are staged in shared memory (rows padded to 272 bytes: conflict-free fragment loads).
+// (q4k_term / q6k_add / q8_term), and an xor-shuffle tree adds the lanes. Here one block computes 8 outputs for
+// 16 rows: an mma.sync m16n8k16 yields, for all 16 x 8 pairs at once, the integer dot one GEMV lane takes for
+// one piece of its weight row; the lane's float steps are replayed on those integers in the same order (one
+// running sum per GEMV lane and C element). Warp w replays GEMV lanes 8w .. 8w + 7, so the four warps walk
+// disjoint parts of the weight row at once; the 32 lane sums of every C element then meet in shared memory and
+// are added in the xor tree's pairing (lane L with L + 16, + 8, + 4, + 2, + 1). Integer dots are exact and every
+// float operation is the same explicitly rounded one, so the bits match; the self-test checks it (a row alone
+// through gemv_r1 against the same row in a block here). Activation fragments come straight from global memory
+// (the block's 16 rows stay in L1 and L2: every block reads them).
 
+// Each warp stages the activations of the 256 elements it works on next, for the block's 16 rows, in its own
+// shared memory (16-byte loads, two rows a load; zeros past n_rows): Q8 codes with rows padded to 272 bytes (the
+// fragment reads below hit distinct banks) and the 8 blocks' scales and sums with rows padded to 12 floats.
 #define G16_LD 272
-#define G16_XS 9
+#define G16_XS 12
+struct G16Stage {
+    signed char x[16 * G16_LD];
+    float d[16 * G16_XS], s[16 * G16_XS];
+};
 
-__device__ __forceinline__ void g16_stage(signed char* sx, float* sdx, float* ssx, const signed char* xq,
-                                          const float* xd, const float* xs, int sb, int width, int r0, int n_rows) {
-    int nb = width / 32;
-    for (int u = threadIdx.x; u < 16 * 16; u += blockDim.x) {
-        int r = u >> 4, c = u & 15;
-        int4 v = make_int4(0, 0, 0, 0);
-        if (r0 + r < n_rows) v = ldg16(xq + (long long)(r0 + r) * width + sb * 256 + 16 * c);
-        *(int4*)(sx + r * G16_LD + 16 * c) = v;
-    }
-    for (int u = threadIdx.x; u < 16 * 8; u += blockDim.x) {
-        int r = u >> 3, j = u & 7;
-        bool in = r0 + r < n_rows;
-        long long xb = (long long)(r0 + r) * nb + sb * 8 + j;
-        sdx[r * G16_XS + j] = in ? xd[xb] : 0.0f;
-        ssx[r * G16_XS + j] = in ? xs[xb] : 0.0f;
-    }
-}
-
-// A fragment (rows g and g + 8, 4 bytes at column `col`) of the staged activations.
-__device__ __forceinline__ void g16_a(const signed char* sx, int col, int& a0, int& a1) {
-    int g = (threadIdx.x & 31) >> 2;
-    a0 = *(const int*)(sx + g * G16_LD + col);
-    a1 = *(const int*)(sx + (g + 8) * G16_LD + col);
-}
-
-// Stores the final sums (C element e: row g + 8 (e / 2), output 2 t + e % 2 of the warp's 8).
-__device__ __forceinline__ void g16_store(float* out, const float* v, int o0, int r0, int n_out, int n_rows,
-                                          int accumulate) {
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+// Stages elements col0 .. col0 + 255 (col0 a multiple of 32) of rows r0 .. r0 + 15.
+__device__ __forceinline__ void g16_stage(G16Stage& st, const signed char* xq, const float* xd, const float* xs,
+                                          int width, long long col0, int r0, int n_rows) {
+    int lane = threadIdx.x & 31, nb = width / 32;
+    __syncwarp();
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        int r = r0 + g + 8 * (e >> 1), o = o0 + 2 * t + (e & 1);
-        if (r < n_rows && o < n_out) {
-            float* p = out + (long long)r * n_out + o;
-            *p = accumulate ? *p + v[e] : v[e];
-        }
+    for (int m = 0; m < 8; m++) {
+        int u = lane + 32 * m, r = u >> 4, c = u & 15;
+        int4 v = r0 + r < n_rows ? ldg16(xq + (long long)(r0 + r) * width + col0 + 16 * c) : make_int4(0, 0, 0, 0);
+        *(int4*)(st.x + r * G16_LD + 16 * c) = v;
+    }
+    int r = lane >> 1, h = lane & 1;
+    long long b = (long long)(r0 + r) * nb + col0 / 32 + 4 * h;
+    bool in = r0 + r < n_rows;
+    float4 dv = in ? *(const float4*)(xd + b) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 sv = in ? *(const float4*)(xs + b) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    *(float4*)(st.d + r * G16_XS + 4 * h) = dv;
+    *(float4*)(st.s + r * G16_XS + 4 * h) = sv;
+    __syncwarp();
+}
+
+// A fragment (rows g and g + 8, 4 bytes at byte `col` of the staged 256) of the staged activations.
+__device__ __forceinline__ void g16_a(const G16Stage& st, int col, int& a0, int& a1) {
+    int g = (threadIdx.x & 31) >> 2;
+    a0 = *(const int*)(st.x + g * G16_LD + col);
+    a1 = *(const int*)(st.x + (g + 8) * G16_LD + col);
+}
+
+// Shared memory for the lane sums: [GEMV lane][C element][thread of the warp].
+#define G16_RED (32 * 4 * 32)
+
+// Publishes this warp's 8 GEMV lanes' sums (s[l][e] for GEMV lane 8 warp + l), adds all 32 in the xor tree's
+// pairing and stores C element e = threadIdx.x / 32 of warp-thread threadIdx.x % 32: row g + 8 (e / 2), output
+// 2 t + e % 2 of the block's 8. The caller's block has 128 threads.
+__device__ __forceinline__ void g16_finish(float* red, const float (&s)[8][4], float* out, int o0, int r0, int n_out,
+                                           int n_rows, int accumulate) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int l = 0; l < 8; l++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) red[((8 * warp + l) * 4 + e) * 32 + lane] = s[l][e];
+    __syncthreads();
+    int e = threadIdx.x >> 5, tl = lane;
+    float v[32];
+#pragma unroll
+    for (int L = 0; L < 32; L++) v[L] = red[(L * 4 + e) * 32 + tl];
+#pragma unroll
+    for (int lv = 4; lv >= 0; lv--)
+#pragma unroll
+        for (int L = 0; L < (1 << lv); L++) v[L] = __fadd_rn(v[L], v[L + (1 << lv)]);
+    int g = tl >> 2, t = tl & 3;
+    int r = r0 + g + 8 * (e >> 1), o = o0 + 2 * t + (e & 1);
+    if (r < n_rows && o < n_out) {
+        float* p = out + (long long)r * n_out + o;
+        *p = accumulate ? *p + v[0] : v[0];
     }
 }
 
 // Q4_K. GEMV lane 8a + i takes chunk i (sub-blocks j0 = 2 (i / 2), j0 + 1, elements 16 (i % 2) ..) of super-blocks
-// a, a + 4, a + 8, ...; its tree pairs a with a ^ 2, then a ^ 1, then i ^ 4, i ^ 2, i ^ 1.
-// grid = (ceil(n_out / 32), ceil(n_rows / 16)), block = 128.
+// a, a + 4, a + 8, ...: warp w replays a = w.
+// grid = (ceil(n_out / 8), ceil(n_rows / 16)), block = 128.
 extern "C" __global__ void __launch_bounds__(128) gemv16_q4k(float* out, const u8* w, const signed char* xq,
                                                              const float* xd, const float* xs, int width,
                                                              int n_out, int n_rows, int accumulate) {
-    __shared__ __align__(16) signed char sx[16 * G16_LD];
-    __shared__ float sdx[16 * G16_XS], ssx[16 * G16_XS];
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int o0 = blockIdx.x * 32 + 8 * (threadIdx.x >> 5), r0 = blockIdx.y * 16;
+    __shared__ float red[G16_RED];
+    __shared__ __align__(16) G16Stage stage[4];
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, a = threadIdx.x >> 5;
+    G16Stage& st = stage[a];
+    int o0 = blockIdx.x * 8, r0 = blockIdx.y * 16;
     int nsb = width / 256;
-    // This lane's B rows (output o0 + g) and C columns (outputs o0 + 2t, o0 + 2t + 1).
+    // This lane's B row (output o0 + g) and C columns (outputs o0 + 2t, o0 + 2t + 1).
     const u8* wg = o0 + g < n_out ? w + (long long)(o0 + g) * nsb * 144 : nullptr;
     const u8* wc[2];
 #pragma unroll
     for (int cc = 0; cc < 2; cc++) wc[cc] = o0 + 2 * t + cc < n_out ? w + (long long)(o0 + 2 * t + cc) * nsb * 144 : nullptr;
-    // v0: group 0, then (0 + 2), then the tree's first two levels; v1: group 1.
-    float v0[8][4], v1[8][4], acc[8][4];
-    const int order[4] = {0, 2, 1, 3};
-#pragma unroll 1
-    for (int oi = 0; oi < 4; oi++) {
-        int a = order[oi];
+    float acc[8][4];
 #pragma unroll
-        for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 8; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][e] = 0.0f;
-        for (int sb = a; sb < nsb; sb += 4) {
-            __syncthreads();
-            g16_stage(sx, sdx, ssx, xq, xd, xs, sb, width, r0, n_rows);
-            __syncthreads();
-            // Scales of the two C columns: d, dmin and the 12 packed scale bytes.
-            float d[2], dmin[2];
-            u32 sw[2][3];
+        for (int e = 0; e < 4; e++) acc[i][e] = 0.0f;
+    for (int sb = a; sb < nsb; sb += 4) {
+        g16_stage(st, xq, xd, xs, width, (long long)sb * 256, r0, n_rows);
+        // Scales of the two C columns: d, dmin and the 12 packed scale bytes.
+        float d[2], dmin[2];
+        u32 sw[2][3];
+#pragma unroll
+        for (int cc = 0; cc < 2; cc++) {
+            int4 h = wc[cc] ? ldg16(wc[cc] + (long long)sb * 144) : make_int4(0, 0, 0, 0);
+            d[cc] = h2f((u16)(h.x & 0xFFFF));
+            dmin[cc] = h2f((u16)((u32)h.x >> 16));
+            sw[cc][0] = (u32)h.y;
+            sw[cc][1] = (u32)h.z;
+            sw[cc][2] = (u32)h.w;
+        }
+        u32 q[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = wg ? __ldg((const u32*)(wg + (long long)sb * 144 + 16 + 16 * i + 4 * t)) : 0u;
+#pragma unroll
+        for (int jp = 0; jp < 4; jp++) {
+            int j0 = 2 * jp;
+            // Activation scales and sums of sub-blocks j0, j0 + 1 for rows g, g + 8: [row half][j].
+            float dx[4], sm[4];
+#pragma unroll
+            for (int rh = 0; rh < 2; rh++) {
+                float2 dv = *(const float2*)(st.d + (g + 8 * rh) * G16_XS + j0);
+                float2 sv = *(const float2*)(st.s + (g + 8 * rh) * G16_XS + j0);
+                dx[2 * rh] = dv.x;
+                dx[2 * rh + 1] = dv.y;
+                sm[2 * rh] = sv.x;
+                sm[2 * rh + 1] = sv.y;
+            }
+            float s0[2], s1[2], mn0[2], mn1[2];
 #pragma unroll
             for (int cc = 0; cc < 2; cc++) {
-                int4 h = wc[cc] ? ldg16(wc[cc] + (long long)sb * 144) : make_int4(0, 0, 0, 0);
-                d[cc] = h2f((u16)(h.x & 0xFFFF));
-                dmin[cc] = h2f((u16)((u32)h.x >> 16));
-                sw[cc][0] = (u32)h.y;
-                sw[cc][1] = (u32)h.z;
-                sw[cc][2] = (u32)h.w;
+                int sc0, m0, sc1, m1;
+                k4_sm(sw[cc][0], sw[cc][1], sw[cc][2], j0, sc0, m0);
+                k4_sm(sw[cc][0], sw[cc][1], sw[cc][2], j0 + 1, sc1, m1);
+                s0[cc] = d[cc] * (float)sc0;
+                s1[cc] = d[cc] * (float)sc1;
+                mn0[cc] = -dmin[cc] * (float)m0;
+                mn1[cc] = -dmin[cc] * (float)m1;
             }
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                int j0 = 2 * (i >> 1), half = (i & 1) * 16;
+            for (int hf = 0; hf < 2; hf++) {
+                int i = 2 * jp + hf, half = hf * 16;
                 float mk = half ? 0.0f : 1.0f;
-                u32 q = wg ? *(const u32*)(wg + (long long)sb * 144 + 16 + 16 * i + 4 * t) : 0u;
-                int blo = (int)(q & 0x0F0F0F0Fu), bhi = (int)((q >> 4) & 0x0F0F0F0Fu);
+                int blo = (int)(q[i] & 0x0F0F0F0Fu), bhi = (int)((q[i] >> 4) & 0x0F0F0F0Fu);
+                int col = j0 * 32 + half + 4 * t;
                 int alo0, alo1, ahi0, ahi1;
-                g16_a(sx, j0 * 32 + half + 4 * t, alo0, alo1);
-                g16_a(sx, (j0 + 1) * 32 + half + 4 * t, ahi0, ahi1);
+                g16_a(st, col, alo0, alo1);
+                g16_a(st, col + 32, ahi0, ahi1);
                 int lo[4], hi[4];
                 mma_s8_16816(lo, alo0, alo1, blo);
                 mma_s8_16816(hi, ahi0, ahi1, bhi);
-                float s0[2], s1[2], mn0[2], mn1[2];
-#pragma unroll
-                for (int cc = 0; cc < 2; cc++) {
-                    int sc0, m0, sc1, m1;
-                    k4_sm(sw[cc][0], sw[cc][1], sw[cc][2], j0, sc0, m0);
-                    k4_sm(sw[cc][0], sw[cc][1], sw[cc][2], j0 + 1, sc1, m1);
-                    s0[cc] = d[cc] * (float)sc0;
-                    s1[cc] = d[cc] * (float)sc1;
-                    mn0[cc] = -dmin[cc] * (float)m0;
-                    mn1[cc] = -dmin[cc] * (float)m1;
-                }
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int r = g + 8 * (e >> 1), cc = e & 1;
-                    const float* dx = sdx + r * G16_XS + j0;
-                    const float* sm = ssx + r * G16_XS + j0;
-                    acc[i][e] = __fadd_rn(acc[i][e], q4k_term(lo[e], hi[e], dx[0], dx[1], s0[cc], s1[cc], mn0[cc],
-                                                              mn1[cc], sm[0], sm[1], mk));
+                    int rh = e >> 1, cc = e & 1;
+                    acc[i][e] = __fadd_rn(acc[i][e], q4k_term(lo[e], hi[e], dx[2 * rh], dx[2 * rh + 1], s0[cc],
+                                                              s1[cc], mn0[cc], mn1[cc], sm[2 * rh], sm[2 * rh + 1],
+                                                              mk));
                 }
             }
         }
-        // Pairings of the tree's first two levels: (a, a ^ 2), then the two pairs.
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                if (a == 0) v0[i][e] = acc[i][e];
-                else if (a == 2) v0[i][e] = __fadd_rn(v0[i][e], acc[i][e]);
-                else if (a == 1) v1[i][e] = acc[i][e];
-                else v0[i][e] = __fadd_rn(v0[i][e], __fadd_rn(v1[i][e], acc[i][e]));
-            }
     }
-    // Levels i ^ 4, i ^ 2, i ^ 1.
-    float res[4];
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        float (*T)[4] = v0;
-        res[e] = __fadd_rn(__fadd_rn(__fadd_rn(T[0][e], T[4][e]), __fadd_rn(T[2][e], T[6][e])),
-                           __fadd_rn(__fadd_rn(T[1][e], T[5][e]), __fadd_rn(T[3][e], T[7][e])));
-    }
-    g16_store(out, res, o0, r0, n_out, n_rows, accumulate);
+    g16_finish(red, acc, out, o0, r0, n_out, n_rows, accumulate);
 }
 
 // Q6_K. GEMV lane 4 G + u takes unit u (half h = u / 2, column half c = u % 2) of super-blocks G, G + 8, ...;
-// per super-block its sum starts at 0 and adds the pieces k = 0..3 (sub-block 4 h + k, elements 16 c ..); the
-// tree pairs G with G ^ 4, G ^ 2, G ^ 1, then u ^ 2, u ^ 1. grid and block as gemv16_q4k.
+// per super-block its sum starts at 0 and adds the pieces k = 0..3 (sub-block 4 h + k, elements 16 c ..): warp w
+// replays G = 2w and 2w + 1. grid and block as gemv16_q4k.
 extern "C" __global__ void __launch_bounds__(128) gemv16_q6k(float* out, const u8* w, const signed char* xq,
                                                              const float* xd, const float* xs, int width,
                                                              int n_out, int n_rows, int accumulate) {
-    __shared__ __align__(16) signed char sx[16 * G16_LD];
-    __shared__ float sdx[16 * G16_XS], ssx[16 * G16_XS];
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int o0 = blockIdx.x * 32 + 8 * (threadIdx.x >> 5), r0 = blockIdx.y * 16;
+    __shared__ float red[G16_RED];
+    __shared__ __align__(16) G16Stage stage[4];
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    G16Stage& st = stage[warp];
+    int o0 = blockIdx.x * 8, r0 = blockIdx.y * 16;
     int nsb = width / 256;
     const u8* wg = o0 + g < n_out ? w + (long long)(o0 + g) * nsb * 208 : nullptr;
     const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
-    int oc[2];
+    int oc[2] = {o0 + 2 * t, o0 + 2 * t + 1};
+    float acc[8][4]; // [4 (G - 2 warp) + u][e]
 #pragma unroll
-    for (int cc = 0; cc < 2; cc++) oc[cc] = o0 + 2 * t + cc;
-    // Group sums by tree position: stack[0] = G0 + G4, stack[1] = (G0 + G4) + (G2 + G6), stack[2] = G1 + G5.
-    float st0[4][4], st1[4][4], st2[4][4], acc[4][4];
-    const int order[8] = {0, 4, 2, 6, 1, 5, 3, 7};
-#pragma unroll 1
-    for (int gi = 0; gi < 8; gi++) {
-        int G = order[gi];
+    for (int l = 0; l < 8; l++)
 #pragma unroll
-        for (int u = 0; u < 4; u++)
+        for (int e = 0; e < 4; e++) acc[l][e] = 0.0f;
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[u][e] = 0.0f;
+    for (int gg = 0; gg < 2; gg++) {
+        int G = 2 * warp + gg;
         for (int sb = G; sb < nsb; sb += 8) {
-            __syncthreads();
-            g16_stage(sx, sdx, ssx, xq, xd, xs, sb, width, r0, n_rows);
-            __syncthreads();
+            g16_stage(st, xq, xd, xs, width, (long long)sb * 256, r0, n_rows);
             float d[2];
             u32 scw[2][4];
 #pragma unroll
@@ -197,112 +210,87 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q6k(float* out, const u
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 int h = u >> 1, c = u & 1;
-                u32 qa = p ? *(const u32*)(p + 64 * h + 16 * c + 4 * t) : 0u;
-                u32 qb = p ? *(const u32*)(p + 64 * h + 32 + 16 * c + 4 * t) : 0u;
-                u32 qh = p ? *(const u32*)(p + 128 + 32 * h + 16 * c + 4 * t) : 0u;
+                u32 qa = p ? __ldg((const u32*)(p + 64 * h + 16 * c + 4 * t)) : 0u;
+                u32 qb = p ? __ldg((const u32*)(p + 64 * h + 32 + 16 * c + 4 * t)) : 0u;
+                u32 qh = p ? __ldg((const u32*)(p + 128 + 32 * h + 16 * c + 4 * t)) : 0u;
                 // Sub-blocks 4h + k: k = 0, 1 from the low nibbles of qa, qb; k = 2, 3 from their high nibbles.
                 u32 nib[4] = {qa & 0x0F0F0F0Fu, qb & 0x0F0F0F0Fu, (qa >> 4) & 0x0F0F0F0Fu, (qb >> 4) & 0x0F0F0F0Fu};
+                float dx[2][4]; // [row half][k]
+#pragma unroll
+                for (int rh = 0; rh < 2; rh++) {
+                    float4 v = *(const float4*)(st.d + (g + 8 * rh) * G16_XS + 4 * h);
+                    dx[rh][0] = v.x;
+                    dx[rh][1] = v.y;
+                    dx[rh][2] = v.z;
+                    dx[rh][3] = v.w;
+                }
                 float psum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
                     u32 v = nib[k] | (((qh >> (2 * k)) & 0x03030303u) << 4);
                     int b = (int)__vsub4(v, 0x20202020u);
                     int a0, a1;
-                    g16_a(sx, (4 * h + k) * 32 + 16 * c + 4 * t, a0, a1);
+                    g16_a(st, (4 * h + k) * 32 + 16 * c + 4 * t, a0, a1);
                     int dot[4];
                     mma_s8_16816(dot, a0, a1, b);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        int r = g + 8 * (e >> 1), cc = e & 1;
+                        int cc = e & 1;
                         float s = d[cc] * (float)(signed char)byte_of(scw[cc][(8 * h + 2 * k + c) >> 2],
                                                                       (8 * h + 2 * k + c) & 3);
-                        psum[e] = q6k_add(psum[e], dot[e], sdx[r * G16_XS + 4 * h + k], s);
+                        psum[e] = q6k_add(psum[e], dot[e], dx[e >> 1][k], s);
                     }
                 }
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[u][e] = __fadd_rn(acc[u][e], psum[e]);
+                for (int e = 0; e < 4; e++) acc[4 * gg + u][e] = __fadd_rn(acc[4 * gg + u][e], psum[e]);
             }
         }
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = acc[u][e];
-                switch (G) {
-                case 0: st0[u][e] = x; break;
-                case 4: st0[u][e] = __fadd_rn(st0[u][e], x); break;
-                case 2: st2[u][e] = x; break;
-                case 6: st1[u][e] = __fadd_rn(st0[u][e], __fadd_rn(st2[u][e], x)); break;
-                case 1: st0[u][e] = x; break;
-                case 5: st0[u][e] = __fadd_rn(st0[u][e], x); break;
-                case 3: st2[u][e] = x; break;
-                default: st1[u][e] = __fadd_rn(st1[u][e], __fadd_rn(st0[u][e], __fadd_rn(st2[u][e], x))); break;
-                }
-            }
     }
-    // Units: (u0 + u2) + (u1 + u3).
-    float res[4];
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-        res[e] = __fadd_rn(__fadd_rn(st1[0][e], st1[2][e]), __fadd_rn(st1[1][e], st1[3][e]));
-    g16_store(out, res, o0, r0, n_out, n_rows, accumulate);
+    g16_finish(red, acc, out, o0, r0, n_out, n_rows, accumulate);
 }
 
-// Q8_0. GEMV lane L takes blocks L, L + 32, L + 64, ...; its tree pairs L with L ^ 16, ^ 8, ^ 4, ^ 2, ^ 1. The lanes
-// are replayed in bit-reversed order (0, 16, 8, 24, 4, ...), so the tree is a running stack of pairwise sums:
-// level j holds the sum of the last 2^j lanes (level 5: all 32). Activations come straight from global memory (L1-resident for
-// the block's 16 rows). grid and block as gemv16_q4k.
+// Q8_0. GEMV lane L takes blocks L, L + 32, L + 64, ...: warp w replays L = 8w .. 8w + 7, walking its blocks 8
+// at a time (blocks 8w + 32k .. 8w + 32k + 7 are 256 consecutive elements; each lane's sum still adds its own
+// blocks in order). grid and block as gemv16_q4k.
 extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const u8* w, const signed char* xq,
                                                               const float* xd, const float* xs, int width,
                                                               int n_out, int n_rows, int accumulate) {
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int o0 = blockIdx.x * 32 + 8 * (threadIdx.x >> 5), r0 = blockIdx.y * 16;
-    int nb = width / 32;
+    __shared__ float red[G16_RED];
+    __shared__ __align__(16) G16Stage stage[4];
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    G16Stage& st = stage[warp];
+    int o0 = blockIdx.x * 8, r0 = blockIdx.y * 16;
+    int nb = width / 32; // a multiple of 8
     const u8* wg = o0 + g < n_out ? w + (long long)(o0 + g) * nb * 32 : nullptr;
     const u16* dd = (const u16*)(w + (long long)n_out * nb * 32);
     int oc[2] = {o0 + 2 * t, o0 + 2 * t + 1};
-    int rr[2] = {r0 + g, r0 + g + 8};
-    float stack[6][4];
-#pragma unroll 1
-    for (int k = 0; k < 32; k++) {
-        int L = (int)(__brev((unsigned)k) >> 27); // bit-reversed 5-bit index
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int b = L; b < nb; b += 32) {
-            int a[2][2], bw[2];
+    float acc[8][4];
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
+    for (int l = 0; l < 8; l++)
 #pragma unroll
-                for (int i = 0; i < 2; i++)
-                    a[hh][i] = rr[i] < n_rows
-                                   ? *(const int*)(xq + (long long)rr[i] * width + b * 32 + 16 * hh + 4 * t)
-                                   : 0;
-                bw[hh] = wg ? *(const int*)(wg + b * 32 + 16 * hh + 4 * t) : 0;
-            }
-            int lo[4], hi[4];
-            mma_s8_16816(lo, a[0][0], a[0][1], bw[0]);
-            mma_s8_16816(hi, a[1][0], a[1][1], bw[1]);
+        for (int e = 0; e < 4; e++) acc[l][e] = 0.0f;
+    for (int b0 = 8 * warp; b0 < nb; b0 += 32) {
+        g16_stage(st, xq, xd, xs, width, (long long)b0 * 32, r0, n_rows);
+        u32 q[8][2];
+#pragma unroll
+        for (int l = 0; l < 8; l++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) q[l][hh] = wg ? __ldg((const u32*)(wg + (b0 + l) * 32 + 16 * hh + 4 * t)) : 0u;
+#pragma unroll
+        for (int l = 0; l < 8; l++) {
+            int lo[4], hi[4], a0, a1;
+            g16_a(st, 32 * l + 4 * t, a0, a1);
+            mma_s8_16816(lo, a0, a1, (int)q[l][0]);
+            g16_a(st, 32 * l + 16 + 4 * t, a0, a1);
+            mma_s8_16816(hi, a0, a1, (int)q[l][1]);
             float d[2], dx[2];
 #pragma unroll
-            for (int cc = 0; cc < 2; cc++) d[cc] = oc[cc] < n_out ? h2f(dd[(long long)oc[cc] * nb + b]) : 0.0f;
+            for (int cc = 0; cc < 2; cc++) d[cc] = oc[cc] < n_out ? h2f(dd[(long long)oc[cc] * nb + b0 + l]) : 0.0f;
 #pragma unroll
-            for (int i = 0; i < 2; i++) dx[i] = rr[i] < n_rows ? xd[(long long)rr[i] * nb + b] : 0.0f;
+            for (int rh = 0; rh < 2; rh++) dx[rh] = st.d[(g + 8 * rh) * G16_XS + l];
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[e] = __fadd_rn(acc[e], q8_term(lo[e] + hi[e], dx[e >> 1], d[e & 1]));
-        }
-        // Push lane L: merge with the completed levels below (as many as k has trailing ones), store the sum at
-        // the first free level; the 32nd lane's push leaves the whole tree at level 5.
-        int ones = __ffs(~k) - 1;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float v = acc[e];
-#pragma unroll
-            for (int j = 0; j < 5; j++)
-                if (j < ones) v = __fadd_rn(stack[j][e], v);
-#pragma unroll
-            for (int j = 0; j < 6; j++)
-                if (j == ones) stack[j][e] = v;
+            for (int e = 0; e < 4; e++) acc[l][e] = __fadd_rn(acc[l][e], q8_term(lo[e] + hi[e], dx[e >> 1], d[e & 1]));
         }
     }
-    g16_store(out, stack[5], o0, r0, n_out, n_rows, accumulate);
+    g16_finish(red, acc, out, o0, r0, n_out, n_rows, accumulate);
 }
-

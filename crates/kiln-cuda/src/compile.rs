@@ -26,7 +26,7 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 37] = [
+pub const KERNEL_NAMES: [&str; 42] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -45,11 +45,16 @@ pub const KERNEL_NAMES: [&str; 37] = [
     "swiglu_q8",
     "quantize_q8_warp",
     "attn_prep",
-    "attn_split_g1",
-    "attn_split_g2",
-    "attn_split_g3",
-    "attn_split_g4",
-    "attn_split_g8",
+    "attn_split_g1_h64",
+    "attn_split_g2_h64",
+    "attn_split_g3_h64",
+    "attn_split_g4_h64",
+    "attn_split_g8_h64",
+    "attn_split_g1_h128",
+    "attn_split_g2_h128",
+    "attn_split_g3_h128",
+    "attn_split_g4_h128",
+    "attn_split_g8_h128",
     "attn_merge",
     "embed_rows",
     "quantize_q8",

@@ -32,8 +32,6 @@ const GV_WARPS: usize = 4;
 const GV_ROWS: usize = 8;
 /// Threads per block of the row kernels (norms, attention).
 const ROW_THREADS: u32 = 256;
-/// Query heads per KV head with a split-KV kernel (`attn_split_g<G>` in attention.cu).
-const SPLIT_GROUPS: [usize; 5] = [1, 2, 3, 4, 8];
 /// Rows above which a prefill pass's matmuls use the tensor-core kernel (below, the GEMV's one weight read serves
 /// a few rows as well).
 pub const MMQ_MIN_ROWS: usize = 16;
@@ -315,11 +313,15 @@ fn repack(ty: GgmlType, bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Split-KV geometry for a slot of `slot_ctx` positions: positions per split and the number of splits. Depends
-/// only on the session, so a row's reduction order never depends on the batch.
-fn attn_splits(slot_ctx: usize) -> (usize, usize) {
-    let chunk = slot_ctx.div_ceil(64).div_ceil(64).max(1) * 64;
-    (chunk, slot_ctx.div_ceil(chunk))
+/// Most splits of one row's positions in the split-KV attention: at long spans 128 splits × the KV heads fill
+/// the GPU several times over (even waves), and the merge reads 128 partial states a head.
+const ATTN_MAX_SPLITS: usize = 128;
+
+/// Splits a row may use in a slot of `slot_ctx` positions (at least 64 positions each). A row's own split size
+/// is computed on the device from its span and this count (`attn_chunk` in attention.cu), so its reduction
+/// order depends only on its position and the slot size, never on the batch.
+fn attn_splits(slot_ctx: usize) -> usize {
+    slot_ctx.div_ceil(64).clamp(1, ATTN_MAX_SPLITS)
 }
 
 impl Device {
@@ -580,7 +582,7 @@ impl Device {
         head_dim: usize,
         slot_ctx: usize,
     ) -> Result<()> {
-        let (_, n_splits) = attn_splits(slot_ctx);
+        let n_splits = attn_splits(slot_ctx);
         let need = rows * n_head * (n_splits * (head_dim + 2)).max(slot_ctx);
         let mut ws = self.lock(&self.ws);
         if ws.len() < need {
@@ -1041,9 +1043,9 @@ impl Device {
             return None;
         }
         match w.ty {
-            GgmlType::Q4_K => Some(("gemv16_q4k", 16, 32)),
-            GgmlType::Q6_K => Some(("gemv16_q6k", 16, 32)),
-            GgmlType::Q8_0 => Some(("gemv16_q8_0", 16, 32)),
+            GgmlType::Q4_K => Some(("gemv16_q4k", 16, 8)),
+            GgmlType::Q6_K => Some(("gemv16_q6k", 16, 8)),
+            GgmlType::Q8_0 => Some(("gemv16_q8_0", 16, 8)),
             _ => None,
         }
     }
@@ -1647,10 +1649,8 @@ impl Device {
         let (li, ns, sc) = (layer as i32, n_slots as i32, slot_ctx as i32);
         let (nh, nkv, hd) = (n_head as i32, n_head_kv as i32, head_dim as i32);
         let group = n_head / n_head_kv;
-        let split_ok = self.opts.split_kv
-            && kv.f16
-            && matches!(head_dim, 32 | 64 | 128 | 256)
-            && SPLIT_GROUPS.contains(&group);
+        let split = split_kernel(group, head_dim);
+        let split_ok = self.opts.split_kv && kv.f16 && split.is_some();
         if !split_ok {
             return self.launch(
                 "attn_decode",
@@ -1661,24 +1661,17 @@ impl Device {
                 ],
             );
         }
-        let (chunk, n_splits) = attn_splits(slot_ctx);
-        let (ch, nsp) = (chunk as i32, n_splits as i32);
+        let n_splits = attn_splits(slot_ctx);
+        let nsp = n_splits as i32;
         self.launch(
-            match group {
-                1 => "attn_split_g1",
-                2 => "attn_split_g2",
-                3 => "attn_split_g3",
-                4 => "attn_split_g4",
-                _ => "attn_split_g8",
-            },
+            split.unwrap_or_default(),
             LaunchConfig {
                 grid_dim: (n_head_kv as u32, n as u32, n_splits as u32),
                 block_dim: (128, 1, 1),
                 shared_mem_bytes: 0,
             },
             &[
-                &wsp, &qp, &kc, &vc, &sp, &pp, &li, &ns, &sc, &nh, &nkv, &hd, &scale, &ch, &nsp,
-                &vis,
+                &wsp, &qp, &kc, &vc, &sp, &pp, &li, &ns, &sc, &nh, &nkv, &scale, &nsp, &vis,
             ],
         )?;
         let fused = self.opts.fused && head_dim.is_multiple_of(32);
@@ -1690,13 +1683,31 @@ impl Device {
         self.launch(
             "attn_merge",
             grid(n_head as u32, n as u32, head_dim as u32),
-            &[&o, &xq, &xd, &xs, &wsp, &pp, &nh, &hd, &ch, &nsp, &vis],
+            &[&o, &xq, &xd, &xs, &wsp, &pp, &nh, &hd, &nsp, &vis],
         )?;
         if fused {
             out.q8_valid.store(n * n_head * head_dim, Ordering::Relaxed);
         }
         Ok(())
     }
+}
+
+/// The split-KV attention kernel for `group` query heads per KV head of `head_dim` (`attn_split_g<G>_h<D>` in
+/// attention.cu), if there is one.
+fn split_kernel(group: usize, head_dim: usize) -> Option<&'static str> {
+    Some(match (group, head_dim) {
+        (1, 64) => "attn_split_g1_h64",
+        (2, 64) => "attn_split_g2_h64",
+        (3, 64) => "attn_split_g3_h64",
+        (4, 64) => "attn_split_g4_h64",
+        (8, 64) => "attn_split_g8_h64",
+        (1, 128) => "attn_split_g1_h128",
+        (2, 128) => "attn_split_g2_h128",
+        (3, 128) => "attn_split_g3_h128",
+        (4, 128) => "attn_split_g4_h128",
+        (8, 128) => "attn_split_g8_h128",
+        _ => return None,
+    })
 }
 
 fn grid(x: u32, y: u32, threads: u32) -> LaunchConfig {
@@ -1753,14 +1764,18 @@ mod tests {
     }
 
     #[test]
-    fn splits_cover_the_slot() {
+    fn splits_cover_every_span() {
+        // attn_chunk in attention.cu, as the device computes it.
+        let chunk =
+            |n_pos: usize, n_splits: usize| (n_pos.div_ceil(n_splits).div_ceil(64) * 64).max(128);
         for ctx in [1usize, 40, 64, 65, 512, 4096, 4097, 33000, 131072] {
-            let (chunk, n) = attn_splits(ctx);
-            assert!(
-                chunk % 64 == 0 && chunk * n >= ctx && chunk * (n - 1) < ctx,
-                "{ctx}"
-            );
-            assert!(n <= 64, "{ctx}: {n} splits");
+            let n = attn_splits(ctx);
+            assert!((1..=ATTN_MAX_SPLITS).contains(&n), "{ctx}: {n} splits");
+            for n_pos in [1, ctx / 3 + 1, ctx.saturating_sub(1).max(1), ctx] {
+                let c = chunk(n_pos, n);
+                assert!(c % 64 == 0 && c * n >= n_pos, "{ctx}/{n_pos}");
+                assert!(n_pos.div_ceil(c) <= n, "{ctx}/{n_pos}: too many splits");
+            }
         }
     }
 }
