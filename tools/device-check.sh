@@ -132,19 +132,22 @@ if want bench; then
         -p 512 -b 512 -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_MMA=1
     step ab-KILN_NO_CUDA_BLOCK_MMA "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 \
         --ab KILN_NO_CUDA_BLOCK_MMA=1
+    step ab-KILN_NO_CUDA_FLASH_ATTN "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 4096 -b 512 -n 0 -r 2 \
+        --ab KILN_NO_CUDA_FLASH_ATTN=1
     say "bench (CUDA):"
     for f in bench-tg bench-block16 bench-pp ab-KILN_NO_CUDA_GRAPH ab-KILN_NO_CUDA_FUSE \
-        ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_BLOCK_MMA; do
+        ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_BLOCK_MMA \
+        ab-KILN_NO_CUDA_FLASH_ATTN; do
         grep -E "^\||ratio|median" "$OUT/$f.log" 2>/dev/null | tee -a "$OUT/summary.txt"
     done
     step bench-depth timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -d 4096 -r 2
     grep -E "^\|" "$OUT/bench-depth.log" | tee -a "$OUT/summary.txt"
-    # Frontier mode (prefill in chunks of 512 to each frontier, then 32 decoded tokens), and the prefill kernel's
-    # logits against the decode-path kernels' at every frontier (KL, top-1).
+    # Frontier mode (prefill in chunks of 512 to each frontier, then 32 decoded tokens), and the prefill kernels'
+    # logits (tensor-core matmul and flash attention) against the decode-path kernels' at every frontier (KL, top-1).
     fr=(bench -m "$WORK/q8b-q4km.gguf" --device cuda -b 512 --ctx-start 2048 --ctx-max 32768 --step-mul 4
         --gen-tokens 32 --prompt-file "$WORK/text.txt")
     step frontier timeout 300 "$KILN" "${fr[@]}" --dump-frontier-logits-dir "$WORK/frontier-mma"
-    step frontier-no-mma timeout 300 env KILN_NO_CUDA_PREFILL_MMA=1 "$KILN" "${fr[@]}" \
+    step frontier-no-mma timeout 300 env KILN_NO_CUDA_PREFILL_MMA=1 KILN_NO_CUDA_FLASH_ATTN=1 "$KILN" "${fr[@]}" \
         --ref-frontier-logits "$WORK/frontier-mma"
     grep -E "^\||frontier" "$OUT/frontier.log" "$OUT/frontier-no-mma.log" | tee -a "$OUT/summary.txt"
 fi

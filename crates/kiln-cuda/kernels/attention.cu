@@ -383,3 +383,209 @@ extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, fl
     out[i] = v;
     if (xq) q8_warp(v, xq, xd, xs, i / 32);
 }
+
+// ---- Prefill: flash attention on f16 tensor cores ----
+
+// d = a . b + c for a 16x16 f16 A (row-major), a 16x8 f16 B (column-major), f32 C/D.
+__device__ __forceinline__ void mma_f16_16816(float* d, const u32* a, u32 b0, u32 b1, const float* c) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+}
+
+// Two floats as one f16x2 word (lo in the low half).
+__device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+#define FA_ROWS 64 // query rows a block (4 warps of 16)
+#define FA_TILE 64 // positions a K/V tile
+
+// One block per (64 consecutive rows of a prefill pass, query head); warp w takes rows 16w .. 16w + 15. K/V tiles
+// of 64 positions (aligned to position 0) are staged in shared memory (K as [position][dim], V transposed to
+// [dim][position], rows padded against bank conflicts) and shared by the four warps; S = Q K^T and O += P V are
+// mma.sync m16n8k16 on f16 with f32 accumulation (q is scaled by scale * log2 e before rounding to f16; P is
+// rounded to f16), with an online softmax per row in the log2 domain. Rows of other slots than the one being
+// staged, and positions after a row's own, are masked: a row sees exactly its own slot's positions 0..=pos in
+// tile order, whatever other rows share its block, so a sequence's prefill does not depend on the batch.
+// grid = (ceil(rows / 64), n_head), block = 128. Writes out[row][head][dim] (f32).
+template <int HD>
+__device__ __forceinline__ void attn_flash_body(float* out, const float* q, const void* kc, const void* vc,
+                                                const int* slots, const int* positions, int n_rows, int layer,
+                                                int n_slots, int slot_ctx, int n_head, int n_head_kv, float scale) {
+    constexpr int KLD = HD + 8;      // K row stride in halves (272 bytes at HD 128: fragment reads hit distinct banks)
+    constexpr int VLD = FA_TILE + 8; // V^T row stride in halves
+    __shared__ __align__(16) u16 ks[FA_TILE * KLD];
+    __shared__ __align__(16) u16 vt[HD * VLD];
+    __shared__ int rslot[FA_ROWS], rpos[FA_ROWS];
+    int h = blockIdx.y, kvh = h / (n_head / n_head_kv);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int b0 = blockIdx.x * FA_ROWS;
+    int kv_dim = n_head_kv * HD;
+    for (int i = threadIdx.x; i < FA_ROWS; i += blockDim.x) {
+        bool in = b0 + i < n_rows;
+        rslot[i] = in ? slots[b0 + i] : -1;
+        rpos[i] = in ? positions[b0 + i] : -1;
+    }
+    __syncthreads();
+    // This lane's rows (g and g + 8 of the warp's 16): slot and position.
+    int ra = warp * 16 + g, rb = ra + 8;
+    int sa = rslot[ra], sb = rslot[rb], pa = rpos[ra], pb = rpos[rb];
+    // Q fragments (A operand, 16 rows x HD), scaled into the log2 domain.
+    const float qscale = scale * 1.4426950408889634f;
+    u32 qf[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            int col = 16 * kk + 8 * half + 2 * t;
+            float2 xa = sa >= 0 ? *(const float2*)(q + ((long long)(b0 + ra) * n_head + h) * HD + col)
+                                : make_float2(0.0f, 0.0f);
+            float2 xb = sb >= 0 ? *(const float2*)(q + ((long long)(b0 + rb) * n_head + h) * HD + col)
+                                : make_float2(0.0f, 0.0f);
+            qf[kk][2 * half] = pack_f16x2(xa.x * qscale, xa.y * qscale);
+            qf[kk][2 * half + 1] = pack_f16x2(xb.x * qscale, xb.y * qscale);
+        }
+    }
+    float o[HD / 8][4];
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[j][e] = 0.0f;
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+    // Each distinct slot of the block's rows, in order of first appearance.
+    for (int first = 0; first < FA_ROWS; first++) {
+        int s = rslot[first];
+        if (s < 0) continue;
+        bool seen = false;
+        for (int i = 0; i < first; i++) seen |= rslot[i] == s;
+        if (seen) continue;
+        int last = 0; // highest position among the block's rows of slot s
+        for (int i = first; i < FA_ROWS; i++)
+            if (rslot[i] == s) last = max(last, rpos[i]);
+        // Does this warp have a row of slot s, and up to which position?
+        int wlast = -1;
+        for (int i = warp * 16; i < warp * 16 + 16; i++)
+            if (rslot[i] == s) wlast = max(wlast, rpos[i]);
+        long long base = kv_row(layer, s, 0, n_slots, slot_ctx, kv_dim) + (long long)kvh * HD;
+        for (int t0 = 0; t0 <= last; t0 += FA_TILE) {
+            __syncthreads(); // the previous tile is no longer read
+            // Stage K as is (a thread per 8 dims of a position) and V transposed (consecutive threads take
+            // consecutive positions, so the 2-byte stores of a warp fill whole bank words).
+            for (int u = threadIdx.x; u < FA_TILE * HD / 8; u += blockDim.x) {
+                int p = u / (HD / 8), c = (u % (HD / 8)) * 8;
+                bool in = t0 + p < slot_ctx;
+                long long src = base + (long long)(t0 + p) * kv_dim + c;
+                *(int4*)(ks + p * KLD + c) = in ? __ldg((const int4*)((const u16*)kc + src)) : make_int4(0, 0, 0, 0);
+            }
+            for (int u = threadIdx.x; u < FA_TILE * HD / 8; u += blockDim.x) {
+                int p = u % FA_TILE, c = (u / FA_TILE) * 8;
+                bool in = t0 + p < slot_ctx;
+                long long src = base + (long long)(t0 + p) * kv_dim + c;
+                int4 v4 = in ? __ldg((const int4*)((const u16*)vc + src)) : make_int4(0, 0, 0, 0);
+                u32 w4[4] = {(u32)v4.x, (u32)v4.y, (u32)v4.z, (u32)v4.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    vt[(c + 2 * i) * VLD + p] = (u16)(w4[i] & 0xFFFF);
+                    vt[(c + 2 * i + 1) * VLD + p] = (u16)(w4[i] >> 16);
+                }
+            }
+            __syncthreads();
+            if (t0 > wlast) continue; // no row of this warp sees this tile (warp-uniform)
+            // S = Q K^T: 8 tiles of 8 positions.
+            float sc[FA_TILE / 8][4];
+#pragma unroll
+            for (int j = 0; j < FA_TILE / 8; j++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) sc[j][e] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    const u16* kr = ks + (8 * j + g) * KLD + 16 * kk + 2 * t;
+                    mma_f16_16816(sc[j], qf[kk], *(const u32*)kr, *(const u32*)(kr + 8), sc[j]);
+                }
+            }
+            // Mask, then the online softmax of rows a (C elements 0, 1) and b (2, 3).
+            float mt[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+            for (int j = 0; j < FA_TILE / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int p = t0 + 8 * j + 2 * t + (e & 1);
+                    bool vis = e < 2 ? (sa == s && p <= pa) : (sb == s && p <= pb);
+                    sc[j][e] = vis ? sc[j][e] : NEG_INF;
+                    mt[e >> 1] = fmaxf(mt[e >> 1], sc[j][e]);
+                }
+            float corr[2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                mt[rr] = fmaxf(mt[rr], __shfl_xor_sync(0xffffffffu, mt[rr], 1));
+                mt[rr] = fmaxf(mt[rr], __shfl_xor_sync(0xffffffffu, mt[rr], 2));
+                float mn = fmaxf(m[rr], mt[rr]);
+                // A row with nothing visible yet keeps m = -inf, and its sums stay 0.
+                corr[rr] = mn == NEG_INF ? 1.0f : exp2f(m[rr] - mn);
+                m[rr] = mn;
+            }
+            float ls[2] = {0.0f, 0.0f};
+            u32 pf[FA_TILE / 16][4]; // P as A fragments: tile pair (2kk, 2kk + 1)
+#pragma unroll
+            for (int j = 0; j < FA_TILE / 8; j++) {
+                float pv[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int rr = e >> 1;
+                    pv[e] = m[rr] == NEG_INF ? 0.0f : exp2f(sc[j][e] - m[rr]);
+                    ls[rr] += pv[e];
+                }
+                pf[j >> 1][2 * (j & 1)] = pack_f16x2(pv[0], pv[1]);
+                pf[j >> 1][2 * (j & 1) + 1] = pack_f16x2(pv[2], pv[3]);
+            }
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                ls[rr] += __shfl_xor_sync(0xffffffffu, ls[rr], 1);
+                ls[rr] += __shfl_xor_sync(0xffffffffu, ls[rr], 2);
+                l[rr] = l[rr] * corr[rr] + ls[rr];
+            }
+#pragma unroll
+            for (int j = 0; j < HD / 8; j++) {
+                o[j][0] *= corr[0];
+                o[j][1] *= corr[0];
+                o[j][2] *= corr[1];
+                o[j][3] *= corr[1];
+            }
+            // O += P V: B[k = position][n = dim] from V^T.
+#pragma unroll
+            for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+                for (int kk = 0; kk < FA_TILE / 16; kk++) {
+                    const u16* vr = vt + (8 * j + g) * VLD + 16 * kk + 2 * t;
+                    mma_f16_16816(o[j], pf[kk], *(const u32*)vr, *(const u32*)(vr + 8), o[j]);
+                }
+        }
+    }
+    // Normalize and store rows a and b.
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        int r = rr ? rb : ra;
+        if (rslot[r] < 0) continue;
+        float inv = 1.0f / l[rr];
+        float* orow = out + ((long long)(b0 + r) * n_head + h) * HD;
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++)
+            *(float2*)(orow + 8 * j + 2 * t) = make_float2(o[j][2 * rr] * inv, o[j][2 * rr + 1] * inv);
+    }
+}
+
+#define ATTN_FLASH_KERNEL(NAME, HD)                                                                                \
+    extern "C" __global__ void __launch_bounds__(128) NAME(float* out, const float* q, const void* kc,             \
+                                                           const void* vc, const int* slots, const int* positions, \
+                                                           int n_rows, int layer, int n_slots, int slot_ctx,       \
+                                                           int n_head, int n_head_kv, float scale) {               \
+        attn_flash_body<HD>(out, q, kc, vc, slots, positions, n_rows, layer, n_slots, slot_ctx, n_head,            \
+                            n_head_kv, scale);                                                                     \
+    }
+ATTN_FLASH_KERNEL(attn_flash_h64, 64)
+ATTN_FLASH_KERNEL(attn_flash_h128, 128)

@@ -26,7 +26,7 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 42] = [
+pub const KERNEL_NAMES: [&str; 44] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -56,6 +56,8 @@ pub const KERNEL_NAMES: [&str; 42] = [
     "attn_split_g4_h128",
     "attn_split_g8_h128",
     "attn_merge",
+    "attn_flash_h64",
+    "attn_flash_h128",
     "embed_rows",
     "quantize_q8",
     "matmul_q8",

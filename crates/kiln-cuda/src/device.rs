@@ -60,6 +60,9 @@ pub struct Options {
     /// Int8 tensor cores for other passes' matmuls of [`G16_MIN_ROWS`] rows or more on Q4_K/Q6_K/Q8_0
     /// (gemv16.cu, bit-identical to the GEMV).
     pub block_mma: bool,
+    /// Flash attention on f16 tensor cores for prefill passes of more than [`MMQ_MIN_ROWS`] rows over an f16
+    /// cache (`attn_flash_h<D>`, its own float order); else the split-KV decode kernel per row.
+    pub flash_attn: bool,
     /// The reference mode: every matmul on f32 activations against dequantized weights.
     pub reference: bool,
 }
@@ -73,6 +76,7 @@ impl Default for Options {
             graphs: true,
             prefill_mma: true,
             block_mma: true,
+            flash_attn: true,
             reference: false,
         }
     }
@@ -1649,6 +1653,44 @@ impl Device {
         let (li, ns, sc) = (layer as i32, n_slots as i32, slot_ctx as i32);
         let (nh, nkv, hd) = (n_head as i32, n_head_kv as i32, head_dim as i32);
         let group = n_head / n_head_kv;
+        let flash = match head_dim {
+            64 => Some("attn_flash_h64"),
+            128 => Some("attn_flash_h128"),
+            _ => None,
+        };
+        let prefill = self.lock(&self.meta).prefill;
+        if let (true, true, true, 0, Some(kernel)) = (
+            self.opts.flash_attn && !self.opts.reference,
+            prefill && n > MMQ_MIN_ROWS,
+            kv.f16,
+            visible,
+            flash,
+        ) {
+            out.q8_valid.store(0, Ordering::Relaxed);
+            return self.launch(
+                kernel,
+                LaunchConfig {
+                    grid_dim: (n.div_ceil(64) as u32, n_head as u32, 1),
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                },
+                &[
+                    &o,
+                    &qp,
+                    &kc,
+                    &vc,
+                    &sp,
+                    &pp,
+                    &(n as i32),
+                    &li,
+                    &ns,
+                    &sc,
+                    &nh,
+                    &nkv,
+                    &scale,
+                ],
+            );
+        }
         let split = split_kernel(group, head_dim);
         let split_ok = self.opts.split_kv && kv.f16 && split.is_some();
         if !split_ok {

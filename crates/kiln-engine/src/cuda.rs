@@ -85,6 +85,7 @@ impl CudaBackend {
             split_kv: flags.cuda_split_kv,
             prefill_mma: flags.cuda_prefill_mma,
             block_mma: flags.cuda_block_mma,
+            flash_attn: flags.cuda_flash_attn,
             graphs: flags.cuda_graph,
             reference: !flags.quant_act,
         };

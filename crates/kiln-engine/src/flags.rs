@@ -71,6 +71,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_FLASH_ATTN",
+        disables: "CUDA: flash attention on f16 tensor cores for prompt prefill (more than 16 rows, f16 KV cache); \
+                   each prefill row runs the split-KV decode attention instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_DEVICE_ARGMAX",
         disables: "greedy tokens chosen where the logits are (a GPU reads back 4 bytes a row); the logits are read \
                    back and the argmax taken on the host instead (same tokens)",
@@ -111,6 +117,8 @@ pub struct Flags {
     pub cuda_prefill_mma: bool,
     /// CUDA: int8 tensor-core kernel for blocks of decode/verify rows.
     pub cuda_block_mma: bool,
+    /// CUDA: flash attention for prefill passes.
+    pub cuda_flash_attn: bool,
     /// Greedy tokens chosen by the backend where the logits are.
     pub device_argmax: bool,
     /// CUDA: a DFlash drafter on its target's GPU.
@@ -131,6 +139,7 @@ impl Default for Flags {
             cuda_graph: true,
             cuda_prefill_mma: true,
             cuda_block_mma: true,
+            cuda_flash_attn: true,
             device_argmax: true,
             cuda_drafter: true,
         }
@@ -151,6 +160,7 @@ impl Flags {
             cuda_graph: false,
             cuda_prefill_mma: false,
             cuda_block_mma: false,
+            cuda_flash_attn: false,
             device_argmax: false,
             cuda_drafter: false,
         }
@@ -199,6 +209,7 @@ impl Flags {
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
+                "KILN_NO_CUDA_FLASH_ATTN" => flags.cuda_flash_attn = !disabled,
                 "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),

@@ -34,6 +34,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         graphs: false,
         prefill_mma: false,
         block_mma: false,
+        flash_attn: false,
         reference: true,
     };
     let mut failed = 0;
