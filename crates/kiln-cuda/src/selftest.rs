@@ -616,6 +616,37 @@ fn attn_call(
     Ok(got)
 }
 
+/// softmax(q · K[0..n_pos] · scale) · V for one query head, over host caches of `kvd` values a position whose
+/// KV head starts at `off`.
+fn host_attention(
+    q: &[f64],
+    kc: &[f64],
+    vc: &[f64],
+    kvd: usize,
+    off: usize,
+    n_pos: usize,
+    scale: f32,
+) -> Vec<f64> {
+    let hd = q.len();
+    let sc: Vec<f64> = (0..n_pos)
+        .map(|t| {
+            let kr = &kc[t * kvd + off..t * kvd + off + hd];
+            q.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() * scale as f64
+        })
+        .collect();
+    let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
+    let e: Vec<f64> = sc.iter().map(|v| (v - mx).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    (0..hd)
+        .map(|d| {
+            (0..n_pos)
+                .map(|t| e[t] * vc[t * kvd + off + d])
+                .sum::<f64>()
+                / sum
+        })
+        .collect()
+}
+
 fn attention_check(
     dev: &Device,
     rng: &mut Rng,
@@ -678,21 +709,8 @@ fn attention_check(
             for h in 0..nh {
                 let kh = h / (nh / nkv);
                 let qh = head(&q[i * qd + h * hd..i * qd + (h + 1) * hd], &qn, p);
-                let sc: Vec<f64> = (0..=p)
-                    .map(|t| {
-                        let kr = &hk[s][t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
-                        qh.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() * shape.scale as f64
-                    })
-                    .collect();
-                let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
-                let e: Vec<f64> = sc.iter().map(|v| (v - mx).exp()).collect();
-                let sum: f64 = e.iter().sum();
-                for d in 0..hd {
-                    want[i * qd + h * hd + d] = (0..=p)
-                        .map(|t| e[t] * hv[s][t * kvd + kh * hd + d])
-                        .sum::<f64>()
-                        / sum;
-                }
+                let o = host_attention(&qh, &hk[s], &hv[s], kvd, kh * hd, p + 1, shape.scale);
+                want[i * qd + h * hd..i * qd + (h + 1) * hd].copy_from_slice(&o);
             }
         }
         let got = attn_call(
@@ -788,23 +806,12 @@ fn flash_attention_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -
             for (i, &(s, p)) in rows.iter().enumerate() {
                 for h in 0..nh {
                     let kh = h / (nh / nkv);
-                    let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
-                    let sc: Vec<f64> = (0..=p)
-                        .map(|t| {
-                            let kr = &hk[s][t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
-                            qh.iter().zip(kr).map(|(&a, b)| a as f64 * b).sum::<f64>()
-                                * scale as f64
-                        })
+                    let qh: Vec<f64> = q[i * qd + h * hd..i * qd + (h + 1) * hd]
+                        .iter()
+                        .map(|&a| a as f64)
                         .collect();
-                    let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
-                    let e: Vec<f64> = sc.iter().map(|v| (v - mx).exp()).collect();
-                    let sum: f64 = e.iter().sum();
-                    for d in 0..hd {
-                        want[i * qd + h * hd + d] = (0..=p)
-                            .map(|t| e[t] * hv[s][t * kvd + kh * hd + d])
-                            .sum::<f64>()
-                            / sum;
-                    }
+                    let o = host_attention(&qh, &hk[s], &hv[s], kvd, kh * hd, p + 1, scale);
+                    want[i * qd + h * hd..i * qd + (h + 1) * hd].copy_from_slice(&o);
                 }
             }
             dev.set_pass(&[], rows, &[], true)?;
@@ -874,29 +881,18 @@ fn visible_attention_check(
     let (q, kb, vb) = (rng.vec(n * qd), rng.vec(n * kvd), rng.vec(n * kvd));
     let block: Vec<(usize, usize)> = (0..n).map(|i| (0, n_ctx + i)).collect();
     let visible = n_ctx + n;
-    let keys: Vec<f32> = [kc.clone(), kb.clone()].concat();
-    let vals: Vec<f32> = [vc.clone(), vb.clone()].concat();
+    let keys: Vec<f64> = kc.iter().chain(&kb).map(|&v| round(v)).collect();
+    let vals: Vec<f64> = vc.iter().chain(&vb).map(|&v| round(v)).collect();
     let mut want = vec![0f64; n * qd];
     for i in 0..n {
         for h in 0..nh {
             let g = h / (nh / nkv);
-            let sc: Vec<f64> = (0..visible)
-                .map(|t| {
-                    (0..hd)
-                        .map(|d| q[i * qd + h * hd + d] as f64 * round(keys[t * kvd + g * hd + d]))
-                        .sum::<f64>()
-                        * scale as f64
-                })
+            let qh: Vec<f64> = q[i * qd + h * hd..i * qd + (h + 1) * hd]
+                .iter()
+                .map(|&a| a as f64)
                 .collect();
-            let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
-            let e: Vec<f64> = sc.iter().map(|v| (v - mx).exp()).collect();
-            let z: f64 = e.iter().sum();
-            for d in 0..hd {
-                want[i * qd + h * hd + d] = (0..visible)
-                    .map(|t| e[t] * round(vals[t * kvd + g * hd + d]))
-                    .sum::<f64>()
-                    / z;
-            }
+            let o = host_attention(&qh, &keys, &vals, kvd, g * hd, visible, scale);
+            want[i * qd + h * hd..i * qd + (h + 1) * hd].copy_from_slice(&o);
         }
     }
     let call = |rows: &[(usize, usize)],
@@ -1022,4 +1018,26 @@ fn graph_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<(
         tol: 0.0,
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_attention;
+
+    #[test]
+    fn host_attention_weights_positions_by_softmax() {
+        // Two KV heads of 2 (kvd 4), 3 positions; the query reads head 1 (offset 2).
+        let kc = [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        let vc = [9.0, 9.0, 1.0, 2.0, 9.0, 9.0, 3.0, 4.0, 9.0, 9.0, 5.0, 6.0];
+        // A zero query: equal scores, the mean of the first two positions' V.
+        let o = host_attention(&[0.0, 0.0], &kc, &vc, 4, 2, 2, 1.0);
+        assert_eq!(o, vec![2.0, 3.0]);
+        // Score ln 2 at position 0 and 0 elsewhere: weights 2:1:1 over three positions.
+        let o = host_attention(&[2f64.ln(), 0.0], &kc, &vc, 4, 2, 3, 1.0);
+        let want = [(2.0 + 3.0 + 5.0) / 4.0, (4.0 + 4.0 + 6.0) / 4.0];
+        assert!(
+            o.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12),
+            "{o:?}"
+        );
+    }
 }
