@@ -299,11 +299,172 @@ __device__ __forceinline__ void gemv_q4_legacy(int blk, float* out, const u8* w,
     gv_store<R>(out, acc, o, r0, nr, n_out, accumulate);
 }
 
-// ggml type ids the GEMV bodies handle (as in quant.cu).
+// ---- K-quants on Q8_K-style activations ("K8": one scale per 256 elements, int8 codes, per-32 code sums) ----
+// A lane's integer dots are scaled by the sub-block scales in integers and summed over the lanes that share a
+// super-block (exact), so the float work is one step per super-block: f = (d dx) isum - (dmin dx) imin, added to
+// the group's running sum in ascending super-block order; the groups are then added in the xor tree's pairing.
+// The block kernel (gemv16.cu) computes the same integers with mma and the same float steps.
+
+// One super-block's float step (every rounding explicit; gemv16.cu calls the same function).
+__device__ __forceinline__ float k8_step(float d, float dmin, float dx, int isum, int imin) {
+    return __fsub_rn(__fmul_rn(__fmul_rn(d, dx), (float)isum), __fmul_rn(__fmul_rn(dmin, dx), (float)imin));
+}
+
+// Adds lane groups in the xor tree's pairing from `first` down to `last` (powers of two) and stores lane 0's sum.
 template <int R>
+__device__ __forceinline__ void gv_store_groups(float* out, float* acc, int o, int r0, int nr, int n_out,
+                                                int accumulate, int first, int last) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r < nr) {
+            float v = acc[r];
+            for (int m = first; m >= last; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+            if ((threadIdx.x & 31) == 0) {
+                float* p = out + (long long)(r0 + r) * n_out + o;
+                *p = accumulate ? *p + v : v;
+            }
+        }
+    }
+}
+
+// Q4_K on K8 activations (kq codes, kd scale per 256, ks int sums per 32). Lanes as gemv_q4k_body: group a =
+// lane / 8 takes super-blocks a, a + 4, ...; lane i of the group takes chunk i. Per super-block and row:
+// isum = sc0 lo + sc1 hi, imin = m0 s(j0) + m1 s(j0 + 1) on the half-0 lanes, both summed over the group's 8 lanes.
+template <int R>
+__device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w, const signed char* kq,
+                                                 const float* kd, const int* ks, int width, int n_out, int n_rows,
+                                                 int accumulate) {
+    GV_PROLOGUE
+    int nsb = width / 256;
+    const u8* row = w + (long long)o * nsb * 144;
+    int i = lane & 7, j0 = 2 * (i >> 1), half = (i & 1) * 16;
+    unsigned gmask = 0xFFu << (lane & 24); // this lane's group of 8
+    for (int sb0 = lane >> 3; sb0 < nsb; sb0 += 4 * GV_U) {
+        int4 hdr[GV_U], qv[GV_U];
+#pragma unroll
+        for (int u = 0; u < GV_U; u++) {
+            int sb = sb0 + 4 * u;
+            if (sb < nsb) {
+                const u8* sbp = row + (long long)sb * 144;
+                hdr[u] = ldg16(sbp);
+                qv[u] = ldg16(sbp + 16 + 16 * i);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GV_U; u++) {
+            int sb = sb0 + 4 * u;
+            if (sb >= nsb) break;
+            float d = h2f((u16)(hdr[u].x & 0xFFFF)), dmin = h2f((u16)((u32)hdr[u].x >> 16));
+            int sc0, m0, sc1, m1;
+            k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0, sc0, m0);
+            k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0 + 1, sc1, m1);
+            int4 wl = nib_lo(qv[u]), wh = nib_hi(qv[u]);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r < nr) {
+                    long long xr = (long long)(r0 + r) * width + sb * 256 + j0 * 32 + half;
+                    int is = sc0 * dot16(wl, ldg16(kq + xr), 0) + sc1 * dot16(wh, ldg16(kq + xr + 32), 0);
+                    int im = 0;
+                    if (!half) {
+                        int2 sm = *(const int2*)(ks + (long long)(r0 + r) * nb + sb * 8 + j0);
+                        im = m0 * sm.x + m1 * sm.y;
+                    }
+#pragma unroll
+                    for (int m = 1; m < 8; m <<= 1) {
+                        is += __shfl_xor_sync(gmask, is, m);
+                        im += __shfl_xor_sync(gmask, im, m);
+                    }
+                    float dx = kd[(long long)(r0 + r) * nsb + sb];
+                    acc[r] = __fadd_rn(acc[r], k8_step(d, dmin, dx, is, im));
+                }
+            }
+        }
+    }
+    gv_store_groups<R>(out, acc, o, r0, nr, n_out, accumulate, 16, 8);
+}
+
+// Q6_K on K8 activations. Lanes as gemv_q6k_body: group G = lane / 4 takes super-blocks G, G + 8, ...; unit
+// u = lane % 4 its quarter. Per super-block and row: isum = sum over k of sc(8h + 2k + c) dot_k, summed over the
+// group's 4 lanes; no min term (dmin = 0).
+template <int R>
+__device__ __forceinline__ void gemv_q6k8_body(int blk, float* out, const u8* w, const signed char* kq,
+                                                 const float* kd, const int* ks, int width, int n_out, int n_rows,
+                                                 int accumulate) {
+    GV_PROLOGUE
+    (void)ks;
+    int nsb = width / 256;
+    const u8* row = w + (long long)o * nsb * 208;
+    const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208) + (long long)o * nsb;
+    int unit = lane & 3;
+    int h = unit >> 1, c = unit & 1;
+    unsigned gmask = 0xFu << (lane & 28); // this lane's group of 4
+    for (int sb0 = lane >> 2; sb0 < nsb; sb0 += 8 * GV_U6) {
+        int4 qa_[GV_U6], qb_[GV_U6], qh_[GV_U6], sc_[GV_U6];
+#pragma unroll
+        for (int u = 0; u < GV_U6; u++) {
+            int sb = sb0 + 8 * u;
+            if (sb < nsb) {
+                const u8* sbp = row + (long long)sb * 208;
+                qa_[u] = ldg16(sbp + 64 * h + 16 * c);
+                qb_[u] = ldg16(sbp + 64 * h + 32 + 16 * c);
+                qh_[u] = ldg16(sbp + 128 + 32 * h + 16 * c);
+                sc_[u] = ldg16(sbp + 192);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GV_U6; u++) {
+            int sb = sb0 + 8 * u;
+            if (sb >= nsb) break;
+            int4 qa = qa_[u], qb = qb_[u], qh = qh_[u], scv = sc_[u];
+            float d = h2f(dd[sb]);
+            u32 sw0 = (u32)(h ? scv.z : scv.x), sw1 = (u32)(h ? scv.w : scv.y);
+            int s[4] = {(signed char)byte_of(sw0, c), (signed char)byte_of(sw0, 2 + c),
+                        (signed char)byte_of(sw1, c), (signed char)byte_of(sw1, 2 + c)};
+            int4 q[4];
+            int4 al = nib_lo(qa), ah = nib_hi(qa), bl = nib_lo(qb), bh = nib_hi(qb);
+#define Q6_HI(v, sh) (((v) >> (sh)) & 0x03030303)
+            q[0] = sub_bytes(make_int4(al.x | (Q6_HI(qh.x, 0) << 4), al.y | (Q6_HI(qh.y, 0) << 4),
+                                       al.z | (Q6_HI(qh.z, 0) << 4), al.w | (Q6_HI(qh.w, 0) << 4)), 0x20202020);
+            q[1] = sub_bytes(make_int4(bl.x | (Q6_HI(qh.x, 2) << 4), bl.y | (Q6_HI(qh.y, 2) << 4),
+                                       bl.z | (Q6_HI(qh.z, 2) << 4), bl.w | (Q6_HI(qh.w, 2) << 4)), 0x20202020);
+            q[2] = sub_bytes(make_int4(ah.x | (Q6_HI(qh.x, 4) << 4), ah.y | (Q6_HI(qh.y, 4) << 4),
+                                       ah.z | (Q6_HI(qh.z, 4) << 4), ah.w | (Q6_HI(qh.w, 4) << 4)), 0x20202020);
+            q[3] = sub_bytes(make_int4(bh.x | (Q6_HI(qh.x, 6) << 4), bh.y | (Q6_HI(qh.y, 6) << 4),
+                                       bh.z | (Q6_HI(qh.z, 6) << 4), bh.w | (Q6_HI(qh.w, 6) << 4)), 0x20202020);
+#undef Q6_HI
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r < nr) {
+                    const signed char* xr = kq + (long long)(r0 + r) * width + sb * 256 + 128 * h + 16 * c;
+                    int is = 0;
+#pragma unroll
+                    for (int k = 0; k < 4; k++) is += s[k] * dot16(q[k], ldg16(xr + 32 * k), 0);
+                    is += __shfl_xor_sync(gmask, is, 1);
+                    is += __shfl_xor_sync(gmask, is, 2);
+                    float dx = kd[(long long)(r0 + r) * nsb + sb];
+                    acc[r] = __fadd_rn(acc[r], k8_step(d, 0.0f, dx, is, 0));
+                }
+            }
+        }
+    }
+    gv_store_groups<R>(out, acc, o, r0, nr, n_out, accumulate, 16, 4);
+}
+
+// Pseudo type ids for K-quant weights read against K8 activations (the xq/xd/xs arguments then carry kq, kd, ks).
+#define K8_Q4_K (T_Q4_K + 1000)
+#define K8_Q6_K (T_Q6_K + 1000)
+
+// ggml type ids the GEMV bodies handle (as in quant.cu). K8 kernels are separate instantiations (the K8 bodies
+// would otherwise share the one-row kernel's 64-register budget with the per-32 ones).
+template <int R, bool K8>
 __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const u8* w, const signed char* xq,
                                               const float* xd, const float* xs, int width, int n_out, int n_rows,
                                               int accumulate) {
+    if (K8) {
+        if (ty == K8_Q4_K) gemv_q4k8_body<R>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
+        if (ty == K8_Q6_K) gemv_q6k8_body<R>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
+        return;
+    }
     switch (ty) {
     case T_Q4_K: gemv_q4k_body<R>(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate); break;
     case T_Q6_K: gemv_q6k_body<R>(blk, out, w, xq, xd, xs, width, n_out, n_rows, accumulate); break;
@@ -317,18 +478,20 @@ __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const
 // out (+)= W . x for one repacked weight of type `ty`, activation rows in groups of R. The one-row kernel is
 // held to 64 registers (8 blocks, 32 warps an SM: bytes in flight are what a memory-bound GEMV needs); every
 // instantiation runs the same per-row arithmetic, so a row's bits do not depend on which one computed it.
-#define GEMV_KERNEL(NAME, R, MINB)                                                                              \
+#define GEMV_KERNEL(NAME, R, MINB, K8)                                                                          \
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                    \
         NAME(int ty, float* out, const u8* w, const signed char* xq, const float* xd, const float* xs, int width, \
              int n_out, int n_rows, int accumulate) {                                                          \
-        gemv_dispatch<R>(ty, blockIdx.x, out, w, xq, xd, xs, width, n_out, n_rows, accumulate);               \
+        gemv_dispatch<R, K8>(ty, blockIdx.x, out, w, xq, xd, xs, width, n_out, n_rows, accumulate);           \
     }
-GEMV_KERNEL(gemv_r1, 1, 8)
-GEMV_KERNEL(gemv_r8, 8, 4)
+GEMV_KERNEL(gemv_r1, 1, 8, false)
+GEMV_KERNEL(gemv_r8, 8, 4, false)
+GEMV_KERNEL(gemv_k8_r1, 1, 8, true)
+GEMV_KERNEL(gemv_k8_r8, 8, 4, true)
 
 // Up to three weights that read the same activations (Q/K/V, gate/up) in one launch: blocks [0, b1) compute
 // weight 0, [b1, b2) weight 1, [b2, grid.x) weight 2. Each output's bits are those of the single launch.
-#define GEMV3_KERNEL(NAME, R, MINB)                                                                             \
+#define GEMV3_KERNEL(NAME, R, MINB, K8)                                                                         \
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                    \
         NAME(const signed char* xq, const float* xd, const float* xs, int width, int n_rows, int b1, int b2,     \
              int ty0, float* out0, const u8* w0, int n0, int ty1, float* out1, const u8* w1, int n1, int ty2,     \
@@ -338,7 +501,9 @@ GEMV_KERNEL(gemv_r8, 8, 4)
         float* out = b < b1 ? out0 : b < b2 ? out1 : out2;                                                     \
         const u8* w = b < b1 ? w0 : b < b2 ? w1 : w2;                                                          \
         int n = b < b1 ? n0 : b < b2 ? n1 : n2;                                                                \
-        gemv_dispatch<R>(ty, b < b1 ? b : b < b2 ? b - b1 : b - b2, out, w, xq, xd, xs, width, n, n_rows, 0);   \
+        gemv_dispatch<R, K8>(ty, b < b1 ? b : b < b2 ? b - b1 : b - b2, out, w, xq, xd, xs, width, n, n_rows, 0); \
     }
-GEMV3_KERNEL(gemv3_r1, 1, 8)
-GEMV3_KERNEL(gemv3_r8, 8, 4)
+GEMV3_KERNEL(gemv3_r1, 1, 8, false)
+GEMV3_KERNEL(gemv3_r8, 8, 4, false)
+GEMV3_KERNEL(gemv3_k8_r1, 1, 8, true)
+GEMV3_KERNEL(gemv3_k8_r8, 8, 4, true)

@@ -43,11 +43,11 @@ __device__ __forceinline__ void g16_stage(G16Stage& st, const signed char* xq, c
     __syncwarp();
 }
 
-// A fragment (rows g and g + 8, 4 bytes at byte `col` of the staged 256) of the staged activations.
-__device__ __forceinline__ void g16_a(const G16Stage& st, int col, int& a0, int& a1) {
+// A fragment (rows g and g + 8, 4 bytes at byte `col` of the staged 256) of the staged activations `sx`.
+__device__ __forceinline__ void g16_a(const signed char* sx, int col, int& a0, int& a1) {
     int g = (threadIdx.x & 31) >> 2;
-    a0 = *(const int*)(st.x + g * G16_LD + col);
-    a1 = *(const int*)(st.x + (g + 8) * G16_LD + col);
+    a0 = *(const int*)(sx + g * G16_LD + col);
+    a1 = *(const int*)(sx + (g + 8) * G16_LD + col);
 }
 
 // Shared memory for the lane sums: [GEMV lane][C element][thread of the warp].
@@ -151,8 +151,8 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q4k(float* out, const u
                 int blo = (int)(q[i] & 0x0F0F0F0Fu), bhi = (int)((q[i] >> 4) & 0x0F0F0F0Fu);
                 int col = j0 * 32 + half + 4 * t;
                 int alo0, alo1, ahi0, ahi1;
-                g16_a(st, col, alo0, alo1);
-                g16_a(st, col + 32, ahi0, ahi1);
+                g16_a(st.x, col, alo0, alo1);
+                g16_a(st.x, col + 32, ahi0, ahi1);
                 int lo[4], hi[4];
                 mma_s8_16816(lo, alo0, alo1, blo);
                 mma_s8_16816(hi, ahi0, ahi1, bhi);
@@ -230,7 +230,7 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q6k(float* out, const u
                     u32 v = nib[k] | (((qh >> (2 * k)) & 0x03030303u) << 4);
                     int b = (int)__vsub4(v, 0x20202020u);
                     int a0, a1;
-                    g16_a(st, (4 * h + k) * 32 + 16 * c + 4 * t, a0, a1);
+                    g16_a(st.x, (4 * h + k) * 32 + 16 * c + 4 * t, a0, a1);
                     int dot[4];
                     mma_s8_16816(dot, a0, a1, b);
 #pragma unroll
@@ -279,9 +279,9 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
 #pragma unroll
         for (int l = 0; l < 8; l++) {
             int lo[4], hi[4], a0, a1;
-            g16_a(st, 32 * l + 4 * t, a0, a1);
+            g16_a(st.x, 32 * l + 4 * t, a0, a1);
             mma_s8_16816(lo, a0, a1, (int)q[l][0]);
-            g16_a(st, 32 * l + 16 + 4 * t, a0, a1);
+            g16_a(st.x, 32 * l + 16 + 4 * t, a0, a1);
             mma_s8_16816(hi, a0, a1, (int)q[l][1]);
             float d[2], dx[2];
 #pragma unroll
@@ -293,4 +293,198 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
         }
     }
     g16_finish(red, acc, out, o0, r0, n_out, n_rows, accumulate);
+}
+
+// ---- K-quants on K8 activations (gemv.cu's gemv_q4k8_body / gemv_q6k8_body, the same integers and float steps) ----
+// Per super-block and C element the warp sums the sub-block-scaled integer dots of the 8 chunks (Q4_K) or 4 units
+// (Q6_K) exactly, as the GEMV's lane group does by shuffles, then takes the one float step k8_step. So each lane
+// carries one running sum per group and C element, and the groups meet in shared memory in the xor tree's pairing.
+
+struct G16StageK8 {
+    signed char x[16 * G16_LD];
+    float d[16];             // each row's scale of this super-block
+    int s[16 * G16_XS];      // each row's 8 per-32 code sums (row stride G16_XS)
+};
+
+__device__ __forceinline__ void g16_stage_k8(G16StageK8& st, const signed char* kq, const float* kd, const int* ks,
+                                             int width, int sb, int r0, int n_rows) {
+    int lane = threadIdx.x & 31, nsb = width / 256;
+    __syncwarp();
+#pragma unroll
+    for (int m = 0; m < 8; m++) {
+        int u = lane + 32 * m, r = u >> 4, c = u & 15;
+        int4 v = r0 + r < n_rows ? ldg16(kq + (long long)(r0 + r) * width + sb * 256 + 16 * c) : make_int4(0, 0, 0, 0);
+        *(int4*)(st.x + r * G16_LD + 16 * c) = v;
+    }
+    int r = lane >> 1, h = lane & 1;
+    bool in = r0 + r < n_rows;
+    int4 sv = in ? *(const int4*)(ks + ((long long)(r0 + r) * nsb + sb) * 8 + 4 * h) : make_int4(0, 0, 0, 0);
+    *(int4*)(st.s + r * G16_XS + 4 * h) = sv;
+    if (lane < 16) st.d[lane] = r0 + lane < n_rows ? kd[(long long)(r0 + lane) * nsb + sb] : 0.0f;
+    __syncwarp();
+}
+
+// Adds the per-group sums v[g][e] (group g of NG = 4 or 8, in smem) in the xor tree's pairing over the group bits
+// and stores C element e of this warp-thread. Called by warp 0 after the exchange.
+template <int NG>
+__device__ __forceinline__ float g16_group_tree(const float* ex, int e, int lane) {
+    float a[NG];
+#pragma unroll
+    for (int g = 0; g < NG; g++) a[g] = ex[(g * 4 + e) * 32 + lane];
+#pragma unroll
+    for (int half = NG / 2; half >= 1; half >>= 1)
+#pragma unroll
+        for (int g = 0; g < half; g++) a[g] = __fadd_rn(a[g], a[g + half]);
+    return a[0];
+}
+
+__device__ __forceinline__ void g16_store_one(float* out, float v, int e, int o0, int r0, int n_out, int n_rows,
+                                              int accumulate) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int r = r0 + g + 8 * (e >> 1), o = o0 + 2 * t + (e & 1);
+    if (r < n_rows && o < n_out) {
+        float* p = out + (long long)r * n_out + o;
+        *p = accumulate ? *p + v : v;
+    }
+}
+
+// Q4_K, K8 activations: warp a replays the GEMV's group a (super-blocks a, a + 4, ...).
+// grid = (ceil(n_out / 8), ceil(n_rows / 16)), block = 128.
+extern "C" __global__ void __launch_bounds__(128) gemv16_q4k8(float* out, const u8* w, const signed char* kq,
+                                                              const float* kd, const int* ks, int width, int n_out,
+                                                              int n_rows, int accumulate) {
+    __shared__ __align__(16) G16StageK8 stage[4];
+    __shared__ float ex[4 * 4 * 32];
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, a = threadIdx.x >> 5;
+    G16StageK8& st = stage[a];
+    int o0 = blockIdx.x * 8, r0 = blockIdx.y * 16;
+    int nsb = width / 256;
+    const u8* wg = o0 + g < n_out ? w + (long long)(o0 + g) * nsb * 144 : nullptr;
+    const u8* wc[2];
+#pragma unroll
+    for (int cc = 0; cc < 2; cc++) wc[cc] = o0 + 2 * t + cc < n_out ? w + (long long)(o0 + 2 * t + cc) * nsb * 144 : nullptr;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int sb = a; sb < nsb; sb += 4) {
+        g16_stage_k8(st, kq, kd, ks, width, sb, r0, n_rows);
+        float d[2], dmin[2];
+        u32 sw[2][3];
+#pragma unroll
+        for (int cc = 0; cc < 2; cc++) {
+            int4 hd = wc[cc] ? ldg16(wc[cc] + (long long)sb * 144) : make_int4(0, 0, 0, 0);
+            d[cc] = h2f((u16)(hd.x & 0xFFFF));
+            dmin[cc] = h2f((u16)((u32)hd.x >> 16));
+            sw[cc][0] = (u32)hd.y;
+            sw[cc][1] = (u32)hd.z;
+            sw[cc][2] = (u32)hd.w;
+        }
+        u32 q[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = wg ? __ldg((const u32*)(wg + (long long)sb * 144 + 16 + 16 * i + 4 * t)) : 0u;
+        int is[4] = {0, 0, 0, 0}, im[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int jp = 0; jp < 4; jp++) {
+            int j0 = 2 * jp;
+            int sc0[2], m0[2], sc1[2], m1[2];
+#pragma unroll
+            for (int cc = 0; cc < 2; cc++) {
+                k4_sm(sw[cc][0], sw[cc][1], sw[cc][2], j0, sc0[cc], m0[cc]);
+                k4_sm(sw[cc][0], sw[cc][1], sw[cc][2], j0 + 1, sc1[cc], m1[cc]);
+            }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                int i = 2 * jp + hf;
+                int blo = (int)(q[i] & 0x0F0F0F0Fu), bhi = (int)((q[i] >> 4) & 0x0F0F0F0Fu);
+                int col = j0 * 32 + hf * 16 + 4 * t;
+                int a0, a1, lo[4], hi[4];
+                g16_a(st.x, col, a0, a1);
+                mma_s8_16816(lo, a0, a1, blo);
+                g16_a(st.x, col + 32, a0, a1);
+                mma_s8_16816(hi, a0, a1, bhi);
+#pragma unroll
+                for (int e = 0; e < 4; e++) is[e] += sc0[e & 1] * lo[e] + sc1[e & 1] * hi[e];
+            }
+            // The min term of sub-blocks j0, j0 + 1 (the GEMV's half-0 lane of this chunk pair).
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int* sr = st.s + (g + 8 * (e >> 1)) * G16_XS + j0;
+                im[e] += m0[e & 1] * sr[0] + m1[e & 1] * sr[1];
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            acc[e] = __fadd_rn(acc[e], k8_step(d[e & 1], dmin[e & 1], st.d[g + 8 * (e >> 1)], is[e], im[e]));
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) ex[(a * 4 + e) * 32 + lane] = acc[e];
+    __syncthreads();
+    if (a != 0) return;
+#pragma unroll
+    for (int e = 0; e < 4; e++) g16_store_one(out, g16_group_tree<4>(ex, e, lane), e, o0, r0, n_out, n_rows, accumulate);
+}
+
+// Q6_K, K8 activations: warp w replays the GEMV's groups G = 2w and 2w + 1 (super-blocks G, G + 8, ...).
+// grid and block as gemv16_q4k8.
+extern "C" __global__ void __launch_bounds__(128) gemv16_q6k8(float* out, const u8* w, const signed char* kq,
+                                                              const float* kd, const int* ks, int width, int n_out,
+                                                              int n_rows, int accumulate) {
+    __shared__ __align__(16) G16StageK8 stage[4];
+    __shared__ float ex[8 * 4 * 32];
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    G16StageK8& st = stage[warp];
+    int o0 = blockIdx.x * 8, r0 = blockIdx.y * 16;
+    int nsb = width / 256;
+    const u8* wg = o0 + g < n_out ? w + (long long)(o0 + g) * nsb * 208 : nullptr;
+    const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
+    int oc[2] = {o0 + 2 * t, o0 + 2 * t + 1};
+#pragma unroll
+    for (int gg = 0; gg < 2; gg++) {
+        int G = 2 * warp + gg;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int sb = G; sb < nsb; sb += 8) {
+            g16_stage_k8(st, kq, kd, ks, width, sb, r0, n_rows);
+            float d[2];
+            u32 scw[2][4];
+#pragma unroll
+            for (int cc = 0; cc < 2; cc++) {
+                bool in = oc[cc] < n_out;
+                int4 s4 = in ? ldg16(w + ((long long)oc[cc] * nsb + sb) * 208 + 192) : make_int4(0, 0, 0, 0);
+                d[cc] = in ? h2f(dd[(long long)oc[cc] * nsb + sb]) : 0.0f;
+                scw[cc][0] = (u32)s4.x;
+                scw[cc][1] = (u32)s4.y;
+                scw[cc][2] = (u32)s4.z;
+                scw[cc][3] = (u32)s4.w;
+            }
+            const u8* p = wg ? wg + (long long)sb * 208 : nullptr;
+            int is[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int h = u >> 1, c = u & 1;
+                u32 qa = p ? __ldg((const u32*)(p + 64 * h + 16 * c + 4 * t)) : 0u;
+                u32 qb = p ? __ldg((const u32*)(p + 64 * h + 32 + 16 * c + 4 * t)) : 0u;
+                u32 qh = p ? __ldg((const u32*)(p + 128 + 32 * h + 16 * c + 4 * t)) : 0u;
+                u32 nib[4] = {qa & 0x0F0F0F0Fu, qb & 0x0F0F0F0Fu, (qa >> 4) & 0x0F0F0F0Fu, (qb >> 4) & 0x0F0F0F0Fu};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    u32 v = nib[k] | (((qh >> (2 * k)) & 0x03030303u) << 4);
+                    int b = (int)__vsub4(v, 0x20202020u);
+                    int a0, a1, dot[4];
+                    g16_a(st.x, (4 * h + k) * 32 + 16 * c + 4 * t, a0, a1);
+                    mma_s8_16816(dot, a0, a1, b);
+                    int sbi = 8 * h + 2 * k + c;
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        is[e] += (int)(signed char)byte_of(scw[e & 1][sbi >> 2], sbi & 3) * dot[e];
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[e] = __fadd_rn(acc[e], k8_step(d[e & 1], 0.0f, st.d[g + 8 * (e >> 1)], is[e], 0));
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) ex[(G * 4 + e) * 32 + lane] = acc[e];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int e = 0; e < 4; e++) g16_store_one(out, g16_group_tree<8>(ex, e, lane), e, o0, r0, n_out, n_rows, accumulate);
 }

@@ -332,3 +332,36 @@ extern "C" __global__ void matmul_deq(float* out, const u8* w, long long row_byt
     }
     mm_store(out, acc, sh, o, r0, nr, n_out, accumulate);
 }
+
+// K8 activations (for K-quant weights on the GEMV and block kernels): per 256 elements one scale d = amax / 127
+// and codes roundf(x / d) (the same float steps as quantize_q8, over 256 instead of 32), plus the integer sum of
+// the codes of every 32. One warp per 256 elements (8 a lane); n a multiple of 256. grid = ceil(n / 256 / 8),
+// block = 256.
+extern "C" __global__ void quantize_k8(signed char* kq, float* kd, int* ks, const float* x, long long n) {
+    long long blk = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (blk * 256 >= n) return;
+    int lane = threadIdx.x & 31;
+    const float* xb = x + blk * 256 + 8 * lane;
+    float4 va = *(const float4*)xb, vb = *(const float4*)(xb + 4);
+    float v[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(v[j]));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    u32 packed[2] = {0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int q = (int)roundf(v[j] * id);
+        sum += q;
+        packed[j >> 2] |= ((u32)(q & 0xFF)) << (8 * (j & 3));
+    }
+    *(uint2*)(kq + blk * 256 + 8 * lane) = make_uint2(packed[0], packed[1]);
+    // Lanes 4m .. 4m + 3 hold the 32 elements of sub-block m.
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if ((lane & 3) == 0) ks[blk * 8 + (lane >> 2)] = sum;
+    if (lane == 0) kd[blk] = d;
+}

@@ -26,7 +26,7 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 44] = [
+pub const KERNEL_NAMES: [&str; 51] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -34,12 +34,19 @@ pub const KERNEL_NAMES: [&str; 44] = [
     "gemv_r8",
     "gemv3_r1",
     "gemv3_r8",
+    "gemv_k8_r1",
+    "gemv_k8_r8",
+    "gemv3_k8_r1",
+    "gemv3_k8_r8",
     "mmq_q4_k",
     "mmq_q6_k",
     "mmq_q8_0",
     "gemv16_q4k",
     "gemv16_q6k",
     "gemv16_q8_0",
+    "gemv16_q4k8",
+    "gemv16_q6k8",
+    "quantize_k8",
     "matmul_deq",
     "rms_norm_q8",
     "swiglu_q8",
@@ -339,6 +346,18 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 13, "every supported type has a define");
+    }
+
+    #[test]
+    fn k8_pseudo_ids_match_the_host() {
+        let src = kernel_source();
+        for ty in ["Q4_K", "Q6_K"] {
+            let def = format!(
+                "#define K8_{ty} (T_{ty} + {})",
+                crate::device::K8_TYPE_OFFSET
+            );
+            assert!(src.contains(&def), "{def}");
+        }
     }
 
     #[test]

@@ -37,6 +37,8 @@ const ROW_THREADS: u32 = 256;
 pub const MMQ_MIN_ROWS: usize = 16;
 /// Rows from which other passes' Q4_K/Q6_K/Q8_0 matmuls use the tensor-core block kernel (same bits as the GEMV).
 pub const G16_MIN_ROWS: usize = 4;
+/// Added to a K-quant's type id for the GEMV kernels' K8 bodies (`K8_Q4_K` / `K8_Q6_K` in gemv.cu).
+pub(crate) const K8_TYPE_OFFSET: i32 = 1000;
 /// Graphs kept before the cache is cleared (one per batch shape in practice).
 const MAX_GRAPHS: usize = 64;
 
@@ -60,6 +62,10 @@ pub struct Options {
     /// Int8 tensor cores for other passes' matmuls of [`G16_MIN_ROWS`] rows or more on Q4_K/Q6_K/Q8_0
     /// (gemv16.cu, bit-identical to the GEMV).
     pub block_mma: bool,
+    /// Q4_K/Q6_K matmuls on the GEMV and block kernels read K8 activations (one scale per 256 elements, as the
+    /// CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one step
+    /// per super-block; else per-32 Q8 blocks with a float step per 32 weights.
+    pub k8: bool,
     /// Flash attention on f16 tensor cores for prefill passes of more than [`MMQ_MIN_ROWS`] rows over an f16
     /// cache (`attn_flash_h<D>`, its own float order); else the split-KV decode kernel per row.
     pub flash_attn: bool,
@@ -76,6 +82,7 @@ impl Default for Options {
             graphs: true,
             prefill_mma: true,
             block_mma: true,
+            k8: true,
             flash_attn: true,
             reference: false,
         }
@@ -181,10 +188,21 @@ pub struct DBuf {
     xs: CudaSlice<f32>,
     /// Leading elements whose Q8 shadow matches the f32 data.
     q8_valid: AtomicUsize,
+    /// The K8 shadow (K-quant matmuls): codes, a scale per 256, the code sum of every 32.
+    kq: CudaSlice<i8>,
+    kd: CudaSlice<f32>,
+    ks: CudaSlice<i32>,
+    /// Leading elements whose K8 shadow matches the f32 data.
+    k8_valid: AtomicUsize,
     id: u64,
 }
 
 impl DBuf {
+    /// The f32 data is about to change: neither shadow matches it any more.
+    fn invalidate(&self) {
+        self.q8_valid.store(0, Ordering::Relaxed);
+        self.k8_valid.store(0, Ordering::Relaxed);
+    }
     /// A process-unique identity (keys captured graphs).
     pub fn id(&self) -> u64 {
         self.id
@@ -454,12 +472,24 @@ impl Device {
     fn with_shadow(&self, data: CudaSlice<f32>) -> Result<DBuf> {
         let nb = data.len().div_ceil(32);
         let err = || drv("allocating Q8 activations");
+        // The K8 shadow only for buffers that can feed a K-quant matmul (whole 256-element blocks).
+        let nk = if self.opts.k8 { data.len() / 256 } else { 0 };
         Ok(DBuf {
             xq: self.stream.alloc_zeros::<i8>(nb * 32).map_err(err())?,
             xd: self.stream.alloc_zeros::<f32>(nb).map_err(err())?,
             xs: self.stream.alloc_zeros::<f32>(nb).map_err(err())?,
+            kq: self
+                .stream
+                .alloc_zeros::<i8>((nk * 256).max(1))
+                .map_err(err())?,
+            kd: self.stream.alloc_zeros::<f32>(nk.max(1)).map_err(err())?,
+            ks: self
+                .stream
+                .alloc_zeros::<i32>((nk * 8).max(1))
+                .map_err(err())?,
             data,
             q8_valid: AtomicUsize::new(0),
+            k8_valid: AtomicUsize::new(0),
             id: next_id(),
         })
     }
@@ -481,7 +511,7 @@ impl Device {
                 detail: format!("{} elements into a buffer of {}", src.len(), dst.len()),
             });
         }
-        dst.q8_valid.store(0, Ordering::Relaxed);
+        dst.invalidate();
         let mut view = dst.data.slice_mut(..src.len());
         self.stream
             .memcpy_htod(src, &mut view)
@@ -673,7 +703,7 @@ impl Device {
                 && out.len() >= n_rows * d,
             || format!("'{}': {m:?} on {n_rows} rows", gate.name),
         )?;
-        out.q8_valid.store(0, Ordering::Relaxed);
+        out.invalidate();
         if n_rows == 0 {
             return Ok(());
         }
@@ -708,7 +738,7 @@ impl Device {
                 if !reference {
                     self.quantize(a, (if per_choice { n_rows * k } else { n_rows }) * width)?;
                 }
-                o.q8_valid.store(0, Ordering::Relaxed);
+                o.invalidate();
                 let (op, wp) = (self.ptr(&o.data), self.ptr(&w.data));
                 let (qp, dp, sp, fp) = (
                     self.ptr(&a.xq),
@@ -887,7 +917,7 @@ impl Device {
                 )
             },
         )?;
-        out.q8_valid.store(0, Ordering::Relaxed);
+        out.invalidate();
         if n == 0 {
             return Ok(());
         }
@@ -928,6 +958,50 @@ impl Device {
         Ok(())
     }
 
+    /// Writes the K8 shadow of `x`'s first `n` elements (a multiple of 256) unless it is current.
+    fn quantize_k8(&self, x: &DBuf, n: usize) -> Result<()> {
+        if x.k8_valid.load(Ordering::Relaxed) >= n {
+            return Ok(());
+        }
+        self.check("matmul", n <= x.kq.len() && n.is_multiple_of(256), || {
+            format!("K8 activations of {n} elements (shadow of {})", x.kq.len())
+        })?;
+        let (qp, dp, sp, xp) = (
+            self.ptr(&x.kq),
+            self.ptr(&x.kd),
+            self.ptr(&x.ks),
+            self.ptr(&x.data),
+        );
+        self.launch(
+            "quantize_k8",
+            grid((n / 256).div_ceil(8) as u32, 1, 256),
+            &[&qp, &dp, &sp, &xp, &(n as i64)],
+        )?;
+        x.k8_valid.store(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether `w` is read against K8 activations on `n_rows` rows of the current pass: a repacked Q4_K/Q6_K
+    /// weight, unless the prefill matmul takes it.
+    fn uses_k8(&self, w: &DWeight, n_rows: usize) -> bool {
+        self.opts.k8
+            && !self.opts.reference
+            && w.layout == Layout::Gemv
+            && matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K)
+            && w.cols.is_multiple_of(256)
+            && !(self.opts.prefill_mma && self.lock(&self.meta).prefill && n_rows > MMQ_MIN_ROWS)
+    }
+
+    /// The ggml type id the GEMV kernels take for `w` (K-quants on K8 activations: the id + [`K8_TYPE_OFFSET`]).
+    fn gemv_type_id(&self, w: &DWeight, n_rows: usize) -> i32 {
+        w.ty.id() as i32
+            + if self.uses_k8(w, n_rows) {
+                K8_TYPE_OFFSET
+            } else {
+                0
+            }
+    }
+
     /// `out[r] (+)= W · x[r]` for `n_rows` rows (`x` is `n_rows × w.cols`, `out` is `n_rows × w.rows`); with
     /// `accumulate` the product is added to `out` (the residual connection).
     pub fn matmul(
@@ -953,7 +1027,7 @@ impl Device {
                 )
             },
         )?;
-        out.q8_valid.store(0, Ordering::Relaxed);
+        out.invalidate();
         if n_rows == 0 {
             return Ok(());
         }
@@ -985,8 +1059,15 @@ impl Device {
                 &[&o, &wp, &rb, &ty, &xp, &width, &n_out, &nr, &acc],
             );
         }
-        self.quantize(x, n_rows * w.cols)?;
-        let (qp, dp, sp) = (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs));
+        // The activations in the weight's format: K8 shadow for K-quants on the GEMV/block kernels, else Q8.
+        let (qp, dp, sp) = if self.uses_k8(w, n_rows) {
+            self.quantize_k8(x, n_rows * w.cols)?;
+            (self.ptr(&x.kq), self.ptr(&x.kd), self.ptr(&x.ks))
+        } else {
+            self.quantize(x, n_rows * w.cols)?;
+            (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs))
+        };
+        let ty = self.gemv_type_id(w, n_rows);
         if let Some((kernel, tile_rows, tile_outs)) = self.tensor_core_kernel(w, n_rows) {
             return self.launch(
                 kernel,
@@ -1004,7 +1085,12 @@ impl Device {
         }
         match w.layout {
             Layout::Gemv => self.launch(
-                if n_rows == 1 { "gemv_r1" } else { "gemv_r8" },
+                match (self.uses_k8(w, n_rows), n_rows == 1) {
+                    (false, true) => "gemv_r1",
+                    (false, false) => "gemv_r8",
+                    (true, true) => "gemv_k8_r1",
+                    (true, false) => "gemv_k8_r8",
+                },
                 LaunchConfig {
                     grid_dim: (
                         w.rows.div_ceil(GV_WARPS) as u32,
@@ -1046,9 +1132,10 @@ impl Device {
         if !self.opts.block_mma || n_rows < G16_MIN_ROWS {
             return None;
         }
+        let k8 = self.uses_k8(w, n_rows);
         match w.ty {
-            GgmlType::Q4_K => Some(("gemv16_q4k", 16, 8)),
-            GgmlType::Q6_K => Some(("gemv16_q6k", 16, 8)),
+            GgmlType::Q4_K => Some((if k8 { "gemv16_q4k8" } else { "gemv16_q4k" }, 16, 8)),
+            GgmlType::Q6_K => Some((if k8 { "gemv16_q6k8" } else { "gemv16_q6k" }, 16, 8)),
             GgmlType::Q8_0 => Some(("gemv16_q8_0", 16, 8)),
             _ => None,
         }
@@ -1074,7 +1161,10 @@ impl Device {
             && outs.len() == ws.len()
             && ws
                 .iter()
-                .all(|w| w.layout == Layout::Gemv && w.cols == cols);
+                .all(|w| w.layout == Layout::Gemv && w.cols == cols)
+            && ws
+                .iter()
+                .all(|w| self.uses_k8(w, n_rows) == self.uses_k8(ws[0], n_rows));
         if !one_launch {
             for (o, w) in outs.iter_mut().zip(ws) {
                 self.matmul(o, w, x, n_rows, false)?;
@@ -1087,13 +1177,19 @@ impl Device {
                 x.len() >= n_rows * cols && o.len() >= n_rows * w.rows,
                 || format!("'{}' [{} x {}] on {n_rows} rows", w.name, w.rows, w.cols),
             )?;
-            o.q8_valid.store(0, Ordering::Relaxed);
+            o.invalidate();
         }
         if n_rows == 0 {
             return Ok(());
         }
-        self.quantize(x, n_rows * cols)?;
-        let (qp, dp, sp) = (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs));
+        // One activation format for all (checked above).
+        let (qp, dp, sp) = if self.uses_k8(ws[0], n_rows) {
+            self.quantize_k8(x, n_rows * cols)?;
+            (self.ptr(&x.kq), self.ptr(&x.kd), self.ptr(&x.ks))
+        } else {
+            self.quantize(x, n_rows * cols)?;
+            (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs))
+        };
         // Blocks per weight, and the job list padded with an empty third job.
         let blocks: Vec<usize> = ws.iter().map(|w| w.rows.div_ceil(GV_WARPS)).collect();
         let b1 = blocks[0] as i32;
@@ -1102,7 +1198,7 @@ impl Device {
         let job = |i: usize| -> (i32, u64, u64, i32) {
             match ws.get(i) {
                 Some(w) => (
-                    w.ty.id() as i32,
+                    self.gemv_type_id(w, n_rows),
                     self.ptr(&outs[i].data),
                     self.ptr(&w.data),
                     w.rows as i32,
@@ -1114,7 +1210,12 @@ impl Device {
         let (t1, o1, w1, n1) = job(1);
         let (t2, o2, w2, n2) = job(2);
         self.launch(
-            if n_rows == 1 { "gemv3_r1" } else { "gemv3_r8" },
+            match (self.uses_k8(ws[0], n_rows), n_rows == 1) {
+                (false, true) => "gemv3_r1",
+                (false, false) => "gemv3_r8",
+                (true, true) => "gemv3_k8_r1",
+                (true, false) => "gemv3_k8_r8",
+            },
             LaunchConfig {
                 grid_dim: (total as u32, n_rows.div_ceil(GV_ROWS) as u32, 1),
                 block_dim: (32 * GV_WARPS as u32, 1, 1),
@@ -1167,7 +1268,7 @@ impl Device {
                 )
             },
         )?;
-        out.q8_valid.store(0, Ordering::Relaxed);
+        out.invalidate();
         if n_rows == 0 {
             return Ok(());
         }
@@ -1206,7 +1307,7 @@ impl Device {
                 )
             },
         )?;
-        x.q8_valid.store(0, Ordering::Relaxed);
+        x.invalidate();
         if n_rows == 0 {
             return Ok(());
         }
@@ -1235,7 +1336,7 @@ impl Device {
             x.len() >= n_rows * n_heads * head_dim && head_dim.is_multiple_of(2),
             || format!("{n_rows} rows of {n_heads}x{head_dim} in {}", x.len()),
         )?;
-        x.q8_valid.store(0, Ordering::Relaxed);
+        x.invalidate();
         if n_rows == 0 {
             return Ok(());
         }
@@ -1263,7 +1364,7 @@ impl Device {
             out.len() >= n && gate.len() >= n && up.len() >= n,
             || format!("{n} elements"),
         )?;
-        out.q8_valid.store(0, Ordering::Relaxed);
+        out.invalidate();
         if n == 0 {
             return Ok(());
         }
@@ -1294,7 +1395,7 @@ impl Device {
         self.check("add", x.len() >= n && y.len() >= n, || {
             format!("{n} elements")
         })?;
-        x.q8_valid.store(0, Ordering::Relaxed);
+        x.invalidate();
         if n == 0 {
             return Ok(());
         }
@@ -1311,7 +1412,7 @@ impl Device {
         self.check("copy", dst.len() >= offset + n && src.len() >= n, || {
             format!("{n} elements at {offset} into {}", dst.len())
         })?;
-        dst.q8_valid.store(0, Ordering::Relaxed);
+        dst.invalidate();
         if n == 0 {
             return Ok(());
         }
@@ -1340,7 +1441,7 @@ impl Device {
             out.len() >= n * width && (n == 0 || x.len() >= (max + 1) * width),
             || format!("{n} rows (max {max}) of {width}"),
         )?;
-        out.q8_valid.store(0, Ordering::Relaxed);
+        out.invalidate();
         if n == 0 {
             return Ok(());
         }
@@ -1481,7 +1582,7 @@ impl Device {
                 || format!("{visible} visible positions of a {slot_ctx}-position slot (last row ends at {last:?}, row {late:?})"),
             )?;
         }
-        out.q8_valid.store(0, Ordering::Relaxed);
+        out.invalidate();
         if n == 0 {
             return Ok(());
         }
@@ -1577,9 +1678,9 @@ impl Device {
                 },
             )?;
         }
-        out.q8_valid.store(0, Ordering::Relaxed);
-        q.q8_valid.store(0, Ordering::Relaxed);
-        k.q8_valid.store(0, Ordering::Relaxed);
+        out.invalidate();
+        q.invalidate();
+        k.invalidate();
         if n == 0 {
             return Ok(());
         }
@@ -1666,7 +1767,7 @@ impl Device {
             visible,
             flash,
         ) {
-            out.q8_valid.store(0, Ordering::Relaxed);
+            out.invalidate();
             return self.launch(
                 kernel,
                 LaunchConfig {

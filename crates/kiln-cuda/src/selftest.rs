@@ -69,10 +69,11 @@ fn bits_differ(a: &[f32], b: &[f32]) -> f64 {
         .count() as f64
 }
 
-/// Host Q8 activation quantization, the same rounding as the `quantize_q8` kernel: values `d * q`.
-fn q8_values(x: &[f32]) -> Vec<f64> {
+/// Host activation quantization in blocks of `block` (32: the `quantize_q8` kernel; 256: `quantize_k8`), the
+/// same rounding: values `d * q`.
+fn q8_values(x: &[f32], block: usize) -> Vec<f64> {
     let mut out = Vec::with_capacity(x.len());
-    for b in x.chunks(32) {
+    for b in x.chunks(block) {
         let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -98,6 +99,7 @@ fn dequantize_rows(ty: GgmlType, wq: &[u8], rows: usize, cols: usize) -> Result<
 
 /// `W · x[r]` in f64 for `n` rows: `wq` (`rows × cols` of `ty`) dequantized on the host, `x` as the kernels see
 /// it (Q8 blocks when `q8`, else f32).
+/// `act_block`: the activations quantized in blocks of this many (32 or 256), or 0 for f32 activations.
 fn reference_matmul(
     ty: GgmlType,
     wq: &[u8],
@@ -105,14 +107,14 @@ fn reference_matmul(
     cols: usize,
     x: &[f32],
     n: usize,
-    q8: bool,
+    act_block: usize,
 ) -> Result<Vec<f64>> {
     let wd = dequantize_rows(ty, wq, rows, cols)?;
     let mut want = vec![0f64; n * rows];
     for i in 0..n {
         let xr = &x[i * cols..(i + 1) * cols];
-        let xv: Vec<f64> = if q8 {
-            q8_values(xr)
+        let xv: Vec<f64> = if act_block > 0 {
+            q8_values(xr, act_block)
         } else {
             xr.iter().map(|&v| v as f64).collect()
         };
@@ -194,7 +196,7 @@ fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>)
     let (cols, rows, n) = (768usize, 130usize, 70usize);
     let wq = random_weight(rng, ty, rows, cols)?;
     let x = rng.vec(n * cols);
-    let want = reference_matmul(ty, &wq, rows, cols, &x, n, true)?;
+    let want = reference_matmul(ty, &wq, rows, cols, &x, n, 32)?;
     let w = dev.upload_weight(&format!("test.mmq.{ty}"), ty, cols, rows, &wq, true)?;
     let run = |xs: &[f32], m: usize, prefill: bool, init: Option<&[f32]>| -> Result<Vec<f32>> {
         dev.set_pass(&[], &[], &[], prefill)?;
@@ -254,7 +256,6 @@ fn matmul_check(
     let x = rng.vec(n * cols);
     use GgmlType::*;
     let q8 = !matches!(ty, F32 | F16 | BF16) && !dev.options().reference;
-    let want = reference_matmul(ty, &wq, rows, cols, &x, n, q8)?;
     let xb = dev.upload(&x)?;
     for gemv in [false, true] {
         let w = dev.upload_weight(&format!("test.{ty}"), ty, cols, rows, &wq, gemv)?;
@@ -262,6 +263,14 @@ fn matmul_check(
             continue;
         }
         let kind = if w.is_repacked() { "gemv" } else { "generic" };
+        // Repacked K-quants read K8 activations (a scale per 256) when that path is on.
+        let k8 = dev.options().k8 && w.is_repacked() && matches!(ty, Q4_K | Q6_K);
+        let act_block = match (q8, k8) {
+            (false, _) => 0,
+            (true, false) => 32,
+            (true, true) => 256,
+        };
+        let want = reference_matmul(ty, &wq, rows, cols, &x, n, act_block)?;
         let mut out = dev.alloc(n * rows)?;
         dev.matmul(&mut out, &w, &xb, n, false)?;
         let mut got = vec![0f32; n * rows];

@@ -86,6 +86,7 @@ impl CudaBackend {
             prefill_mma: flags.cuda_prefill_mma,
             block_mma: flags.cuda_block_mma,
             flash_attn: flags.cuda_flash_attn,
+            k8: flags.cuda_k8,
             graphs: flags.cuda_graph,
             reference: !flags.quant_act,
         };

@@ -71,6 +71,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_K8",
+        disables: "CUDA: Q4_K/Q6_K decode-path matmuls on Q8_K-style activations (a scale per 256, integer sums \
+                   across a super-block, one float step per super-block); per-32 Q8 blocks instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_FLASH_ATTN",
         disables: "CUDA: flash attention on f16 tensor cores for prompt prefill (more than 16 rows, f16 KV cache); \
                    each prefill row runs the split-KV decode attention instead",
@@ -119,6 +125,8 @@ pub struct Flags {
     pub cuda_block_mma: bool,
     /// CUDA: flash attention for prefill passes.
     pub cuda_flash_attn: bool,
+    /// CUDA: K-quant decode-path matmuls on K8 activations.
+    pub cuda_k8: bool,
     /// Greedy tokens chosen by the backend where the logits are.
     pub device_argmax: bool,
     /// CUDA: a DFlash drafter on its target's GPU.
@@ -140,6 +148,7 @@ impl Default for Flags {
             cuda_prefill_mma: true,
             cuda_block_mma: true,
             cuda_flash_attn: true,
+            cuda_k8: true,
             device_argmax: true,
             cuda_drafter: true,
         }
@@ -161,6 +170,7 @@ impl Flags {
             cuda_prefill_mma: false,
             cuda_block_mma: false,
             cuda_flash_attn: false,
+            cuda_k8: false,
             device_argmax: false,
             cuda_drafter: false,
         }
@@ -210,6 +220,7 @@ impl Flags {
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
                 "KILN_NO_CUDA_FLASH_ATTN" => flags.cuda_flash_attn = !disabled,
+                "KILN_NO_CUDA_K8" => flags.cuda_k8 = !disabled,
                 "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),

@@ -35,6 +35,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         prefill_mma: false,
         block_mma: false,
         flash_attn: false,
+        k8: false,
         reference: true,
     };
     let mut failed = 0;
