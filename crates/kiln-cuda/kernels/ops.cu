@@ -106,13 +106,40 @@ __device__ __forceinline__ void q8_warp(float v, signed char* xq, float* xd, flo
     }
 }
 
+// Fused K8 quantization (quantize_k8's math): the block's threads hold consecutive elements, warp w elements
+// 32w..32w + 31 of the block's span, so warps 8k..8k + 7 hold one 256-element K8 block; `act` is warp-uniform
+// (false past the data). Every thread of the block calls it (it has barriers); `sk` is 32 floats of shared memory.
+__device__ __forceinline__ void k8_fused(float y, bool act, signed char* kq, float* kd, int* ks, long long e,
+                                         float* sk) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float am = act ? fabsf(y) : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+    if (lane == 0) sk[warp] = am;
+    __syncthreads();
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) amax = fmaxf(amax, sk[(warp & ~7) + k]);
+    __syncthreads(); // sk is reused by the next call
+    if (!act) return;
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int q = (int)roundf(y * id);
+    kq[e] = (signed char)q;
+    int sum = q;
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) ks[e / 32] = sum;
+    if (lane == 0 && (warp & 7) == 0) kd[e / 256] = d;
+}
+
 // rms_norm that also writes the Q8 blocks of its output (width % 32 == 0). grid.x = rows, block = 1024: every
 // load of the row is issued in the first pass (registers hold up to RN_PER values a thread), so a decode row costs
 // one memory latency, not one per element group.
 #define RN_PER 8
+// With kq non-null (width % 256 == 0 and width <= RN_PER * 1024) it also writes the K8 shadow.
 extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signed char* xq, float* xd, float* xs,
-                                                                const float* x, const float* w, int width, float eps) {
-    __shared__ float sh[32];
+                                                                signed char* kq, float* kd, int* ks, const float* x,
+                                                                const float* w, int width, float eps) {
+    __shared__ float sh[32], sk[32];
     long long base = (long long)blockIdx.x * width;
     float v[RN_PER], wv[RN_PER];
     float ss = 0.0f;
@@ -131,11 +158,13 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signe
 #pragma unroll
     for (int j = 0; j < RN_PER; j++) {
         int i = threadIdx.x + j * blockDim.x;
-        if (i - (int)(threadIdx.x & 31) < width) {
-            float y = v[j] * scale * wv[j];
+        bool act = i - (int)(threadIdx.x & 31) < width;
+        float y = v[j] * scale * wv[j];
+        if (act) {
             out[base + i] = y;
             q8_warp(y, xq, xd, xs, (base + i) / 32);
         }
+        if (kq && j * (int)blockDim.x < width) k8_fused(y, act, kq, kd, ks, base + i, sk);
     }
     for (int i = threadIdx.x + RN_PER * blockDim.x; i - (int)(threadIdx.x & 31) < width; i += blockDim.x) {
         float y = x[base + i] * scale * w[i];
@@ -144,9 +173,11 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signe
     }
 }
 
-// swiglu over n elements (n % 32 == 0) that also writes the Q8 blocks. One warp per block of 32.
-extern "C" __global__ void swiglu_q8(float* out, signed char* xq, float* xd, float* xs, const float* gate,
-                                     const float* up, long long n) {
+// swiglu over n elements (n % 32 == 0) that also writes the Q8 blocks. One warp per block of 32, 256 threads a
+// block; with kq non-null (n % 256 == 0: a block is all in or all out) also the K8 shadow.
+extern "C" __global__ void swiglu_q8(float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd,
+                                     int* ks, const float* gate, const float* up, long long n) {
+    __shared__ float sk[32];
     long long blk = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (blk * 32 >= n) return;
     long long i = blk * 32 + (threadIdx.x & 31);
@@ -154,6 +185,7 @@ extern "C" __global__ void swiglu_q8(float* out, signed char* xq, float* xd, flo
     float v = g / (1.0f + expf(-g)) * up[i];
     out[i] = v;
     q8_warp(v, xq, xd, xs, blk);
+    if (kq) k8_fused(v, true, kq, kd, ks, i, sk);
 }
 
 // Q8 blocks of n elements (n % 32 == 0), one warp per block (the standalone form of the fused writers).

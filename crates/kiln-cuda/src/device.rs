@@ -39,6 +39,8 @@ pub const MMQ_MIN_ROWS: usize = 16;
 pub const G16_MIN_ROWS: usize = 4;
 /// Added to a K-quant's type id for the GEMV kernels' K8 bodies (`K8_Q4_K` / `K8_Q6_K` in gemv.cu).
 pub(crate) const K8_TYPE_OFFSET: i32 = 1000;
+/// Widest row `rms_norm_q8` writes K8 for (its registers hold 8 values a thread of 1024; wider rows loop).
+const RN_MAX_K8: usize = 8 * 1024;
 /// Graphs kept before the cache is cleared (one per batch shape in practice).
 const MAX_GRAPHS: usize = 64;
 
@@ -981,6 +983,20 @@ impl Device {
         Ok(())
     }
 
+    /// Whether a fused writer of `n` elements in rows of `width` also writes `out`'s K8 shadow.
+    fn fused_k8(&self, out: &DBuf, n: usize, width: usize) -> bool {
+        self.opts.k8 && !self.opts.reference && width.is_multiple_of(256) && n <= out.kq.len()
+    }
+
+    /// `out`'s K8 shadow pointers for a fused writer, or nulls.
+    fn k8_ptrs(&self, out: &DBuf, on: bool) -> (u64, u64, u64) {
+        if on {
+            (self.ptr(&out.kq), self.ptr(&out.kd), self.ptr(&out.ks))
+        } else {
+            (0, 0, 0)
+        }
+    }
+
     /// Whether `w` is read against K8 activations on `n_rows` rows of the current pass: a repacked Q4_K/Q6_K
     /// weight, unless the prefill matmul takes it.
     fn uses_k8(&self, w: &DWeight, n_rows: usize) -> bool {
@@ -1276,12 +1292,29 @@ impl Device {
         let cfg = grid(n_rows as u32, 1, ROW_THREADS);
         if self.opts.fused && width.is_multiple_of(32) {
             let (qp, dp, sp) = (self.ptr(&out.xq), self.ptr(&out.xd), self.ptr(&out.xs));
+            let k8 = width <= RN_MAX_K8 && self.fused_k8(out, n_rows * width, width);
+            let (kq, kd, ks) = self.k8_ptrs(out, k8);
             self.launch(
                 "rms_norm_q8",
                 grid(n_rows as u32, 1, 1024),
-                &[&o, &qp, &dp, &sp, &xp, &wp, &(width as i32), &eps],
+                &[
+                    &o,
+                    &qp,
+                    &dp,
+                    &sp,
+                    &kq,
+                    &kd,
+                    &ks,
+                    &xp,
+                    &wp,
+                    &(width as i32),
+                    &eps,
+                ],
             )?;
             out.q8_valid.store(n_rows * width, Ordering::Relaxed);
+            if k8 {
+                out.k8_valid.store(n_rows * width, Ordering::Relaxed);
+            }
             return Ok(());
         }
         self.launch("rms_norm", cfg, &[&o, &xp, &wp, &(width as i32), &eps])
@@ -1375,12 +1408,17 @@ impl Device {
         );
         if self.opts.fused && n.is_multiple_of(32) {
             let (qp, dp, sp) = (self.ptr(&out.xq), self.ptr(&out.xd), self.ptr(&out.xs));
+            let k8 = self.fused_k8(out, n, n);
+            let (kq, kd, ks) = self.k8_ptrs(out, k8);
             self.launch(
                 "swiglu_q8",
                 grid((n / 32).div_ceil(8) as u32, 1, 256),
-                &[&o, &qp, &dp, &sp, &g, &u, &(n as i64)],
+                &[&o, &qp, &dp, &sp, &kq, &kd, &ks, &g, &u, &(n as i64)],
             )?;
             out.q8_valid.store(n, Ordering::Relaxed);
+            if k8 {
+                out.k8_valid.store(n, Ordering::Relaxed);
+            }
             return Ok(());
         }
         self.launch(

@@ -498,9 +498,23 @@ fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
 /// The Q8 activations written by the fused RMSNorm and SwiGLU kernels are the same bits as quantizing their f32
 /// output separately: a matmul reading either gives the same bits.
 fn shadow_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
-    let (n, width, rows) = (3usize, 320usize, 40usize);
-    let wq = random_weight(rng, GgmlType::Q8_0, rows, width)?;
-    let w = dev.upload_weight("test.shadow", GgmlType::Q8_0, width, rows, &wq, true)?;
+    // Q8_0 reads the per-32 shadow; Q4_K on a 512-wide row the K8 one (when that path is on).
+    for (ty, width) in [(GgmlType::Q8_0, 320usize), (GgmlType::Q4_K, 512)] {
+        shadow_check(dev, rng, ty, width, checks)?;
+    }
+    Ok(())
+}
+
+fn shadow_check(
+    dev: &Device,
+    rng: &mut Rng,
+    ty: GgmlType,
+    width: usize,
+    checks: &mut Vec<Check>,
+) -> Result<()> {
+    let (n, rows) = (3usize, 40usize);
+    let wq = random_weight(rng, ty, rows, width)?;
+    let w = dev.upload_weight("test.shadow", ty, width, rows, &wq, true)?;
     let (x, nw, up) = (rng.vec(n * width), rng.vec(width), rng.vec(n * width));
     let (xb, nwb, upb) = (dev.upload(&x)?, dev.upload(&nw)?, dev.upload(&up)?);
     let mut h = dev.alloc(n * width)?;
@@ -520,7 +534,7 @@ fn shadow_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result
         dev.read(&a, &mut ga)?;
         dev.read(&b, &mut gb)?;
         checks.push(Check {
-            name: format!("{name} Q8 output == quantized copy"),
+            name: format!("{name} shadow for {ty} == quantized copy"),
             err: bits_differ(&ga, &gb),
             tol: 0.0,
         });
