@@ -222,6 +222,205 @@ __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed c
             }
 }
 
+// ---- K-quants on K8 activations (gemv.cu's K8 section): per super-block the sub-block-scaled integer dots are
+// summed exactly (int32) and one float step k8_step is taken per (row, output, super-block), ascending super-block
+// order (its own bits, like the per-32 body; rows stay independent of the tile). ----
+
+// Q4_K / Q6_K weights of slice `sb` as int8 codes (as mq_load_weights) plus integer scales per 16 elements
+// (isc[o][16]), integer mins per 32 (imn[o][8], Q4_K) and the float d / dmin of each output.
+template <int TY>
+__device__ __forceinline__ void mq_load_weights_k8(signed char* sw, int* isc, int* imn, float* sd, float* sdm,
+                                                   const u8* w, int sb, int nsb, int o0, int n_out) {
+    int tid = threadIdx.x;
+    if (TY == T_Q4_K) {
+        for (int u = tid; u < MQ_BN * 8; u += blockDim.x) {
+            int o = u >> 3, c = u & 7;
+            int4 v = make_int4(0, 0, 0, 0);
+            if (o0 + o < n_out) v = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 144 + 16 + 16 * c);
+            int base = o * MQ_LD + 64 * (c >> 1) + 16 * (c & 1);
+            *(int4*)(sw + base) = nib_lo(v);
+            *(int4*)(sw + base + 32) = nib_hi(v);
+        }
+        for (int o = tid; o < MQ_BN; o += blockDim.x) {
+            float d = 0.0f, dmin = 0.0f;
+            u32 s0 = 0, s1 = 0, s2 = 0;
+            if (o0 + o < n_out) {
+                int4 h = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 144);
+                d = h2f((u16)(h.x & 0xFFFF));
+                dmin = h2f((u16)((u32)h.x >> 16));
+                s0 = (u32)h.y;
+                s1 = (u32)h.z;
+                s2 = (u32)h.w;
+            }
+            for (int j = 0; j < 8; j++) {
+                int scj, mj;
+                k4_sm(s0, s1, s2, j, scj, mj);
+                isc[o * MQ_SC + 2 * j] = isc[o * MQ_SC + 2 * j + 1] = scj;
+                imn[o * MQ_MN + j] = mj;
+            }
+            sd[o] = d;
+            sdm[o] = dmin;
+        }
+    } else { // T_Q6_K
+        for (int u = tid; u < MQ_BN * 8; u += blockDim.x) {
+            int o = u >> 3, h = (u >> 2) & 1, kk = (u >> 1) & 1, c = u & 1;
+            int4 ql = make_int4(0, 0, 0, 0), qh = make_int4(0, 0, 0, 0);
+            if (o0 + o < n_out) {
+                const u8* p = w + ((long long)(o0 + o) * nsb + sb) * 208;
+                ql = ldg16(p + 64 * h + 32 * kk + 16 * c);
+                qh = ldg16(p + 128 + 32 * h + 16 * c);
+            }
+            int4 lo = nib_lo(ql), hi = nib_hi(ql);
+            int s_a = 2 * kk, s_b = 2 * kk + 4;
+#define Q6_MERGE(n, v, s) (((v).n | ((((qh.n) >> (s)) & 0x03030303) << 4)))
+            int4 qa = sub_bytes(make_int4(Q6_MERGE(x, lo, s_a), Q6_MERGE(y, lo, s_a), Q6_MERGE(z, lo, s_a),
+                                          Q6_MERGE(w, lo, s_a)), 0x20202020);
+            int4 qb = sub_bytes(make_int4(Q6_MERGE(x, hi, s_b), Q6_MERGE(y, hi, s_b), Q6_MERGE(z, hi, s_b),
+                                          Q6_MERGE(w, hi, s_b)), 0x20202020);
+#undef Q6_MERGE
+            int base = o * MQ_LD + 32 * (4 * h + kk) + 16 * c;
+            *(int4*)(sw + base) = qa;
+            *(int4*)(sw + base + 64) = qb;
+        }
+        const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
+        for (int o = tid; o < MQ_BN; o += blockDim.x) {
+            float d = 0.0f;
+            int4 s4 = make_int4(0, 0, 0, 0);
+            if (o0 + o < n_out) {
+                d = h2f(dd[(long long)(o0 + o) * nsb + sb]);
+                s4 = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 208 + 192);
+            }
+            u32 sw4[4] = {(u32)s4.x, (u32)s4.y, (u32)s4.z, (u32)s4.w};
+            for (int i = 0; i < 16; i++) isc[o * MQ_SC + i] = (signed char)byte_of(sw4[i >> 2], i & 3);
+            for (int j = 0; j < 8; j++) imn[o * MQ_MN + j] = 0;
+            sd[o] = d;
+            sdm[o] = 0.0f;
+        }
+    }
+}
+
+// out[r * n_out + o] (+)= W[o] . x[r] on K8 activations (kq codes, kd scale per 256, ks code sums per 32).
+// grid and block as mmq_body.
+template <int TY>
+__device__ __forceinline__ void mmq_k8_body(float* out, const u8* w, const signed char* kq, const float* kd,
+                                            const int* ks, int width, int n_out, int n_rows, int accumulate) {
+    __shared__ __align__(16) signed char sa[MQ_BM * MQ_LD];
+    __shared__ __align__(16) signed char sw[MQ_BN * MQ_LD];
+    __shared__ float sdx[MQ_BM];
+    __shared__ int ssum[MQ_BM * MQ_XS];
+    __shared__ int sisc[MQ_BN * MQ_SC], simn[MQ_BN * MQ_MN];
+    __shared__ float sd[MQ_BN], sdm[MQ_BN];
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int g = lane >> 2, t = lane & 3;
+    int o0 = blockIdx.x * MQ_BN, r0 = blockIdx.y * MQ_BM;
+    int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
+    int nsb = width / MQ_K;
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+
+    for (int sb = 0; sb < nsb; sb++) {
+        for (int u = tid; u < MQ_BM * 16; u += blockDim.x) {
+            int r = u >> 4, c = u & 15;
+            int4 v = make_int4(0, 0, 0, 0);
+            if (r0 + r < n_rows) v = ldg16(kq + (long long)(r0 + r) * width + sb * MQ_K + 16 * c);
+            *(int4*)(sa + r * MQ_LD + 16 * c) = v;
+        }
+        for (int u = tid; u < MQ_BM * 8; u += blockDim.x) {
+            int r = u >> 3, j = u & 7;
+            bool in = r0 + r < n_rows;
+            ssum[r * MQ_XS + j] = in ? ks[((long long)(r0 + r) * nsb + sb) * 8 + j] : 0;
+            if (j == 0) sdx[r] = in ? kd[(long long)(r0 + r) * nsb + sb] : 0.0f;
+        }
+        mq_load_weights_k8<TY>(sw, sisc, simn, sd, sdm, w, sb, nsb, o0, n_out);
+        __syncthreads();
+        int isum[2][4][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) isum[mi][ni][e] = 0;
+#pragma unroll 1
+        for (int kb = 0; kb < 8; kb++) {
+            int a[2][2][2], b[4][2]; // [mi][half][reg], [ni][half]
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const signed char* p = sa + (wm + 16 * mi + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t;
+                    a[mi][hh][0] = *(const int*)p;
+                    a[mi][hh][1] = *(const int*)(p + 8 * MQ_LD);
+                }
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++)
+                    b[ni][hh] = *(const int*)(sw + (wn + 8 * ni + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t);
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                int slo[2], shi[2];
+#pragma unroll
+                for (int cc = 0; cc < 2; cc++) {
+                    int o = wn + 8 * ni + 2 * t + cc;
+                    slo[cc] = sisc[o * MQ_SC + 2 * kb];
+                    shi[cc] = sisc[o * MQ_SC + 2 * kb + 1];
+                }
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    int lo[4], hi[4];
+                    mma_s8_16816(lo, a[mi][0][0], a[mi][0][1], b[ni][0]);
+                    mma_s8_16816(hi, a[mi][1][0], a[mi][1][1], b[ni][1]);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) isum[mi][ni][e] += slo[e & 1] * lo[e] + shi[e & 1] * hi[e];
+                }
+            }
+        }
+        // One float step per (row, output) for this super-block.
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
+                    int im = 0;
+                    if (TY == T_Q4_K) {
+#pragma unroll
+                        for (int j = 0; j < 8; j++) im += simn[o * MQ_MN + j] * ssum[r * MQ_XS + j];
+                    }
+                    acc[mi][ni][e] = __fadd_rn(acc[mi][ni][e], k8_step(sd[o], sdm[o], sdx[r], isum[mi][ni][e], im));
+                }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = r0 + wm + 16 * mi + g + 8 * (e >> 1);
+                int o = o0 + wn + 8 * ni + 2 * t + (e & 1);
+                if (r < n_rows && o < n_out) {
+                    float* p = out + (long long)r * n_out + o;
+                    *p = accumulate ? *p + acc[mi][ni][e] : acc[mi][ni][e];
+                }
+            }
+}
+
+#define MMQ_K8_KERNEL(NAME, TY)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128) NAME(float* out, const u8* w, const signed char* kq,      \
+                                                           const float* kd, const int* ks, int width, int n_out, \
+                                                           int n_rows, int accumulate) {                        \
+        mmq_k8_body<TY>(out, w, kq, kd, ks, width, n_out, n_rows, accumulate);                                 \
+    }
+MMQ_K8_KERNEL(mmq_q4_k8, T_Q4_K)
+MMQ_K8_KERNEL(mmq_q6_k8, T_Q6_K)
+
 #define MMQ_KERNEL(NAME, TY)                                                                                    \
     extern "C" __global__ void __launch_bounds__(128) NAME(float* out, const u8* w, const signed char* xq,      \
                                                            const float* xd, const float* xs, int width,          \

@@ -26,7 +26,7 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 51] = [
+pub const KERNEL_NAMES: [&str; 53] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -41,6 +41,8 @@ pub const KERNEL_NAMES: [&str; 51] = [
     "mmq_q4_k",
     "mmq_q6_k",
     "mmq_q8_0",
+    "mmq_q4_k8",
+    "mmq_q6_k8",
     "gemv16_q4k",
     "gemv16_q6k",
     "gemv16_q8_0",

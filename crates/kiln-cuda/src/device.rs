@@ -64,9 +64,9 @@ pub struct Options {
     /// Int8 tensor cores for other passes' matmuls of [`G16_MIN_ROWS`] rows or more on Q4_K/Q6_K/Q8_0
     /// (gemv16.cu, bit-identical to the GEMV).
     pub block_mma: bool,
-    /// Q4_K/Q6_K matmuls on the GEMV and block kernels read K8 activations (one scale per 256 elements, as the
-    /// CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one step
-    /// per super-block; else per-32 Q8 blocks with a float step per 32 weights.
+    /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
+    /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
+    /// step per super-block; else per-32 Q8 blocks with a float step per 32 weights.
     pub k8: bool,
     /// Flash attention on f16 tensor cores for prefill passes of more than [`MMQ_MIN_ROWS`] rows over an f16
     /// cache (`attn_flash_h<D>`, its own float order); else the split-KV decode kernel per row.
@@ -997,25 +997,19 @@ impl Device {
         }
     }
 
-    /// Whether `w` is read against K8 activations on `n_rows` rows of the current pass: a repacked Q4_K/Q6_K
-    /// weight, unless the prefill matmul takes it.
-    fn uses_k8(&self, w: &DWeight, n_rows: usize) -> bool {
+    /// Whether `w` is read against K8 activations: a repacked Q4_K/Q6_K weight (GEMV, block and prefill kernels
+    /// alike).
+    fn uses_k8(&self, w: &DWeight) -> bool {
         self.opts.k8
             && !self.opts.reference
             && w.layout == Layout::Gemv
             && matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K)
             && w.cols.is_multiple_of(256)
-            && !(self.opts.prefill_mma && self.lock(&self.meta).prefill && n_rows > MMQ_MIN_ROWS)
     }
 
     /// The ggml type id the GEMV kernels take for `w` (K-quants on K8 activations: the id + [`K8_TYPE_OFFSET`]).
-    fn gemv_type_id(&self, w: &DWeight, n_rows: usize) -> i32 {
-        w.ty.id() as i32
-            + if self.uses_k8(w, n_rows) {
-                K8_TYPE_OFFSET
-            } else {
-                0
-            }
+    fn gemv_type_id(&self, w: &DWeight) -> i32 {
+        w.ty.id() as i32 + if self.uses_k8(w) { K8_TYPE_OFFSET } else { 0 }
     }
 
     /// `out[r] (+)= W · x[r]` for `n_rows` rows (`x` is `n_rows × w.cols`, `out` is `n_rows × w.rows`); with
@@ -1076,14 +1070,14 @@ impl Device {
             );
         }
         // The activations in the weight's format: K8 shadow for K-quants on the GEMV/block kernels, else Q8.
-        let (qp, dp, sp) = if self.uses_k8(w, n_rows) {
+        let (qp, dp, sp) = if self.uses_k8(w) {
             self.quantize_k8(x, n_rows * w.cols)?;
             (self.ptr(&x.kq), self.ptr(&x.kd), self.ptr(&x.ks))
         } else {
             self.quantize(x, n_rows * w.cols)?;
             (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs))
         };
-        let ty = self.gemv_type_id(w, n_rows);
+        let ty = self.gemv_type_id(w);
         if let Some((kernel, tile_rows, tile_outs)) = self.tensor_core_kernel(w, n_rows) {
             return self.launch(
                 kernel,
@@ -1101,7 +1095,7 @@ impl Device {
         }
         match w.layout {
             Layout::Gemv => self.launch(
-                match (self.uses_k8(w, n_rows), n_rows == 1) {
+                match (self.uses_k8(w), n_rows == 1) {
                     (false, true) => "gemv_r1",
                     (false, false) => "gemv_r8",
                     (true, true) => "gemv_k8_r1",
@@ -1138,9 +1132,10 @@ impl Device {
             return None;
         }
         if self.opts.prefill_mma && self.lock(&self.meta).prefill && n_rows > MMQ_MIN_ROWS {
+            let k8 = self.uses_k8(w);
             return match w.ty {
-                GgmlType::Q4_K => Some(("mmq_q4_k", 64, 64)),
-                GgmlType::Q6_K => Some(("mmq_q6_k", 64, 64)),
+                GgmlType::Q4_K => Some((if k8 { "mmq_q4_k8" } else { "mmq_q4_k" }, 64, 64)),
+                GgmlType::Q6_K => Some((if k8 { "mmq_q6_k8" } else { "mmq_q6_k" }, 64, 64)),
                 GgmlType::Q8_0 => Some(("mmq_q8_0", 64, 64)),
                 _ => None,
             };
@@ -1148,7 +1143,7 @@ impl Device {
         if !self.opts.block_mma || n_rows < G16_MIN_ROWS {
             return None;
         }
-        let k8 = self.uses_k8(w, n_rows);
+        let k8 = self.uses_k8(w);
         match w.ty {
             GgmlType::Q4_K => Some((if k8 { "gemv16_q4k8" } else { "gemv16_q4k" }, 16, 8)),
             GgmlType::Q6_K => Some((if k8 { "gemv16_q6k8" } else { "gemv16_q6k" }, 16, 8)),
@@ -1178,9 +1173,7 @@ impl Device {
             && ws
                 .iter()
                 .all(|w| w.layout == Layout::Gemv && w.cols == cols)
-            && ws
-                .iter()
-                .all(|w| self.uses_k8(w, n_rows) == self.uses_k8(ws[0], n_rows));
+            && ws.iter().all(|w| self.uses_k8(w) == self.uses_k8(ws[0]));
         if !one_launch {
             for (o, w) in outs.iter_mut().zip(ws) {
                 self.matmul(o, w, x, n_rows, false)?;
@@ -1199,7 +1192,7 @@ impl Device {
             return Ok(());
         }
         // One activation format for all (checked above).
-        let (qp, dp, sp) = if self.uses_k8(ws[0], n_rows) {
+        let (qp, dp, sp) = if self.uses_k8(ws[0]) {
             self.quantize_k8(x, n_rows * cols)?;
             (self.ptr(&x.kq), self.ptr(&x.kd), self.ptr(&x.ks))
         } else {
@@ -1214,7 +1207,7 @@ impl Device {
         let job = |i: usize| -> (i32, u64, u64, i32) {
             match ws.get(i) {
                 Some(w) => (
-                    self.gemv_type_id(w, n_rows),
+                    self.gemv_type_id(w),
                     self.ptr(&outs[i].data),
                     self.ptr(&w.data),
                     w.rows as i32,
@@ -1226,7 +1219,7 @@ impl Device {
         let (t1, o1, w1, n1) = job(1);
         let (t2, o2, w2, n2) = job(2);
         self.launch(
-            match (self.uses_k8(ws[0], n_rows), n_rows == 1) {
+            match (self.uses_k8(ws[0]), n_rows == 1) {
                 (false, true) => "gemv3_r1",
                 (false, false) => "gemv3_r8",
                 (true, true) => "gemv3_k8_r1",

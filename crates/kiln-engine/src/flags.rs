@@ -72,8 +72,8 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_CUDA_K8",
-        disables: "CUDA: Q4_K/Q6_K decode-path matmuls on Q8_K-style activations (a scale per 256, integer sums \
-                   across a super-block, one float step per super-block); per-32 Q8 blocks instead",
+        disables: "CUDA: Q4_K/Q6_K matmuls (decode, block and prefill kernels) on Q8_K-style activations (a scale \
+                   per 256, integer sums across a super-block, one float step per super-block); per-32 Q8 blocks instead",
         default_on: true,
     },
     FlagInfo {
@@ -125,7 +125,7 @@ pub struct Flags {
     pub cuda_block_mma: bool,
     /// CUDA: flash attention for prefill passes.
     pub cuda_flash_attn: bool,
-    /// CUDA: K-quant decode-path matmuls on K8 activations.
+    /// CUDA: K-quant matmuls on K8 activations.
     pub cuda_k8: bool,
     /// Greedy tokens chosen by the backend where the logits are.
     pub device_argmax: bool,
