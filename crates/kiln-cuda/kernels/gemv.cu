@@ -156,6 +156,22 @@ __device__ __forceinline__ void gemv_q4k_body(int blk, float* out, const u8* w, 
     gv_store<R>(out, acc, o, r0, nr, n_out, accumulate);
 }
 
+// A Q6_K lane's four pieces as signed codes: low nibbles of qa, qb and high nibbles of qa, qb (sub-blocks k = 0..3),
+// each with its 2 high bits from qh at shift 2k, minus 32.
+__device__ __forceinline__ void q6k_unpack(int4 qa, int4 qb, int4 qh, int4* q) {
+    int4 al = nib_lo(qa), ah = nib_hi(qa), bl = nib_lo(qb), bh = nib_hi(qb);
+#define Q6_HI(v, sh) (((v) >> (sh)) & 0x03030303)
+    q[0] = sub_bytes(make_int4(al.x | (Q6_HI(qh.x, 0) << 4), al.y | (Q6_HI(qh.y, 0) << 4),
+                               al.z | (Q6_HI(qh.z, 0) << 4), al.w | (Q6_HI(qh.w, 0) << 4)), 0x20202020);
+    q[1] = sub_bytes(make_int4(bl.x | (Q6_HI(qh.x, 2) << 4), bl.y | (Q6_HI(qh.y, 2) << 4),
+                               bl.z | (Q6_HI(qh.z, 2) << 4), bl.w | (Q6_HI(qh.w, 2) << 4)), 0x20202020);
+    q[2] = sub_bytes(make_int4(ah.x | (Q6_HI(qh.x, 4) << 4), ah.y | (Q6_HI(qh.y, 4) << 4),
+                               ah.z | (Q6_HI(qh.z, 4) << 4), ah.w | (Q6_HI(qh.w, 4) << 4)), 0x20202020);
+    q[3] = sub_bytes(make_int4(bh.x | (Q6_HI(qh.x, 6) << 4), bh.y | (Q6_HI(qh.y, 6) << 4),
+                               bh.z | (Q6_HI(qh.z, 6) << 4), bh.w | (Q6_HI(qh.w, 6) << 4)), 0x20202020);
+#undef Q6_HI
+}
+
 // Q6_K, repacked. Each lane takes 16 values of l (half c of 32) in one half h of a super-block: elements
 // 128h + 32k + 16c + t of the four sub-blocks k, from ql[64h + 16c], ql[64h + 32 + 16c] and qh[32h + 16c].
 template <int R>
@@ -194,17 +210,7 @@ __device__ __forceinline__ void gemv_q6k_body(int blk, float* out, const u8* w, 
         s[2] = d * (float)(signed char)byte_of(sw1, c);
         s[3] = d * (float)(signed char)byte_of(sw1, 2 + c);
         int4 q[4];
-        int4 al = nib_lo(qa), ah = nib_hi(qa), bl = nib_lo(qb), bh = nib_hi(qb);
-#define Q6_HI(v, sh) (((v) >> (sh)) & 0x03030303)
-        q[0] = sub_bytes(make_int4(al.x | (Q6_HI(qh.x, 0) << 4), al.y | (Q6_HI(qh.y, 0) << 4),
-                                   al.z | (Q6_HI(qh.z, 0) << 4), al.w | (Q6_HI(qh.w, 0) << 4)), 0x20202020);
-        q[1] = sub_bytes(make_int4(bl.x | (Q6_HI(qh.x, 2) << 4), bl.y | (Q6_HI(qh.y, 2) << 4),
-                                   bl.z | (Q6_HI(qh.z, 2) << 4), bl.w | (Q6_HI(qh.w, 2) << 4)), 0x20202020);
-        q[2] = sub_bytes(make_int4(ah.x | (Q6_HI(qh.x, 4) << 4), ah.y | (Q6_HI(qh.y, 4) << 4),
-                                   ah.z | (Q6_HI(qh.z, 4) << 4), ah.w | (Q6_HI(qh.w, 4) << 4)), 0x20202020);
-        q[3] = sub_bytes(make_int4(bh.x | (Q6_HI(qh.x, 6) << 4), bh.y | (Q6_HI(qh.y, 6) << 4),
-                                   bh.z | (Q6_HI(qh.z, 6) << 4), bh.w | (Q6_HI(qh.w, 6) << 4)), 0x20202020);
-#undef Q6_HI
+        q6k_unpack(qa, qb, qh, q);
         int b0 = sb * 8 + 4 * h;
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -421,17 +427,7 @@ __device__ __forceinline__ void gemv_q6k8_body(int blk, float* out, const u8* w,
             int s[4] = {(signed char)byte_of(sw0, c), (signed char)byte_of(sw0, 2 + c),
                         (signed char)byte_of(sw1, c), (signed char)byte_of(sw1, 2 + c)};
             int4 q[4];
-            int4 al = nib_lo(qa), ah = nib_hi(qa), bl = nib_lo(qb), bh = nib_hi(qb);
-#define Q6_HI(v, sh) (((v) >> (sh)) & 0x03030303)
-            q[0] = sub_bytes(make_int4(al.x | (Q6_HI(qh.x, 0) << 4), al.y | (Q6_HI(qh.y, 0) << 4),
-                                       al.z | (Q6_HI(qh.z, 0) << 4), al.w | (Q6_HI(qh.w, 0) << 4)), 0x20202020);
-            q[1] = sub_bytes(make_int4(bl.x | (Q6_HI(qh.x, 2) << 4), bl.y | (Q6_HI(qh.y, 2) << 4),
-                                       bl.z | (Q6_HI(qh.z, 2) << 4), bl.w | (Q6_HI(qh.w, 2) << 4)), 0x20202020);
-            q[2] = sub_bytes(make_int4(ah.x | (Q6_HI(qh.x, 4) << 4), ah.y | (Q6_HI(qh.y, 4) << 4),
-                                       ah.z | (Q6_HI(qh.z, 4) << 4), ah.w | (Q6_HI(qh.w, 4) << 4)), 0x20202020);
-            q[3] = sub_bytes(make_int4(bh.x | (Q6_HI(qh.x, 6) << 4), bh.y | (Q6_HI(qh.y, 6) << 4),
-                                       bh.z | (Q6_HI(qh.z, 6) << 4), bh.w | (Q6_HI(qh.w, 6) << 4)), 0x20202020);
-#undef Q6_HI
+            q6k_unpack(qa, qb, qh, q);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 if (r < nr) {

@@ -80,6 +80,23 @@ __device__ __forceinline__ void g16_finish(float* red, const float (&s)[8][4], f
     }
 }
 
+// Q4_K super-block `sb` for a block kernel lane: the two C columns' d, dmin and packed scale words (from their
+// 16-byte headers) and the lane's B words, 4 bytes of each 16-byte quant chunk of output o0 + g.
+__device__ __forceinline__ void g16_q4k_weights(const u8* wg, const u8* const* wc, int sb, int t, float* d,
+                                                float* dmin, u32 (*sw)[3], u32* q) {
+#pragma unroll
+    for (int cc = 0; cc < 2; cc++) {
+        int4 h = wc[cc] ? ldg16(wc[cc] + (long long)sb * 144) : make_int4(0, 0, 0, 0);
+        d[cc] = h2f((u16)(h.x & 0xFFFF));
+        dmin[cc] = h2f((u16)((u32)h.x >> 16));
+        sw[cc][0] = (u32)h.y;
+        sw[cc][1] = (u32)h.z;
+        sw[cc][2] = (u32)h.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) q[i] = wg ? __ldg((const u32*)(wg + (long long)sb * 144 + 16 + 16 * i + 4 * t)) : 0u;
+}
+
 // Q4_K. GEMV lane 8a + i takes chunk i (sub-blocks j0 = 2 (i / 2), j0 + 1, elements 16 (i % 2) ..) of super-blocks
 // a, a + 4, a + 8, ...: warp w replays a = w.
 // grid = (ceil(n_out / 8), ceil(n_rows / 16)), block = 128.
@@ -104,21 +121,10 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q4k(float* out, const u
         for (int e = 0; e < 4; e++) acc[i][e] = 0.0f;
     for (int sb = a; sb < nsb; sb += 4) {
         g16_stage(st, xq, xd, xs, width, (long long)sb * 256, r0, n_rows);
-        // Scales of the two C columns: d, dmin and the 12 packed scale bytes.
+        // Scales of the two C columns (d, dmin, the 12 packed scale bytes) and this lane's B words.
         float d[2], dmin[2];
-        u32 sw[2][3];
-#pragma unroll
-        for (int cc = 0; cc < 2; cc++) {
-            int4 h = wc[cc] ? ldg16(wc[cc] + (long long)sb * 144) : make_int4(0, 0, 0, 0);
-            d[cc] = h2f((u16)(h.x & 0xFFFF));
-            dmin[cc] = h2f((u16)((u32)h.x >> 16));
-            sw[cc][0] = (u32)h.y;
-            sw[cc][1] = (u32)h.z;
-            sw[cc][2] = (u32)h.w;
-        }
-        u32 q[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = wg ? __ldg((const u32*)(wg + (long long)sb * 144 + 16 + 16 * i + 4 * t)) : 0u;
+        u32 sw[2][3], q[8];
+        g16_q4k_weights(wg, wc, sb, t, d, dmin, sw, q);
 #pragma unroll
         for (int jp = 0; jp < 4; jp++) {
             int j0 = 2 * jp;
@@ -366,20 +372,10 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q4k8(float* out, const 
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int sb = a; sb < nsb; sb += 4) {
         g16_stage_k8(st, kq, kd, ks, width, sb, r0, n_rows);
+        // Scales of the two C columns (d, dmin, the 12 packed scale bytes) and this lane's B words.
         float d[2], dmin[2];
-        u32 sw[2][3];
-#pragma unroll
-        for (int cc = 0; cc < 2; cc++) {
-            int4 hd = wc[cc] ? ldg16(wc[cc] + (long long)sb * 144) : make_int4(0, 0, 0, 0);
-            d[cc] = h2f((u16)(hd.x & 0xFFFF));
-            dmin[cc] = h2f((u16)((u32)hd.x >> 16));
-            sw[cc][0] = (u32)hd.y;
-            sw[cc][1] = (u32)hd.z;
-            sw[cc][2] = (u32)hd.w;
-        }
-        u32 q[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = wg ? __ldg((const u32*)(wg + (long long)sb * 144 + 16 + 16 * i + 4 * t)) : 0u;
+        u32 sw[2][3], q[8];
+        g16_q4k_weights(wg, wc, sb, t, d, dmin, sw, q);
         int is[4] = {0, 0, 0, 0}, im[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int jp = 0; jp < 4; jp++) {

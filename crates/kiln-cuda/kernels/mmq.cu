@@ -28,16 +28,15 @@ __device__ __forceinline__ void mma_s8_16816(int* c, int a0, int a1, int b0) {
                  : "r"(a0), "r"(a1), "r"(b0), "r"(0), "r"(0), "r"(0), "r"(0));
 }
 
-// Decodes the 256-element slice `sb` of outputs o0 .. o0 + 63 into sw (int8, [o][k]), their half scales
-// sc[o][16] (row stride MQ_SC) and block offsets mn[o][8] (row stride MQ_MN). Q4_K: the native super-block; Q6_K: [ql 128][qh 64][scales 16] with the
-// f16 d of every super-block after all rows; Q8_0: 32 quants per block with the f16 d of every block after all rows.
+// The int8 codes of the 256-element slice `sb` of outputs o0 .. o0 + 63 into sw ([o][k], row stride MQ_LD) for
+// Q4_K (64 outputs x 8 chunks of 16 quant bytes: chunk c holds sub-blocks 2 (c / 2) (low nibbles) and 2 (c / 2) + 1
+// (high), elements 16 (c % 2) .. + 15) and Q6_K (64 outputs x 8 units (h, kk, c): ql[64 h + 32 kk + 16 c ..] gives
+// sub-blocks 4 h + kk (low nibbles) and 4 h + kk + 2 (high), with 2-bit highs from qh[32 h + 16 c ..] at shifts
+// 2 kk and 2 kk + 4).
 template <int TY>
-__device__ __forceinline__ void mq_load_weights(signed char* sw, float* sc, float* mn, const u8* w, int sb, int nsb,
-                                                int o0, int n_out) {
+__device__ __forceinline__ void mq_load_codes(signed char* sw, const u8* w, int sb, int nsb, int o0, int n_out) {
     int tid = threadIdx.x;
     if (TY == T_Q4_K) {
-        // 64 outputs x 8 chunks of 16 quant bytes: chunk c holds sub-blocks 2 (c / 2) (low nibbles) and
-        // 2 (c / 2) + 1 (high), elements 16 (c % 2) .. + 15.
         for (int u = tid; u < MQ_BN * 8; u += blockDim.x) {
             int o = u >> 3, c = u & 7;
             int4 v = make_int4(0, 0, 0, 0);
@@ -46,27 +45,7 @@ __device__ __forceinline__ void mq_load_weights(signed char* sw, float* sc, floa
             *(int4*)(sw + base) = nib_lo(v);
             *(int4*)(sw + base + 32) = nib_hi(v);
         }
-        for (int o = tid; o < MQ_BN; o += blockDim.x) {
-            float d = 0.0f, dmin = 0.0f;
-            u32 s0 = 0, s1 = 0, s2 = 0;
-            if (o0 + o < n_out) {
-                int4 h = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 144);
-                d = h2f((u16)(h.x & 0xFFFF));
-                dmin = h2f((u16)((u32)h.x >> 16));
-                s0 = (u32)h.y;
-                s1 = (u32)h.z;
-                s2 = (u32)h.w;
-            }
-            for (int j = 0; j < 8; j++) {
-                int scj, mj;
-                k4_sm(s0, s1, s2, j, scj, mj);
-                sc[o * MQ_SC + 2 * j] = sc[o * MQ_SC + 2 * j + 1] = d * (float)scj;
-                mn[o * MQ_MN + j] = -dmin * (float)mj;
-            }
-        }
-    } else if (TY == T_Q6_K) {
-        // 64 outputs x 8 units (h, kk, c): ql[64 h + 32 kk + 16 c ..] gives sub-blocks 4 h + kk (low nibbles) and
-        // 4 h + kk + 2 (high), with 2-bit highs from qh[32 h + 16 c ..] at shifts 2 kk and 2 kk + 4.
+    } else {
         for (int u = tid; u < MQ_BN * 8; u += blockDim.x) {
             int o = u >> 3, h = (u >> 2) & 1, kk = (u >> 1) & 1, c = u & 1;
             int4 ql = make_int4(0, 0, 0, 0), qh = make_int4(0, 0, 0, 0);
@@ -87,6 +66,38 @@ __device__ __forceinline__ void mq_load_weights(signed char* sw, float* sc, floa
             *(int4*)(sw + base) = qa;
             *(int4*)(sw + base + 64) = qb;
         }
+    }
+}
+
+// Decodes the 256-element slice `sb` of outputs o0 .. o0 + 63 into sw (int8, [o][k]), their half scales
+// sc[o][16] (row stride MQ_SC) and block offsets mn[o][8] (row stride MQ_MN). Q4_K: the native super-block; Q6_K: [ql 128][qh 64][scales 16] with the
+// f16 d of every super-block after all rows; Q8_0: 32 quants per block with the f16 d of every block after all rows.
+template <int TY>
+__device__ __forceinline__ void mq_load_weights(signed char* sw, float* sc, float* mn, const u8* w, int sb, int nsb,
+                                                int o0, int n_out) {
+    int tid = threadIdx.x;
+    if (TY == T_Q4_K) {
+        mq_load_codes<T_Q4_K>(sw, w, sb, nsb, o0, n_out);
+        for (int o = tid; o < MQ_BN; o += blockDim.x) {
+            float d = 0.0f, dmin = 0.0f;
+            u32 s0 = 0, s1 = 0, s2 = 0;
+            if (o0 + o < n_out) {
+                int4 h = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 144);
+                d = h2f((u16)(h.x & 0xFFFF));
+                dmin = h2f((u16)((u32)h.x >> 16));
+                s0 = (u32)h.y;
+                s1 = (u32)h.z;
+                s2 = (u32)h.w;
+            }
+            for (int j = 0; j < 8; j++) {
+                int scj, mj;
+                k4_sm(s0, s1, s2, j, scj, mj);
+                sc[o * MQ_SC + 2 * j] = sc[o * MQ_SC + 2 * j + 1] = d * (float)scj;
+                mn[o * MQ_MN + j] = -dmin * (float)mj;
+            }
+        }
+    } else if (TY == T_Q6_K) {
+        mq_load_codes<T_Q6_K>(sw, w, sb, nsb, o0, n_out);
         const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
         for (int o = tid; o < MQ_BN; o += blockDim.x) {
             float d = 0.0f;
@@ -233,14 +244,7 @@ __device__ __forceinline__ void mq_load_weights_k8(signed char* sw, int* isc, in
                                                    const u8* w, int sb, int nsb, int o0, int n_out) {
     int tid = threadIdx.x;
     if (TY == T_Q4_K) {
-        for (int u = tid; u < MQ_BN * 8; u += blockDim.x) {
-            int o = u >> 3, c = u & 7;
-            int4 v = make_int4(0, 0, 0, 0);
-            if (o0 + o < n_out) v = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 144 + 16 + 16 * c);
-            int base = o * MQ_LD + 64 * (c >> 1) + 16 * (c & 1);
-            *(int4*)(sw + base) = nib_lo(v);
-            *(int4*)(sw + base + 32) = nib_hi(v);
-        }
+        mq_load_codes<T_Q4_K>(sw, w, sb, nsb, o0, n_out);
         for (int o = tid; o < MQ_BN; o += blockDim.x) {
             float d = 0.0f, dmin = 0.0f;
             u32 s0 = 0, s1 = 0, s2 = 0;
@@ -262,26 +266,7 @@ __device__ __forceinline__ void mq_load_weights_k8(signed char* sw, int* isc, in
             sdm[o] = dmin;
         }
     } else { // T_Q6_K
-        for (int u = tid; u < MQ_BN * 8; u += blockDim.x) {
-            int o = u >> 3, h = (u >> 2) & 1, kk = (u >> 1) & 1, c = u & 1;
-            int4 ql = make_int4(0, 0, 0, 0), qh = make_int4(0, 0, 0, 0);
-            if (o0 + o < n_out) {
-                const u8* p = w + ((long long)(o0 + o) * nsb + sb) * 208;
-                ql = ldg16(p + 64 * h + 32 * kk + 16 * c);
-                qh = ldg16(p + 128 + 32 * h + 16 * c);
-            }
-            int4 lo = nib_lo(ql), hi = nib_hi(ql);
-            int s_a = 2 * kk, s_b = 2 * kk + 4;
-#define Q6_MERGE(n, v, s) (((v).n | ((((qh.n) >> (s)) & 0x03030303) << 4)))
-            int4 qa = sub_bytes(make_int4(Q6_MERGE(x, lo, s_a), Q6_MERGE(y, lo, s_a), Q6_MERGE(z, lo, s_a),
-                                          Q6_MERGE(w, lo, s_a)), 0x20202020);
-            int4 qb = sub_bytes(make_int4(Q6_MERGE(x, hi, s_b), Q6_MERGE(y, hi, s_b), Q6_MERGE(z, hi, s_b),
-                                          Q6_MERGE(w, hi, s_b)), 0x20202020);
-#undef Q6_MERGE
-            int base = o * MQ_LD + 32 * (4 * h + kk) + 16 * c;
-            *(int4*)(sw + base) = qa;
-            *(int4*)(sw + base + 64) = qb;
-        }
+        mq_load_codes<T_Q6_K>(sw, w, sb, nsb, o0, n_out);
         const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
         for (int o = tid; o < MQ_BN; o += blockDim.x) {
             float d = 0.0f;
