@@ -983,6 +983,18 @@ impl Device {
         Ok(())
     }
 
+    /// The quantized activations a matmul reads, made current for `x`'s first `n` elements: the K8 shadow (codes,
+    /// scales per 256, sums per 32) when `k8`, else the Q8 one (codes, scales and scaled sums per 32).
+    fn activations(&self, x: &DBuf, n: usize, k8: bool) -> Result<(u64, u64, u64)> {
+        if k8 {
+            self.quantize_k8(x, n)?;
+            Ok((self.ptr(&x.kq), self.ptr(&x.kd), self.ptr(&x.ks)))
+        } else {
+            self.quantize(x, n)?;
+            Ok((self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs)))
+        }
+    }
+
     /// Whether a fused writer of `n` elements in rows of `width` also writes `out`'s K8 shadow.
     fn fused_k8(&self, out: &DBuf, n: usize, width: usize) -> bool {
         self.opts.k8 && !self.opts.reference && width.is_multiple_of(256) && n <= out.kq.len()
@@ -1069,14 +1081,7 @@ impl Device {
                 &[&o, &wp, &rb, &ty, &xp, &width, &n_out, &nr, &acc],
             );
         }
-        // The activations in the weight's format: K8 shadow for K-quants on the GEMV/block kernels, else Q8.
-        let (qp, dp, sp) = if self.uses_k8(w) {
-            self.quantize_k8(x, n_rows * w.cols)?;
-            (self.ptr(&x.kq), self.ptr(&x.kd), self.ptr(&x.ks))
-        } else {
-            self.quantize(x, n_rows * w.cols)?;
-            (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs))
-        };
+        let (qp, dp, sp) = self.activations(x, n_rows * w.cols, self.uses_k8(w))?;
         let ty = self.gemv_type_id(w);
         if let Some((kernel, tile_rows, tile_outs)) = self.tensor_core_kernel(w, n_rows) {
             return self.launch(
@@ -1192,13 +1197,7 @@ impl Device {
             return Ok(());
         }
         // One activation format for all (checked above).
-        let (qp, dp, sp) = if self.uses_k8(ws[0]) {
-            self.quantize_k8(x, n_rows * cols)?;
-            (self.ptr(&x.kq), self.ptr(&x.kd), self.ptr(&x.ks))
-        } else {
-            self.quantize(x, n_rows * cols)?;
-            (self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs))
-        };
+        let (qp, dp, sp) = self.activations(x, n_rows * cols, self.uses_k8(ws[0]))?;
         // Blocks per weight, and the job list padded with an empty third job.
         let blocks: Vec<usize> = ws.iter().map(|w| w.rows.div_ceil(GV_WARPS)).collect();
         let b1 = blocks[0] as i32;
