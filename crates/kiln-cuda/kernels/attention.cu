@@ -352,36 +352,73 @@ ATTN_SPLIT_KERNEL(attn_split_g3_h128, 3, 128, 3)
 ATTN_SPLIT_KERNEL(attn_split_g4_h128, 4, 128, 3)
 ATTN_SPLIT_KERNEL(attn_split_g8_h128, 8, 128, 2)
 
+// Max / sum over the `gw` warps of one head's threads (warps gw k .. gw k + gw - 1): the tree of block_max /
+// block_sum on a block of just those warps, so a head's bits do not depend on how many heads share the block.
+// Every warp of the group computes the second stage itself (no broadcast barrier).
+__device__ float group_max(float v, float* sh, int gw) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = lane < gw ? sh[warp - warp % gw + lane] : NEG_INF;
+    for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
+    return t;
+}
+
+__device__ float group_sum(float v, float* sh, int gw) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = lane < gw ? sh[warp - warp % gw + lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    return t;
+}
+
+#define MERGE_MAX_HEADS 4 // heads a block (256 threads of head_dim 64)
+
 // Merges the splits of each (query head, row) (log2 domain, as attn_split writes them):
 // out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), the numerator summed in split order, the denominator by
-// a fixed tree. grid = (n_head, rows), block = head_dim threads (>= 32, <= 256); with `xq` non-null also writes
-// the Q8 blocks of the output. n_splits <= 256.
-extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, float* xs, const float* ws,
-                                      const int* positions, int n_head, int head_dim, int n_splits, int n_vis) {
-    __shared__ float f[256], sh[32];
-    int h = blockIdx.x, r = blockIdx.y, e = threadIdx.x;
+// a fixed tree. grid = (n_head / heads, rows), block = heads * head_dim threads (head_dim a multiple of 32, <= 256;
+// heads <= MERGE_MAX_HEADS); with `xq` non-null also writes the Q8 blocks of the output, with `kq` non-null the
+// K8 blocks (then the block is 256 threads: one K8 block). n_splits <= 256.
+extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd,
+                                      int* ks, const float* ws, const int* positions, int n_head, int head_dim,
+                                      int n_splits, int n_vis) {
+    __shared__ float f[MERGE_MAX_HEADS][256], sh[32], sk[8];
+    int hl = threadIdx.x / head_dim, e = threadIdx.x % head_dim;
+    int h = blockIdx.x * (blockDim.x / head_dim) + hl, r = blockIdx.y;
+    int gw = head_dim / 32;
     int n_pos = attn_len(positions, r, n_vis);
     int chunk = attn_chunk(n_pos, n_splits);
     int n_act = (n_pos + chunk - 1) / chunk;
     const float* p = ws + ((long long)r * n_head + h) * n_splits * (head_dim + 2);
-    // Thread e takes splits e, e + blockDim.x, ...: their maxima, then their weights 2^(m_s - M).
+    // Thread e takes splits e, e + head_dim, ...: their maxima, then their weights 2^(m_s - M).
     float mx = NEG_INF;
-    for (int s = e; s < n_act; s += blockDim.x) mx = fmaxf(mx, p[s * (head_dim + 2) + head_dim]);
-    float M = block_max(mx, sh);
+    for (int s = e; s < n_act; s += head_dim) mx = fmaxf(mx, p[s * (head_dim + 2) + head_dim]);
+    float M = group_max(mx, sh, gw);
     float lsum = 0.0f;
-    for (int s = e; s < n_act; s += blockDim.x) {
+    for (int s = e; s < n_act; s += head_dim) {
         float w = exp2f(p[s * (head_dim + 2) + head_dim] - M);
-        f[s] = w;
+        f[hl][s] = w;
         lsum += p[s * (head_dim + 2) + head_dim + 1] * w;
     }
-    float L = block_sum(lsum, sh); // its barriers also publish f
+    float L = group_sum(lsum, sh, gw); // its barriers also publish f
     float A = 0.0f;
 #pragma unroll 8
-    for (int s = 0; s < n_act; s++) A += p[s * (head_dim + 2) + e] * f[s];
+    for (int s = 0; s < n_act; s++) A += p[s * (head_dim + 2) + e] * f[hl][s];
     float v = A * (1.0f / L);
     long long i = ((long long)r * n_head + h) * head_dim + e;
     out[i] = v;
     if (xq) q8_warp(v, xq, xd, xs, i / 32);
+    if (kq) {
+        int warp = threadIdx.x >> 5;
+        k8_publish(v, true, &sk[warp]);
+        __syncthreads();
+        k8_write(v, sk, kq, kd, ks, i, warp == 0);
+    }
 }
 
 // ---- Prefill: flash attention on f16 tensor cores ----

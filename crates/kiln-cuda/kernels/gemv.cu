@@ -370,16 +370,18 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
                 if (r < nr) {
                     long long xr = (long long)(r0 + r) * width + sb * 256 + j0 * 32 + half;
                     int is = sc0 * dot16(wl, ldg16(kq + xr), 0) + sc1 * dot16(wh, ldg16(kq + xr + 32), 0);
-                    int im = 0;
-                    if (!half) {
-                        int2 sm = *(const int2*)(ks + (long long)(r0 + r) * nb + sb * 8 + j0);
-                        im = m0 * sm.x + m1 * sm.y;
-                    }
-#pragma unroll
-                    for (int m = 1; m < 8; m <<= 1) {
-                        is += __shfl_xor_sync(gmask, is, m);
-                        im += __shfl_xor_sync(gmask, im, m);
-                    }
+                    // Every lane loads (the half-1 lanes read the same address: a broadcast), so no branch.
+                    int2 sm = *(const int2*)(ks + (long long)(r0 + r) * nb + sb * 8 + j0);
+                    int im = half ? 0 : m0 * sm.x + m1 * sm.y;
+                    // Group sums of is and im in 4 shuffles, not 6: a lane pair swaps what the other lacks (the
+                    // odd lane's im is 0), then even lanes carry is and odd lanes im up the tree, and the pair
+                    // swaps the totals. Integer sums: exact in any order.
+                    int t = (half ? im : is) + __shfl_xor_sync(gmask, half ? is : im, 1);
+                    t += __shfl_xor_sync(gmask, t, 2);
+                    t += __shfl_xor_sync(gmask, t, 4);
+                    int u = __shfl_xor_sync(gmask, t, 1);
+                    is = half ? u : t;
+                    im = half ? t : u;
                     float dx = kd[(long long)(r0 + r) * nsb + sb];
                     acc[r] = __fadd_rn(acc[r], k8_step(d, dmin, dx, is, im));
                 }

@@ -106,66 +106,85 @@ __device__ __forceinline__ void q8_warp(float v, signed char* xq, float* xd, flo
     }
 }
 
-// Fused K8 quantization (quantize_k8's math): the block's threads hold consecutive elements, warp w elements
-// 32w..32w + 31 of the block's span, so warps 8k..8k + 7 hold one 256-element K8 block; `act` is warp-uniform
-// (false past the data). Every thread of the block calls it (it has barriers); `sk` is 32 floats of shared memory.
-__device__ __forceinline__ void k8_fused(float y, bool act, signed char* kq, float* kd, int* ks, long long e,
-                                         float* sk) {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+// Fused K8 quantization (quantize_k8's math) in two phases around one barrier: each warp publishes the amax of
+// its 32 elements, then the 8 warps of a 256-element K8 block read their 8 entries (max is exact in any order,
+// so the scale's bits match quantize_k8) and write codes, per-32 sums and the scale.
+__device__ __forceinline__ void k8_publish(float y, bool act, float* slot) {
     float am = act ? fabsf(y) : 0.0f;
     for (int o = 16; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-    if (lane == 0) sk[warp] = am;
-    __syncthreads();
+    if ((threadIdx.x & 31) == 0) *slot = am;
+}
+
+// `group` points at the block's 8 published maxima; element e of the data; `lead`: the block's first warp.
+__device__ __forceinline__ void k8_write(float y, const float* group, signed char* kq, float* kd, int* ks,
+                                         long long e, bool lead) {
     float amax = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 8; k++) amax = fmaxf(amax, sk[(warp & ~7) + k]);
-    __syncthreads(); // sk is reused by the next call
-    if (!act) return;
+    for (int k = 0; k < 8; k++) amax = fmaxf(amax, group[k]);
     float d = amax / 127.0f;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     int q = (int)roundf(y * id);
     kq[e] = (signed char)q;
     int sum = q;
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    int lane = threadIdx.x & 31;
     if (lane == 0) ks[e / 32] = sum;
-    if (lane == 0 && (warp & 7) == 0) kd[e / 256] = d;
+    if (lane == 0 && lead) kd[e / 256] = d;
 }
 
-// rms_norm that also writes the Q8 blocks of its output (width % 32 == 0). grid.x = rows, block = 1024: every
-// load of the row is issued in the first pass (registers hold up to RN_PER values a thread), so a decode row costs
-// one memory latency, not one per element group.
+// rms_norm that also writes the Q8 blocks of its output (width % 32 == 0). grid = (rows, parts), block = 1024:
+// every load of the row is issued in the first pass (registers hold up to RN_PER values a thread), so a decode row
+// costs one memory latency, not one per element group. With parts > 1 (width <= RN_PER * 1024, parts =
+// ceil(width / 1024)) every block computes the row's sum of squares in the same order (the same scale bits) and
+// block p writes only elements 1024 p .. 1024 p + 1023: the quantization of a decode row is spread over several
+// multiprocessors instead of queuing on one.
 #define RN_PER 8
 // With kq non-null (width % 256 == 0 and width <= RN_PER * 1024) it also writes the K8 shadow.
 extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signed char* xq, float* xd, float* xs,
                                                                 signed char* kq, float* kd, int* ks, const float* x,
                                                                 const float* w, int width, float eps) {
-    __shared__ float sh[32], sk[32];
+    __shared__ float sh[32], sk[RN_PER * 32];
     long long base = (long long)blockIdx.x * width;
+    bool whole = gridDim.y == 1;
     float v[RN_PER], wv[RN_PER];
     float ss = 0.0f;
 #pragma unroll
     for (int j = 0; j < RN_PER; j++) {
         int i = threadIdx.x + j * blockDim.x;
         v[j] = i < width ? x[base + i] : 0.0f;
-        wv[j] = i < width ? w[i] : 0.0f;
+        wv[j] = i < width && (whole || j == (int)blockIdx.y) ? w[i] : 0.0f;
     }
     for (int i = threadIdx.x + RN_PER * blockDim.x; i < width; i += blockDim.x) ss += x[base + i] * x[base + i];
 #pragma unroll
     for (int j = 0; j < RN_PER; j++) ss += v[j] * v[j];
     ss = block_sum(ss, sh);
     float scale = 1.0f / sqrtf(ss / (float)width + eps);
-    // Element i = tid + j * blockDim.x: a warp's 32 lanes hold one 32-element Q8 block.
+    // Element i = tid + j * blockDim.x: a warp's 32 lanes hold one 32-element Q8 block, and warps 8k .. 8k + 7
+    // of step j one K8 block (its maxima in sk[32 j + warp]).
+    int warp = threadIdx.x >> 5;
 #pragma unroll
     for (int j = 0; j < RN_PER; j++) {
+        if (!whole && j != (int)blockIdx.y) continue;
         int i = threadIdx.x + j * blockDim.x;
         bool act = i - (int)(threadIdx.x & 31) < width;
-        float y = v[j] * scale * wv[j];
+        v[j] = v[j] * scale * wv[j];
         if (act) {
-            out[base + i] = y;
-            q8_warp(y, xq, xd, xs, (base + i) / 32);
+            out[base + i] = v[j];
+            q8_warp(v[j], xq, xd, xs, (base + i) / 32);
         }
-        if (kq && j * (int)blockDim.x < width) k8_fused(y, act, kq, kd, ks, base + i, sk);
+        if (kq) k8_publish(v[j], act, &sk[32 * j + warp]);
     }
+    if (kq) {
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < RN_PER; j++) {
+            if (!whole && j != (int)blockIdx.y) continue;
+            int i = threadIdx.x + j * blockDim.x;
+            if (i - (int)(threadIdx.x & 31) < width)
+                k8_write(v[j], &sk[32 * j + (warp & ~7)], kq, kd, ks, base + i, (warp & 7) == 0);
+        }
+    }
+    if (!whole) return;
     for (int i = threadIdx.x + RN_PER * blockDim.x; i - (int)(threadIdx.x & 31) < width; i += blockDim.x) {
         float y = x[base + i] * scale * w[i];
         out[base + i] = y;
@@ -185,7 +204,12 @@ extern "C" __global__ void swiglu_q8(float* out, signed char* xq, float* xd, flo
     float v = g / (1.0f + expf(-g)) * up[i];
     out[i] = v;
     q8_warp(v, xq, xd, xs, blk);
-    if (kq) k8_fused(v, true, kq, kd, ks, i, sk);
+    if (kq) {
+        int warp = threadIdx.x >> 5;
+        k8_publish(v, true, &sk[warp]);
+        __syncthreads();
+        k8_write(v, &sk[warp & ~7], kq, kd, ks, i, (warp & 7) == 0);
+    }
 }
 
 // Q8 blocks of n elements (n % 32 == 0), one warp per block (the standalone form of the fused writers).

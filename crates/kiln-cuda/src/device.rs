@@ -134,6 +134,9 @@ pub struct Device {
     generation: Mutex<u64>,
     /// Set while a pass is being captured (allocation is then an error).
     capturing: AtomicBool,
+    /// Set once a weight that reads K8 activations is uploaded: until then the fused writers skip the K8 shadow
+    /// (a Q8_0 model never pays for it).
+    k8_weights: AtomicBool,
     /// Marketing name of the GPU.
     pub name: String,
     /// The architecture the kernels were compiled for (`sm_90a`).
@@ -415,6 +418,7 @@ impl Device {
             moe: Mutex::new(None),
             generation: Mutex::new(0),
             capturing: AtomicBool::new(false),
+            k8_weights: AtomicBool::new(false),
             name,
             arch,
             cache_hit,
@@ -571,7 +575,7 @@ impl Device {
         } else {
             (Layout::Native, self.stream.clone_htod(bytes))
         };
-        Ok(DWeight {
+        let w = DWeight {
             name: name.into(),
             ty,
             cols,
@@ -579,7 +583,11 @@ impl Device {
             row_bytes,
             layout,
             data: data.map_err(drv(format!("uploading tensor '{name}'")))?,
-        })
+        };
+        if self.uses_k8(&w, 1) {
+            self.k8_weights.store(true, Ordering::Relaxed);
+        }
+        Ok(w)
     }
 
     /// KV storage of `n_layer × n_slots × slot_ctx × kv_dim` keys and values.
@@ -996,8 +1004,13 @@ impl Device {
     }
 
     /// Whether a fused writer of `n` elements in rows of `width` also writes `out`'s K8 shadow.
+    /// Not in a prefill-kernel pass, where only Q6_K weights read K8 (they quantize on demand).
     fn fused_k8(&self, out: &DBuf, n: usize, width: usize) -> bool {
-        self.opts.k8 && !self.opts.reference && width.is_multiple_of(256) && n <= out.kq.len()
+        let pass_rows = self.lock(&self.meta).rows.len();
+        self.k8_weights.load(Ordering::Relaxed)
+            && width.is_multiple_of(256)
+            && n <= out.kq.len()
+            && !self.mmq_rows(pass_rows)
     }
 
     /// `out`'s K8 shadow pointers for a fused writer, or nulls.
@@ -1009,19 +1022,31 @@ impl Device {
         }
     }
 
-    /// Whether `w` is read against K8 activations: a repacked Q4_K/Q6_K weight (GEMV, block and prefill kernels
-    /// alike).
-    fn uses_k8(&self, w: &DWeight) -> bool {
+    /// Whether `w` is read against K8 activations by a matmul of `n_rows` rows: a repacked Q4_K/Q6_K weight on the
+    /// GEMV and block kernels; on the prefill kernel only Q6_K (measured: K8 makes mmq_q6_k 22 % faster and
+    /// mmq_q4_k 12–60 % slower).
+    fn uses_k8(&self, w: &DWeight, n_rows: usize) -> bool {
         self.opts.k8
             && !self.opts.reference
             && w.layout == Layout::Gemv
             && matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K)
             && w.cols.is_multiple_of(256)
+            && (w.ty == GgmlType::Q6_K || !self.mmq_rows(n_rows))
+    }
+
+    /// Whether matmuls of `n_rows` rows in the current pass run on the prefill kernel (mmq.cu).
+    fn mmq_rows(&self, n_rows: usize) -> bool {
+        self.opts.prefill_mma && n_rows > MMQ_MIN_ROWS && self.lock(&self.meta).prefill
     }
 
     /// The ggml type id the GEMV kernels take for `w` (K-quants on K8 activations: the id + [`K8_TYPE_OFFSET`]).
-    fn gemv_type_id(&self, w: &DWeight) -> i32 {
-        w.ty.id() as i32 + if self.uses_k8(w) { K8_TYPE_OFFSET } else { 0 }
+    fn gemv_type_id(&self, w: &DWeight, n_rows: usize) -> i32 {
+        w.ty.id() as i32
+            + if self.uses_k8(w, n_rows) {
+                K8_TYPE_OFFSET
+            } else {
+                0
+            }
     }
 
     /// `out[r] (+)= W · x[r]` for `n_rows` rows (`x` is `n_rows × w.cols`, `out` is `n_rows × w.rows`); with
@@ -1081,8 +1106,8 @@ impl Device {
                 &[&o, &wp, &rb, &ty, &xp, &width, &n_out, &nr, &acc],
             );
         }
-        let (qp, dp, sp) = self.activations(x, n_rows * w.cols, self.uses_k8(w))?;
-        let ty = self.gemv_type_id(w);
+        let (qp, dp, sp) = self.activations(x, n_rows * w.cols, self.uses_k8(w, n_rows))?;
+        let ty = self.gemv_type_id(w, n_rows);
         if let Some((kernel, tile_rows, tile_outs)) = self.tensor_core_kernel(w, n_rows) {
             return self.launch(
                 kernel,
@@ -1100,7 +1125,7 @@ impl Device {
         }
         match w.layout {
             Layout::Gemv => self.launch(
-                match (self.uses_k8(w), n_rows == 1) {
+                match (self.uses_k8(w, n_rows), n_rows == 1) {
                     (false, true) => "gemv_r1",
                     (false, false) => "gemv_r8",
                     (true, true) => "gemv_k8_r1",
@@ -1136,8 +1161,8 @@ impl Device {
         if w.layout != Layout::Gemv || !w.cols.is_multiple_of(256) {
             return None;
         }
-        if self.opts.prefill_mma && self.lock(&self.meta).prefill && n_rows > MMQ_MIN_ROWS {
-            let k8 = self.uses_k8(w);
+        if self.mmq_rows(n_rows) {
+            let k8 = self.uses_k8(w, n_rows);
             return match w.ty {
                 GgmlType::Q4_K => Some((if k8 { "mmq_q4_k8" } else { "mmq_q4_k" }, 64, 64)),
                 GgmlType::Q6_K => Some((if k8 { "mmq_q6_k8" } else { "mmq_q6_k" }, 64, 64)),
@@ -1148,7 +1173,7 @@ impl Device {
         if !self.opts.block_mma || n_rows < G16_MIN_ROWS {
             return None;
         }
-        let k8 = self.uses_k8(w);
+        let k8 = self.uses_k8(w, n_rows);
         match w.ty {
             GgmlType::Q4_K => Some((if k8 { "gemv16_q4k8" } else { "gemv16_q4k" }, 16, 8)),
             GgmlType::Q6_K => Some((if k8 { "gemv16_q6k8" } else { "gemv16_q6k" }, 16, 8)),
@@ -1178,7 +1203,9 @@ impl Device {
             && ws
                 .iter()
                 .all(|w| w.layout == Layout::Gemv && w.cols == cols)
-            && ws.iter().all(|w| self.uses_k8(w) == self.uses_k8(ws[0]));
+            && ws
+                .iter()
+                .all(|w| self.uses_k8(w, n_rows) == self.uses_k8(ws[0], n_rows));
         if !one_launch {
             for (o, w) in outs.iter_mut().zip(ws) {
                 self.matmul(o, w, x, n_rows, false)?;
@@ -1197,7 +1224,7 @@ impl Device {
             return Ok(());
         }
         // One activation format for all (checked above).
-        let (qp, dp, sp) = self.activations(x, n_rows * cols, self.uses_k8(ws[0]))?;
+        let (qp, dp, sp) = self.activations(x, n_rows * cols, self.uses_k8(ws[0], n_rows))?;
         // Blocks per weight, and the job list padded with an empty third job.
         let blocks: Vec<usize> = ws.iter().map(|w| w.rows.div_ceil(GV_WARPS)).collect();
         let b1 = blocks[0] as i32;
@@ -1206,7 +1233,7 @@ impl Device {
         let job = |i: usize| -> (i32, u64, u64, i32) {
             match ws.get(i) {
                 Some(w) => (
-                    self.gemv_type_id(w),
+                    self.gemv_type_id(w, n_rows),
                     self.ptr(&outs[i].data),
                     self.ptr(&w.data),
                     w.rows as i32,
@@ -1218,7 +1245,7 @@ impl Device {
         let (t1, o1, w1, n1) = job(1);
         let (t2, o2, w2, n2) = job(2);
         self.launch(
-            match (self.uses_k8(ws[0]), n_rows == 1) {
+            match (self.uses_k8(ws[0], n_rows), n_rows == 1) {
                 (false, true) => "gemv3_r1",
                 (false, false) => "gemv3_r8",
                 (true, true) => "gemv3_k8_r1",
@@ -1286,9 +1313,19 @@ impl Device {
             let (qp, dp, sp) = (self.ptr(&out.xq), self.ptr(&out.xd), self.ptr(&out.xs));
             let k8 = width <= RN_MAX_K8 && self.fused_k8(out, n_rows * width, width);
             let (kq, kd, ks) = self.k8_ptrs(out, k8);
+            // A few rows (decode, a verify block): one block per 1024 elements of a row (bits unchanged).
+            let parts = if n_rows <= MMQ_MIN_ROWS && width <= RN_MAX_K8 {
+                width.div_ceil(1024)
+            } else {
+                1
+            };
             self.launch(
                 "rms_norm_q8",
-                grid(n_rows as u32, 1, 1024),
+                LaunchConfig {
+                    grid_dim: (n_rows as u32, parts as u32, 1),
+                    block_dim: (1024, 1, 1),
+                    shared_mem_bytes: 0,
+                },
                 &[
                     &o,
                     &qp,
@@ -1853,13 +1890,28 @@ impl Device {
         } else {
             (0, 0, 0)
         };
+        // The K8 shadow (for a K-quant o-proj) needs a block to hold whole 256-element K8 blocks: 256 / head_dim
+        // heads a block.
+        let width = n_head * head_dim;
+        let heads = 256 / head_dim;
+        let k8 = fused
+            && matches!(head_dim, 64 | 128 | 256)
+            && n_head.is_multiple_of(heads)
+            && self.fused_k8(out, n * width, width);
+        let (kq, kd, ks) = self.k8_ptrs(out, k8);
+        let heads = if k8 { heads } else { 1 };
         self.launch(
             "attn_merge",
-            grid(n_head as u32, n as u32, head_dim as u32),
-            &[&o, &xq, &xd, &xs, &wsp, &pp, &nh, &hd, &nsp, &vis],
+            grid((n_head / heads) as u32, n as u32, (heads * head_dim) as u32),
+            &[
+                &o, &xq, &xd, &xs, &kq, &kd, &ks, &wsp, &pp, &nh, &hd, &nsp, &vis,
+            ],
         )?;
         if fused {
-            out.q8_valid.store(n * n_head * head_dim, Ordering::Relaxed);
+            out.q8_valid.store(n * width, Ordering::Relaxed);
+        }
+        if k8 {
+            out.k8_valid.store(n * width, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -177,8 +177,10 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
     many_check(dev, &mut rng, &mut checks)?;
     for f16 in [true, false] {
         for fused in [false, true] {
-            attention_check(dev, &mut rng, f16, fused, &mut checks)?;
+            attention_check(dev, &mut rng, f16, fused, 6, &mut checks)?;
         }
+        // 8 heads of 64: a K8 block spans 4 heads, so the merge takes 4 heads a block (with a K-quant loaded).
+        attention_check(dev, &mut rng, f16, true, 8, &mut checks)?;
         visible_attention_check(dev, &mut rng, f16, &mut checks)?;
     }
     flash_attention_check(dev, &mut rng, &mut checks)?;
@@ -196,7 +198,8 @@ fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>)
     let (cols, rows, n) = (768usize, 130usize, 70usize);
     let wq = random_weight(rng, ty, rows, cols)?;
     let x = rng.vec(n * cols);
-    let k8 = dev.options().k8 && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
+    // On the prefill kernel only Q6_K reads K8 activations.
+    let k8 = dev.options().k8 && ty == GgmlType::Q6_K;
     let want = reference_matmul(ty, &wq, rows, cols, &x, n, if k8 { 256 } else { 32 })?;
     let w = dev.upload_weight(&format!("test.mmq.{ty}"), ty, cols, rows, &wq, true)?;
     let run = |xs: &[f32], m: usize, prefill: bool, init: Option<&[f32]>| -> Result<Vec<f32>> {
@@ -500,8 +503,65 @@ fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
 /// output separately: a matmul reading either gives the same bits.
 fn shadow_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
     // Q8_0 reads the per-32 shadow; Q4_K on a 512-wide row the K8 one (when that path is on).
-    for (ty, width) in [(GgmlType::Q8_0, 320usize), (GgmlType::Q4_K, 512)] {
+    // 2560: a row of a few-row call is split over 3 blocks.
+    for (ty, width) in [
+        (GgmlType::Q8_0, 320usize),
+        (GgmlType::Q4_K, 512),
+        (GgmlType::Q4_K, 2560),
+    ] {
         shadow_check(dev, rng, ty, width, checks)?;
+    }
+    merge_shadow_check(dev, rng, checks)
+}
+
+/// The attention merge's fused shadows (Q8 per head, K8 over 4 heads of 64 in one block) are the bits of
+/// quantizing its output separately, for a Q8_0 and a Q4_K o-proj.
+fn merge_shadow_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
+    let (n, nh, nkv, hd, rows) = (10usize, 8usize, 2usize, 64usize, 24usize);
+    let width = nh * hd;
+    let shape = AttnShape {
+        n_head: nh,
+        n_head_kv: nkv,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+        theta: 10000.0,
+        freq_scale: 1.0,
+        neox: true,
+        eps: 1e-6,
+    };
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_K] {
+        let w = dev.upload_weight(
+            "test.oproj",
+            ty,
+            width,
+            rows,
+            &random_weight(rng, ty, rows, width)?,
+            true,
+        )?;
+        let mut kv = dev.alloc_kv(1, 1, 64, nkv * hd, true)?;
+        let pass: Vec<(usize, usize)> = (0..n).map(|p| (0, p)).collect();
+        dev.set_pass(&[], &pass, &[], false)?;
+        let (mut qb, mut kb) = (
+            dev.upload(&rng.vec(n * width))?,
+            dev.upload(&rng.vec(n * nkv * hd))?,
+        );
+        let vb = dev.upload(&rng.vec(n * nkv * hd))?;
+        let mut ob = dev.alloc(n * width)?;
+        dev.attention_fused(&mut ob, &mut qb, &mut kb, &vb, &mut kv, 0, n, &shape, None)?;
+        let mut ov = vec![0f32; n * width];
+        dev.read(&ob, &mut ov)?;
+        let copy = dev.upload(&ov)?;
+        let (mut a, mut b) = (dev.alloc(n * rows)?, dev.alloc(n * rows)?);
+        dev.matmul(&mut a, &w, &ob, n, false)?;
+        dev.matmul(&mut b, &w, &copy, n, false)?;
+        let (mut ga, mut gb) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+        dev.read(&a, &mut ga)?;
+        dev.read(&b, &mut gb)?;
+        checks.push(Check {
+            name: format!("attention merge shadow for {ty} == quantized copy"),
+            err: bits_differ(&ga, &gb),
+            tol: 0.0,
+        });
     }
     Ok(())
 }
@@ -535,11 +595,38 @@ fn shadow_check(
         dev.read(&a, &mut ga)?;
         dev.read(&b, &mut gb)?;
         checks.push(Check {
-            name: format!("{name} shadow for {ty} == quantized copy"),
+            name: format!("{name} shadow for {ty} == quantized copy ({width} wide)"),
             err: bits_differ(&ga, &gb),
             tol: 0.0,
         });
     }
+    // The RMSNorm of these rows inside a 20-row call (one block a row, not one per 1024 elements): the same
+    // output bits, and the same matmul bits through its shadow.
+    let many = 20usize;
+    let x20 = [x, rng.vec((many - n) * width)].concat();
+    let x20b = dev.upload(&x20)?;
+    let mut h20 = dev.alloc(many * width)?;
+    dev.rms_norm(&mut h, &xb, &nwb, n, width, 1e-6)?;
+    dev.rms_norm(&mut h20, &x20b, &nwb, many, width, 1e-6)?;
+    let (mut a, mut b) = (dev.alloc(n * rows)?, dev.alloc(many * rows)?);
+    dev.matmul(&mut a, &w, &h, n, false)?;
+    dev.matmul(&mut b, &w, &h20, many, false)?;
+    let (mut h20v, mut ga, mut gb) = (
+        vec![0f32; many * width],
+        vec![0f32; n * rows],
+        vec![0f32; many * rows],
+    );
+    dev.read(&h, &mut hv)?;
+    dev.read(&h20, &mut h20v)?;
+    dev.read(&a, &mut ga)?;
+    dev.read(&b, &mut gb)?;
+    checks.push(Check {
+        name: format!(
+            "rms_norm {width} wide: {n} rows alone == inside {many} rows (output and {ty} matmul)"
+        ),
+        err: bits_differ(&hv, &h20v[..n * width]) + bits_differ(&ga, &gb[..n * rows]),
+        tol: 0.0,
+    });
     Ok(())
 }
 
@@ -676,13 +763,14 @@ fn attention_check(
     rng: &mut Rng,
     f16: bool,
     fused: bool,
+    nh: usize,
     checks: &mut Vec<Check>,
 ) -> Result<()> {
-    // 2 layers, 2 slots of 200 positions (several splits), 6 query heads over 2 KV heads of 64. Slot 1 is filled
+    // 2 layers, 2 slots of 200 positions (several splits), `nh` query heads over 2 KV heads of 64. Slot 1 is filled
     // by a prefill of 133 rows in one call, then one decode row; slot 0 gets 5 rows one by one. The attention of
     // the decode rows must match the reference and be bit-identical when recomputed inside a batch. The fused
     // form also applies QK-norm and NEOX RoPE, mirrored on the host.
-    let (n_layer, n_slots, ctx, nh, nkv, hd) = (2usize, 2usize, 200usize, 6usize, 2usize, 64usize);
+    let (n_layer, n_slots, ctx, nkv, hd) = (2usize, 2usize, 200usize, 2usize, 64usize);
     let layer = 1usize;
     let (qd, kvd) = (nh * hd, nkv * hd);
     let eps = 1e-6f32;
@@ -767,7 +855,7 @@ fn attention_check(
         "plain"
     };
     checks.push(Check {
-        name: format!("attention {form} {kvn} KV (prefill 133, decode, GQA 6/2x64)"),
+        name: format!("attention {form} {kvn} KV (prefill 133, decode, GQA {nh}/2x64)"),
         err,
         tol: if fused { 1e-4 } else { 1e-5 },
     });
@@ -787,7 +875,7 @@ fn attention_check(
         &cat(&v0, &v),
     )?;
     checks.push(Check {
-        name: format!("attention {form} {kvn} batch invariance"),
+        name: format!("attention {form} {kvn} {nh}/2x64 batch invariance"),
         err: bits_differ(&g2[qd..], &gd),
         tol: 0.0,
     });
