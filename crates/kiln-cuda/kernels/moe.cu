@@ -104,3 +104,26 @@ extern "C" __global__ void moe_combine(float* out, const float* y, const float* 
         out[(long long)r * width + i] = acc;
     }
 }
+
+// The expert matmuls on the GEMV kernels (experts repacked one by one at upload): out[c] = W_{ids[c]} . x[a] for
+// every choice c = blockIdx.z (a = c when x_per_choice, else c / k), the one-row GEMV body over the chosen
+// expert's matrix, so a choice's bits are those of a plain one-row matmul of that expert. xq/xd/xs are Q8 (per 32)
+// or, for K8, codes / scales per 256 / int sums per 32. grid = (ceil(n_out / GV_WARPS), 1, rows * k), block = 128.
+template <bool K8>
+__device__ __forceinline__ void moe_gemv_body(int ty, float* out, const u8* w, long long expert_bytes,
+                                              const signed char* xq, const float* xd, const float* xs,
+                                              const int* ids, int k, int x_per_choice, int width, int n_out) {
+    int c = blockIdx.z;
+    long long xo = (long long)(x_per_choice ? c : c / k) * width;
+    gemv_dispatch<1, K8>(ty, blockIdx.x, out + (long long)c * n_out, w + (long long)ids[c] * expert_bytes, xq + xo,
+                         xd + (K8 ? xo / 256 : xo / 32), xs + xo / 32, width, n_out, 1, 0);
+}
+
+#define MOE_GEMV_KERNEL(NAME, K8)                                                                                \
+    extern "C" __global__ void __launch_bounds__(128, 6)                                                        \
+        NAME(int ty, float* out, const u8* w, long long expert_bytes, const signed char* xq, const float* xd,   \
+             const float* xs, const int* ids, int k, int x_per_choice, int width, int n_out) {                  \
+        moe_gemv_body<K8>(ty, out, w, expert_bytes, xq, xd, xs, ids, k, x_per_choice, width, n_out);           \
+    }
+MOE_GEMV_KERNEL(moe_gemv, false)
+MOE_GEMV_KERNEL(moe_gemv_k8, true)

@@ -196,14 +196,7 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
     };
     let mk = |name: &str, cols: usize, rows: usize, seed: u64| {
         let rb = Q4_K.row_bytes(cols as u64).unwrap_or(0) as usize;
-        dev.upload_weight(
-            name,
-            Q4_K,
-            cols,
-            rows,
-            &random_bytes(rows * rb, seed),
-            false,
-        )
+        dev.upload_experts(name, Q4_K, cols, rows, 128, &random_bytes(rows * rb, seed))
     };
     let router = dev.upload_weight(
         "router",

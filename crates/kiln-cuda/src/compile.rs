@@ -26,10 +26,12 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 53] = [
+pub const KERNEL_NAMES: [&str; 55] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
+    "moe_gemv",
+    "moe_gemv_k8",
     "gemv_r1",
     "gemv_r8",
     "gemv3_r1",

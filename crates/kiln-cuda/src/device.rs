@@ -550,6 +550,42 @@ impl Device {
         bytes: &[u8],
         gemv: bool,
     ) -> Result<DWeight> {
+        self.upload_matrices(name, ty, cols, rows, bytes, gemv, 1)
+    }
+
+    /// A 3-D expert tensor of `n_exp` matrices (`rows` in all, GGUF order) for [`Device::moe_ffn`]: each expert's
+    /// matrix repacked on its own for the GEMV kernels when they take the type (and the fast paths are on), else
+    /// kept in GGUF layout for the generic expert kernel.
+    pub fn upload_experts(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        cols: usize,
+        rows: usize,
+        n_exp: usize,
+        bytes: &[u8],
+    ) -> Result<DWeight> {
+        if n_exp == 0 || !rows.is_multiple_of(n_exp) {
+            return Err(Error::Shape {
+                op: "upload_weight",
+                detail: format!("tensor '{name}': {rows} rows are not {n_exp} experts"),
+            });
+        }
+        self.upload_matrices(name, ty, cols, rows, bytes, true, n_exp)
+    }
+
+    /// [`Device::upload_weight`] of `parts` equal matrices stacked in `bytes`, each repacked on its own.
+    #[allow(clippy::too_many_arguments)]
+    fn upload_matrices(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        cols: usize,
+        rows: usize,
+        bytes: &[u8],
+        gemv: bool,
+        parts: usize,
+    ) -> Result<DWeight> {
         if !supports(ty) {
             return Err(Error::Unsupported {
                 name: name.into(),
@@ -571,7 +607,11 @@ impl Device {
         }
         let repacked = has_gemv(ty) && gemv && self.opts.fast_gemv && !self.opts.reference;
         let (layout, data) = if repacked {
-            (Layout::Gemv, self.stream.clone_htod(&repack(ty, bytes)))
+            let packed: Vec<u8> = bytes
+                .chunks((bytes.len() / parts).max(1))
+                .flat_map(|m| repack(ty, m))
+                .collect();
+            (Layout::Gemv, self.stream.clone_htod(&packed))
         } else {
             (Layout::Native, self.stream.clone_htod(bytes))
         };
@@ -679,7 +719,8 @@ impl Device {
 
     /// Mixture-of-experts FFN of `n_rows` rows of `x`: routing on the device (softmax, top-k, optional
     /// renormalisation), each chosen expert's SwiGLU FFN, outputs summed in ascending expert order into `out`.
-    /// Expert weights must be in GGUF layout (3-D tensors are never repacked).
+    /// Expert weights from [`Device::upload_experts`]: repacked ones run the one-row GEMV body per (output,
+    /// choice) (`moe_gemv`, `moe_gemv_k8`), GGUF-layout ones the generic expert kernel (`moe_matmul`).
     #[allow(clippy::too_many_arguments)]
     pub fn moe_ffn(
         &self,
@@ -706,9 +747,7 @@ impl Device {
                 && up.rows == ff * m.n_exp
                 && down.cols == ff
                 && down.rows == d * m.n_exp
-                && [gate, up, down]
-                    .iter()
-                    .all(|w| w.layout == Layout::Native && !is_float(w.ty))
+                && [gate, up, down].iter().all(|w| !is_float(w.ty))
                 && x.len() >= n_rows * d
                 && out.len() >= n_rows * d,
             || format!("'{}': {m:?} on {n_rows} rows", gate.name),
@@ -742,9 +781,40 @@ impl Device {
             ],
         )?;
         let reference = self.opts.reference;
+        let n_exp = m.n_exp;
         let expert =
             |o: &mut DBuf, w: &DWeight, a: &DBuf, per_choice: bool, n_out: usize| -> Result<()> {
                 let width = w.cols;
+                if w.layout == Layout::Gemv {
+                    // Experts repacked for the GEMV: the one-row GEMV body per (output, choice).
+                    let k8 = self.uses_k8(w, n_rows);
+                    let n_act = if per_choice { n_rows * k } else { n_rows };
+                    let (qp, dp, sp) = self.activations(a, n_act * width, k8)?;
+                    o.invalidate();
+                    let (op, wp) = (self.ptr(&o.data), self.ptr(&w.data));
+                    return self.launch(
+                        if k8 { "moe_gemv_k8" } else { "moe_gemv" },
+                        LaunchConfig {
+                            grid_dim: (n_out.div_ceil(GV_WARPS) as u32, 1, (n_rows * k) as u32),
+                            block_dim: (32 * GV_WARPS as u32, 1, 1),
+                            shared_mem_bytes: 0,
+                        },
+                        &[
+                            &self.gemv_type_id(w, n_rows),
+                            &op,
+                            &wp,
+                            &((w.rows / n_exp * w.row_bytes) as i64),
+                            &qp,
+                            &dp,
+                            &sp,
+                            &ip,
+                            &(k as i32),
+                            &(per_choice as i32),
+                            &(width as i32),
+                            &(n_out as i32),
+                        ],
+                    );
+                }
                 if !reference {
                     self.quantize(a, (if per_choice { n_rows * k } else { n_rows }) * width)?;
                 }

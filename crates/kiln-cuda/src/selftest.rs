@@ -3,7 +3,7 @@
 //! must be bit-identical). `kiln selftest --device cuda` prints its [`Check`]s; on a GPU the crate's
 //! integration test runs it too.
 
-use crate::device::{AttnShape, DBuf, DKv, Device};
+use crate::device::{AttnShape, DBuf, DKv, Device, MoeShape};
 use crate::error::{Error, Result};
 use kiln_quant::{dequantize, quantize, GgmlType};
 
@@ -175,6 +175,7 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
     ops_checks(dev, &mut rng, &mut checks)?;
     shadow_checks(dev, &mut rng, &mut checks)?;
     many_check(dev, &mut rng, &mut checks)?;
+    moe_check(dev, &mut rng, &mut checks)?;
     for f16 in [true, false] {
         for fused in [false, true] {
             attention_check(dev, &mut rng, f16, fused, 6, &mut checks)?;
@@ -626,6 +627,95 @@ fn shadow_check(
         ),
         err: bits_differ(&hv, &h20v[..n * width]) + bits_differ(&ga, &gb[..n * rows]),
         tol: 0.0,
+    });
+    Ok(())
+}
+
+/// The MoE FFN (routing, the chosen experts' SwiGLU FFN, the weighted sum) against the same steps done by hand:
+/// routing on the host from the device's router logits, each chosen expert uploaded as a matrix of its own
+/// through the plain matmul and SwiGLU kernels, the weighted sum on the host. Q4_K gate/up and a Q6_K down (both
+/// K8 bodies on the fast path), 3 rows, 6 experts, 2 chosen.
+fn moe_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
+    let m = MoeShape {
+        n_exp: 6,
+        k: 2,
+        ff: 256,
+        width: 512,
+        norm_topk: true,
+    };
+    let (n, d, ff, ne) = (3usize, m.width, m.ff, m.n_exp);
+    let router_w: Vec<f32> = rng.vec(ne * d);
+    let router_bytes: Vec<u8> = router_w.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let router = dev.upload_weight(
+        "test.moe.router",
+        GgmlType::F32,
+        d,
+        ne,
+        &router_bytes,
+        false,
+    )?;
+    let gq = random_weight(rng, GgmlType::Q4_K, ne * ff, d)?;
+    let uq = random_weight(rng, GgmlType::Q4_K, ne * ff, d)?;
+    let dq = random_weight(rng, GgmlType::Q6_K, ne * d, ff)?;
+    let gate = dev.upload_experts("test.moe.gate", GgmlType::Q4_K, d, ne * ff, ne, &gq)?;
+    let up = dev.upload_experts("test.moe.up", GgmlType::Q4_K, d, ne * ff, ne, &uq)?;
+    let down = dev.upload_experts("test.moe.down", GgmlType::Q6_K, ff, ne * d, ne, &dq)?;
+    let x = rng.vec(n * d);
+    let xb = dev.upload(&x)?;
+    let mut out = dev.alloc(n * d)?;
+    dev.moe_ffn(&mut out, &xb, n, &router, &gate, &up, &down, &m)?;
+    let mut got = vec![0f32; n * d];
+    dev.read(&out, &mut got)?;
+    // Routing on the host (softmax, top-k with ties to the lower index, renormalised, by expert index).
+    let mut logits = dev.alloc(n * ne)?;
+    dev.matmul(&mut logits, &router, &xb, n, false)?;
+    let mut lv = vec![0f32; n * ne];
+    dev.read(&logits, &mut lv)?;
+    // One expert's slice of a stacked tensor as a matrix of its own.
+    let slice = |name: &str, ty: GgmlType, bytes: &[u8], cols: usize, rows: usize, e: usize| {
+        let per = bytes.len() / ne;
+        dev.upload_weight(name, ty, cols, rows, &bytes[e * per..(e + 1) * per], true)
+    };
+    let mut want = vec![0f64; n * d];
+    for r in 0..n {
+        let l = &lv[r * ne..(r + 1) * ne];
+        let mx = l.iter().cloned().fold(f32::MIN, f32::max);
+        let p: Vec<f32> = l.iter().map(|v| (v - mx).exp()).collect();
+        let sum: f32 = p.iter().sum();
+        let mut order: Vec<usize> = (0..ne).collect();
+        order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+        let mut chosen: Vec<(usize, f32)> = order[..m.k].iter().map(|&e| (e, p[e] / sum)).collect();
+        let total: f32 = chosen.iter().map(|c| c.1).sum();
+        chosen.iter_mut().for_each(|c| c.1 /= total);
+        chosen.sort_by_key(|c| c.0);
+        let xr = dev.upload(&x[r * d..(r + 1) * d])?;
+        for (e, wt) in chosen {
+            let (ge, ue) = (
+                slice("test.moe.gate.e", GgmlType::Q4_K, &gq, d, ff, e)?,
+                slice("test.moe.up.e", GgmlType::Q4_K, &uq, d, ff, e)?,
+            );
+            let de = slice("test.moe.down.e", GgmlType::Q6_K, &dq, ff, d, e)?;
+            let (mut g, mut u, mut a, mut y) = (
+                dev.alloc(ff)?,
+                dev.alloc(ff)?,
+                dev.alloc(ff)?,
+                dev.alloc(d)?,
+            );
+            dev.matmul(&mut g, &ge, &xr, 1, false)?;
+            dev.matmul(&mut u, &ue, &xr, 1, false)?;
+            dev.swiglu(&mut a, &g, &u, ff)?;
+            dev.matmul(&mut y, &de, &a, 1, false)?;
+            let mut yv = vec![0f32; d];
+            dev.read(&y, &mut yv)?;
+            for (o, v) in want[r * d..(r + 1) * d].iter_mut().zip(&yv) {
+                *o += wt as f64 * *v as f64;
+            }
+        }
+    }
+    checks.push(Check {
+        name: "moe_ffn (Q4_K gate/up, Q6_K down, 3 rows, 2 of 6 experts) == experts by hand".into(),
+        err: rel_err(&got, &want),
+        tol: 1e-4,
     });
     Ok(())
 }

@@ -119,8 +119,13 @@ impl CudaBackend {
                     if tied {
                         mats.insert(t.name.clone(), upload(true)?);
                     }
+                } else if t.shape.len() == 3 {
+                    // Expert tensors: each expert's matrix repacked on its own for the MoE GEMV.
+                    let w = dev
+                        .upload_experts(&t.name, t.ty, cols, rows, t.shape[2] as usize, bytes)
+                        .map_err(dev_err)?;
+                    mats.insert(t.name.clone(), w);
                 } else {
-                    // Expert tensors (3-D) stay in GGUF layout for the MoE kernels.
                     mats.insert(t.name.clone(), upload(t.shape.len() == 2)?);
                 }
             }
