@@ -515,12 +515,10 @@ fn shadow_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result
     merge_shadow_check(dev, rng, checks)
 }
 
-/// The attention merge's fused shadows (Q8 per head, K8 over 4 heads of 64 in one block) are the bits of
-/// quantizing its output separately, for a Q8_0 and a Q4_K o-proj.
-fn merge_shadow_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
-    let (n, nh, nkv, hd, rows) = (10usize, 8usize, 2usize, 64usize, 24usize);
-    let width = nh * hd;
-    let shape = AttnShape {
+/// `nh` query heads over `nkv` KV heads of `hd`, scale 1/sqrt(hd), NEOX RoPE with base 10000 (the host
+/// mirror's `norm_rope`).
+fn test_shape(nh: usize, nkv: usize, hd: usize, eps: f32) -> AttnShape {
+    AttnShape {
         n_head: nh,
         n_head_kv: nkv,
         head_dim: hd,
@@ -528,8 +526,16 @@ fn merge_shadow_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> R
         theta: 10000.0,
         freq_scale: 1.0,
         neox: true,
-        eps: 1e-6,
-    };
+        eps,
+    }
+}
+
+/// The attention merge's fused shadows (Q8 per head, K8 over 4 heads of 64 in one block) are the bits of
+/// quantizing its output separately, for a Q8_0 and a Q4_K o-proj.
+fn merge_shadow_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
+    let (n, nh, nkv, hd, rows) = (10usize, 8usize, 2usize, 64usize, 24usize);
+    let width = nh * hd;
+    let shape = test_shape(nh, nkv, hd, 1e-6);
     for ty in [GgmlType::Q8_0, GgmlType::Q4_K] {
         let w = dev.upload_weight(
             "test.oproj",
@@ -549,22 +555,28 @@ fn merge_shadow_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> R
         let vb = dev.upload(&rng.vec(n * nkv * hd))?;
         let mut ob = dev.alloc(n * width)?;
         dev.attention_fused(&mut ob, &mut qb, &mut kb, &vb, &mut kv, 0, n, &shape, None)?;
-        let mut ov = vec![0f32; n * width];
-        dev.read(&ob, &mut ov)?;
-        let copy = dev.upload(&ov)?;
-        let (mut a, mut b) = (dev.alloc(n * rows)?, dev.alloc(n * rows)?);
-        dev.matmul(&mut a, &w, &ob, n, false)?;
-        dev.matmul(&mut b, &w, &copy, n, false)?;
-        let (mut ga, mut gb) = (vec![0f32; n * rows], vec![0f32; n * rows]);
-        dev.read(&a, &mut ga)?;
-        dev.read(&b, &mut gb)?;
         checks.push(Check {
             name: format!("attention merge shadow for {ty} == quantized copy"),
-            err: bits_differ(&ga, &gb),
+            err: shadow_differs(dev, &w, &ob, n)?,
             tol: 0.0,
         });
     }
     Ok(())
+}
+
+/// Bits that differ between `w` applied to `n` rows of `h` (reading the shadow a fused writer left) and to a
+/// plain copy of `h` (quantized by the matmul itself).
+fn shadow_differs(dev: &Device, w: &crate::DWeight, h: &DBuf, n: usize) -> Result<f64> {
+    let mut hv = vec![0f32; n * w.cols];
+    dev.read(h, &mut hv)?;
+    let copy = dev.upload(&hv)?;
+    let (mut a, mut b) = (dev.alloc(n * w.rows)?, dev.alloc(n * w.rows)?);
+    dev.matmul(&mut a, w, h, n, false)?;
+    dev.matmul(&mut b, w, &copy, n, false)?;
+    let (mut ga, mut gb) = (vec![0f32; n * w.rows], vec![0f32; n * w.rows]);
+    dev.read(&a, &mut ga)?;
+    dev.read(&b, &mut gb)?;
+    Ok(bits_differ(&ga, &gb))
 }
 
 fn shadow_check(
@@ -587,17 +599,9 @@ fn shadow_check(
         } else {
             dev.rms_norm(&mut h, &xb, &nwb, n, width, 1e-6)?;
         }
-        dev.read(&h, &mut hv)?;
-        let copy = dev.upload(&hv)?;
-        let (mut a, mut b) = (dev.alloc(n * rows)?, dev.alloc(n * rows)?);
-        dev.matmul(&mut a, &w, &h, n, false)?;
-        dev.matmul(&mut b, &w, &copy, n, false)?;
-        let (mut ga, mut gb) = (vec![0f32; n * rows], vec![0f32; n * rows]);
-        dev.read(&a, &mut ga)?;
-        dev.read(&b, &mut gb)?;
         checks.push(Check {
             name: format!("{name} shadow for {ty} == quantized copy ({width} wide)"),
-            err: bits_differ(&ga, &gb),
+            err: shadow_differs(dev, &w, &h, n)?,
             tol: 0.0,
         });
     }
@@ -864,16 +868,7 @@ fn attention_check(
     let layer = 1usize;
     let (qd, kvd) = (nh * hd, nkv * hd);
     let eps = 1e-6f32;
-    let shape = AttnShape {
-        n_head: nh,
-        n_head_kv: nkv,
-        head_dim: hd,
-        scale: 1.0 / (hd as f32).sqrt(),
-        theta: 10000.0,
-        freq_scale: 1.0,
-        neox: true,
-        eps,
-    };
+    let shape = test_shape(nh, nkv, hd, eps);
     let (qn, kn) = (rng.vec(hd), rng.vec(hd));
     let (qnb, knb) = (dev.upload(&qn)?, dev.upload(&kn)?);
     let mut kv = dev.alloc_kv(n_layer, n_slots, ctx, kvd, f16)?;
