@@ -233,68 +233,41 @@ __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed c
             }
 }
 
-// ---- K-quants on K8 activations (gemv.cu's K8 section): per super-block the sub-block-scaled integer dots are
-// summed exactly (int32) and one float step k8_step is taken per (row, output, super-block), ascending super-block
-// order (its own bits, like the per-32 body; rows stay independent of the tile). ----
+// ---- Q6_K on K8 activations (gemv.cu's K8 section): per super-block the sub-block-scaled integer dots are summed
+// exactly (int32) and one float step k8_step is taken per (row, output, super-block), ascending super-block order
+// (its own bits, like the per-32 body; rows stay independent of the tile). Q4_K prefill stays on the per-32 body:
+// its K8 form measured 12-60 % slower (the min term, 8 multiply-adds per output element from shared memory per
+// super-block, outweighed the saved float steps). ----
 
-// Q4_K / Q6_K weights of slice `sb` as int8 codes (as mq_load_weights) plus integer scales per 16 elements
-// (isc[o][16]), integer mins per 32 (imn[o][8], Q4_K) and the float d / dmin of each output.
-template <int TY>
-__device__ __forceinline__ void mq_load_weights_k8(signed char* sw, int* isc, int* imn, float* sd, float* sdm,
-                                                   const u8* w, int sb, int nsb, int o0, int n_out) {
-    int tid = threadIdx.x;
-    if (TY == T_Q4_K) {
-        mq_load_codes<T_Q4_K>(sw, w, sb, nsb, o0, n_out);
-        for (int o = tid; o < MQ_BN; o += blockDim.x) {
-            float d = 0.0f, dmin = 0.0f;
-            u32 s0 = 0, s1 = 0, s2 = 0;
-            if (o0 + o < n_out) {
-                int4 h = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 144);
-                d = h2f((u16)(h.x & 0xFFFF));
-                dmin = h2f((u16)((u32)h.x >> 16));
-                s0 = (u32)h.y;
-                s1 = (u32)h.z;
-                s2 = (u32)h.w;
-            }
-            for (int j = 0; j < 8; j++) {
-                int scj, mj;
-                k4_sm(s0, s1, s2, j, scj, mj);
-                isc[o * MQ_SC + 2 * j] = isc[o * MQ_SC + 2 * j + 1] = scj;
-                imn[o * MQ_MN + j] = mj;
-            }
-            sd[o] = d;
-            sdm[o] = dmin;
+// Q6_K weights of slice `sb` as int8 codes (as mq_load_weights) plus integer scales per 16 elements (isc[o][16])
+// and the float d of each output.
+__device__ __forceinline__ void mq_load_q6k_k8(signed char* sw, int* isc, float* sd, const u8* w, int sb, int nsb,
+                                               int o0, int n_out) {
+    mq_load_codes<T_Q6_K>(sw, w, sb, nsb, o0, n_out);
+    const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
+    for (int o = threadIdx.x; o < MQ_BN; o += blockDim.x) {
+        float d = 0.0f;
+        int4 s4 = make_int4(0, 0, 0, 0);
+        if (o0 + o < n_out) {
+            d = h2f(dd[(long long)(o0 + o) * nsb + sb]);
+            s4 = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 208 + 192);
         }
-    } else { // T_Q6_K
-        mq_load_codes<T_Q6_K>(sw, w, sb, nsb, o0, n_out);
-        const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
-        for (int o = tid; o < MQ_BN; o += blockDim.x) {
-            float d = 0.0f;
-            int4 s4 = make_int4(0, 0, 0, 0);
-            if (o0 + o < n_out) {
-                d = h2f(dd[(long long)(o0 + o) * nsb + sb]);
-                s4 = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 208 + 192);
-            }
-            u32 sw4[4] = {(u32)s4.x, (u32)s4.y, (u32)s4.z, (u32)s4.w};
-            for (int i = 0; i < 16; i++) isc[o * MQ_SC + i] = (signed char)byte_of(sw4[i >> 2], i & 3);
-            for (int j = 0; j < 8; j++) imn[o * MQ_MN + j] = 0;
-            sd[o] = d;
-            sdm[o] = 0.0f;
-        }
+        u32 sw4[4] = {(u32)s4.x, (u32)s4.y, (u32)s4.z, (u32)s4.w};
+        for (int i = 0; i < 16; i++) isc[o * MQ_SC + i] = (signed char)byte_of(sw4[i >> 2], i & 3);
+        sd[o] = d;
     }
 }
 
-// out[r * n_out + o] (+)= W[o] . x[r] on K8 activations (kq codes, kd scale per 256, ks code sums per 32).
-// grid and block as mmq_body.
-template <int TY>
-__device__ __forceinline__ void mmq_k8_body(float* out, const u8* w, const signed char* kq, const float* kd,
-                                            const int* ks, int width, int n_out, int n_rows, int accumulate) {
+// out[r * n_out + o] (+)= W[o] . x[r] for Q6_K weights on K8 activations (kq codes, kd scale per 256; `ks`, the
+// code sums, is unused: Q6_K has no min term). grid and block as mmq_body.
+extern "C" __global__ void __launch_bounds__(128) mmq_q6_k8(float* out, const u8* w, const signed char* kq,
+                                                            const float* kd, const int* ks, int width, int n_out,
+                                                            int n_rows, int accumulate) {
     __shared__ __align__(16) signed char sa[MQ_BM * MQ_LD];
     __shared__ __align__(16) signed char sw[MQ_BN * MQ_LD];
     __shared__ float sdx[MQ_BM];
-    __shared__ int ssum[MQ_BM * MQ_XS];
-    __shared__ int sisc[MQ_BN * MQ_SC], simn[MQ_BN * MQ_MN];
-    __shared__ float sd[MQ_BN], sdm[MQ_BN];
+    __shared__ int sisc[MQ_BN * MQ_SC];
+    __shared__ float sd[MQ_BN];
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int g = lane >> 2, t = lane & 3;
     int o0 = blockIdx.x * MQ_BN, r0 = blockIdx.y * MQ_BM;
@@ -315,13 +288,8 @@ __device__ __forceinline__ void mmq_k8_body(float* out, const u8* w, const signe
             if (r0 + r < n_rows) v = ldg16(kq + (long long)(r0 + r) * width + sb * MQ_K + 16 * c);
             *(int4*)(sa + r * MQ_LD + 16 * c) = v;
         }
-        for (int u = tid; u < MQ_BM * 8; u += blockDim.x) {
-            int r = u >> 3, j = u & 7;
-            bool in = r0 + r < n_rows;
-            ssum[r * MQ_XS + j] = in ? ks[((long long)(r0 + r) * nsb + sb) * 8 + j] : 0;
-            if (j == 0) sdx[r] = in ? kd[(long long)(r0 + r) * nsb + sb] : 0.0f;
-        }
-        mq_load_weights_k8<TY>(sw, sisc, simn, sd, sdm, w, sb, nsb, o0, n_out);
+        for (int r = tid; r < MQ_BM; r += blockDim.x) sdx[r] = r0 + r < n_rows ? kd[(long long)(r0 + r) * nsb + sb] : 0.0f;
+        mq_load_q6k_k8(sw, sisc, sd, w, sb, nsb, o0, n_out);
         __syncthreads();
         int isum[2][4][4];
 #pragma unroll
@@ -373,12 +341,7 @@ __device__ __forceinline__ void mmq_k8_body(float* out, const u8* w, const signe
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
-                    int im = 0;
-                    if (TY == T_Q4_K) {
-#pragma unroll
-                        for (int j = 0; j < 8; j++) im += simn[o * MQ_MN + j] * ssum[r * MQ_XS + j];
-                    }
-                    acc[mi][ni][e] = __fadd_rn(acc[mi][ni][e], k8_step(sd[o], sdm[o], sdx[r], isum[mi][ni][e], im));
+                    acc[mi][ni][e] = __fadd_rn(acc[mi][ni][e], k8_step(sd[o], 0.0f, sdx[r], isum[mi][ni][e], 0));
                 }
         __syncthreads();
     }
@@ -397,14 +360,6 @@ __device__ __forceinline__ void mmq_k8_body(float* out, const u8* w, const signe
             }
 }
 
-#define MMQ_K8_KERNEL(NAME, TY)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(128) NAME(float* out, const u8* w, const signed char* kq,      \
-                                                           const float* kd, const int* ks, int width, int n_out, \
-                                                           int n_rows, int accumulate) {                        \
-        mmq_k8_body<TY>(out, w, kq, kd, ks, width, n_out, n_rows, accumulate);                                 \
-    }
-MMQ_K8_KERNEL(mmq_q4_k8, T_Q4_K)
-MMQ_K8_KERNEL(mmq_q6_k8, T_Q6_K)
 
 #define MMQ_KERNEL(NAME, TY)                                                                                    \
     extern "C" __global__ void __launch_bounds__(128) NAME(float* out, const u8* w, const signed char* xq,      \

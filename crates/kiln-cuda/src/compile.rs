@@ -26,7 +26,7 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 55] = [
+pub const KERNEL_NAMES: [&str; 54] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -43,7 +43,6 @@ pub const KERNEL_NAMES: [&str; 55] = [
     "mmq_q4_k",
     "mmq_q6_k",
     "mmq_q8_0",
-    "mmq_q4_k8",
     "mmq_q6_k8",
     "gemv16_q4k",
     "gemv16_q6k",

@@ -1234,7 +1234,7 @@ impl Device {
         if self.mmq_rows(n_rows) {
             let k8 = self.uses_k8(w, n_rows);
             return match w.ty {
-                GgmlType::Q4_K => Some((if k8 { "mmq_q4_k8" } else { "mmq_q4_k" }, 64, 64)),
+                GgmlType::Q4_K => Some(("mmq_q4_k", 64, 64)),
                 GgmlType::Q6_K => Some((if k8 { "mmq_q6_k8" } else { "mmq_q6_k" }, 64, 64)),
                 GgmlType::Q8_0 => Some(("mmq_q8_0", 64, 64)),
                 _ => None,
