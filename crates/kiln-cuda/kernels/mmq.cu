@@ -28,6 +28,22 @@ __device__ __forceinline__ void mma_s8_16816(int* c, int a0, int a1, int b0) {
                  : "r"(a0), "r"(a1), "r"(b0), "r"(0), "r"(0), "r"(0), "r"(0));
 }
 
+// The f16 scale d of output oc's Q6_K super-block `sb` (as a float) and its 16 signed scale bytes as 4 words
+// (zeros past n_out).
+__device__ __forceinline__ float mq_q6k_scales(const u8* w, int sb, int nsb, int oc, int n_out, u32* sw4) {
+    int4 s4 = make_int4(0, 0, 0, 0);
+    float d = 0.0f;
+    if (oc < n_out) {
+        d = h2f(((const u16*)(w + (long long)n_out * nsb * 208))[(long long)oc * nsb + sb]);
+        s4 = ldg16(w + ((long long)oc * nsb + sb) * 208 + 192);
+    }
+    sw4[0] = (u32)s4.x;
+    sw4[1] = (u32)s4.y;
+    sw4[2] = (u32)s4.z;
+    sw4[3] = (u32)s4.w;
+    return d;
+}
+
 // The int8 codes of the 256-element slice `sb` of outputs o0 .. o0 + 63 into sw ([o][k], row stride MQ_LD) for
 // Q4_K (64 outputs x 8 chunks of 16 quant bytes: chunk c holds sub-blocks 2 (c / 2) (low nibbles) and 2 (c / 2) + 1
 // (high), elements 16 (c % 2) .. + 15) and Q6_K (64 outputs x 8 units (h, kk, c): ql[64 h + 32 kk + 16 c ..] gives
@@ -98,15 +114,9 @@ __device__ __forceinline__ void mq_load_weights(signed char* sw, float* sc, floa
         }
     } else if (TY == T_Q6_K) {
         mq_load_codes<T_Q6_K>(sw, w, sb, nsb, o0, n_out);
-        const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
         for (int o = tid; o < MQ_BN; o += blockDim.x) {
-            float d = 0.0f;
-            int4 s4 = make_int4(0, 0, 0, 0);
-            if (o0 + o < n_out) {
-                d = h2f(dd[(long long)(o0 + o) * nsb + sb]);
-                s4 = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 208 + 192);
-            }
-            u32 sw4[4] = {(u32)s4.x, (u32)s4.y, (u32)s4.z, (u32)s4.w};
+            u32 sw4[4];
+            float d = mq_q6k_scales(w, sb, nsb, o0 + o, n_out, sw4);
             // Scale byte 8 h + 2 k + c belongs to sub-block 4 h + k, half c: index 2 (4 h + k) + c, the same.
             for (int i = 0; i < 16; i++) sc[o * MQ_SC + i] = d * (float)(signed char)byte_of(sw4[i >> 2], i & 3);
             for (int j = 0; j < 8; j++) mn[o * MQ_MN + j] = 0.0f;
@@ -244,17 +254,10 @@ __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed c
 __device__ __forceinline__ void mq_load_q6k_k8(signed char* sw, int* isc, float* sd, const u8* w, int sb, int nsb,
                                                int o0, int n_out) {
     mq_load_codes<T_Q6_K>(sw, w, sb, nsb, o0, n_out);
-    const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
     for (int o = threadIdx.x; o < MQ_BN; o += blockDim.x) {
-        float d = 0.0f;
-        int4 s4 = make_int4(0, 0, 0, 0);
-        if (o0 + o < n_out) {
-            d = h2f(dd[(long long)(o0 + o) * nsb + sb]);
-            s4 = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 208 + 192);
-        }
-        u32 sw4[4] = {(u32)s4.x, (u32)s4.y, (u32)s4.z, (u32)s4.w};
+        u32 sw4[4];
+        sd[o] = mq_q6k_scales(w, sb, nsb, o0 + o, n_out, sw4);
         for (int i = 0; i < 16; i++) isc[o * MQ_SC + i] = (signed char)byte_of(sw4[i >> 2], i & 3);
-        sd[o] = d;
     }
 }
 

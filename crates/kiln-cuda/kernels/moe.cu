@@ -95,15 +95,82 @@ extern "C" __global__ void moe_matmul(float* out, const u8* w, long long expert_
     if (threadIdx.x == 0) out[(long long)c * n_out + o] = v;
 }
 
-// out[r] = sum_j wts[r * k + j] * y[r * k + j], j ascending (grid.x = rows).
-extern "C" __global__ void moe_combine(float* out, const float* y, const float* wts, int k, int width) {
+// out[r] = sum_j wts[r * k + j] * y[row of choice r * k + j], j ascending (grid.x = rows): the row is the choice
+// itself, or slot_of[choice] when the expert outputs are in expert-grouped order.
+extern "C" __global__ void moe_combine(float* out, const float* y, const float* wts, const int* slot_of, int k,
+                                       int width) {
     int r = blockIdx.x;
     for (int i = threadIdx.x; i < width; i += blockDim.x) {
         float acc = 0.0f;
-        for (int j = 0; j < k; j++) acc += wts[r * k + j] * y[((long long)r * k + j) * width + i];
+        for (int j = 0; j < k; j++) {
+            int c = r * k + j;
+            acc += wts[c] * y[(long long)(slot_of ? slot_of[c] : c) * width + i];
+        }
         out[(long long)r * width + i] = acc;
     }
 }
+
+// Groups the n choices by expert for the grouped expert GEMV: slot_of[c] = the slot of choice c, the slots of
+// expert e contiguous and in ascending choice order (deterministic); src_row[slot] = the activation row of the
+// slot's choice (c / k); tiles of up to 8 slots of one expert as (expert, first slot, rows), expert by expert,
+// their count in tiles[0]. One block of 256 threads, thread e taking expert e (n_exp <= 256).
+extern "C" __global__ void moe_sort(int* slot_of, int* src_row, int* tiles, const int* ids, int n, int k, int n_exp) {
+    __shared__ int cnt[256], off[257], toff[257];
+    int e = threadIdx.x;
+    int ce = 0;
+    if (e < n_exp)
+        for (int c = 0; c < n; c++) ce += ids[c] == e;
+    cnt[e] = ce;
+    __syncthreads();
+    if (e == 0) {
+        off[0] = toff[0] = 0;
+        for (int i = 0; i < n_exp; i++) {
+            off[i + 1] = off[i] + cnt[i];
+            toff[i + 1] = toff[i] + (cnt[i] + 7) / 8;
+        }
+        tiles[0] = toff[n_exp];
+    }
+    __syncthreads();
+    if (e >= n_exp) return;
+    int s = off[e];
+    for (int c = 0; c < n; c++) {
+        if (ids[c] == e) {
+            slot_of[c] = s;
+            src_row[s] = c / k;
+            s++;
+        }
+    }
+    for (int t = 0; 8 * t < ce; t++) {
+        int* tt = tiles + 1 + 3 * (toff[e] + t);
+        tt[0] = e;
+        tt[1] = off[e] + 8 * t;
+        tt[2] = min(8, ce - 8 * t);
+    }
+}
+
+// The expert matmuls over expert-grouped slots: tile blockIdx.z (from moe_sort) multiplies its expert's matrix
+// with up to 8 consecutive slots' activations through the 8-row GEMV body, reading each weight once for them; a
+// slot's bits are those of the one-row GEMV (the body's batch invariance), so grouping changes no result.
+// grid = (ceil(n_out / GV_WARPS), 1, max tiles), block = 128; blocks past tiles[0] exit.
+template <bool K8>
+__device__ __forceinline__ void moe_gemv_tiles_body(int ty, float* out, const u8* w, long long expert_bytes,
+                                                    const signed char* xq, const float* xd, const float* xs,
+                                                    const int* tiles, int width, int n_out) {
+    if ((int)blockIdx.z >= tiles[0]) return;
+    const int* tt = tiles + 1 + 3 * blockIdx.z;
+    long long xo = (long long)tt[1] * width;
+    gemv_dispatch<8, K8>(ty, blockIdx.x, out + (long long)tt[1] * n_out, w + (long long)tt[0] * expert_bytes,
+                         xq + xo, xd + (K8 ? xo / 256 : xo / 32), xs + xo / 32, width, n_out, tt[2], 0);
+}
+
+#define MOE_TILES_KERNEL(NAME, K8)                                                                               \
+    extern "C" __global__ void __launch_bounds__(128, 3)                                                        \
+        NAME(int ty, float* out, const u8* w, long long expert_bytes, const signed char* xq, const float* xd,   \
+             const float* xs, const int* tiles, int width, int n_out) {                                         \
+        moe_gemv_tiles_body<K8>(ty, out, w, expert_bytes, xq, xd, xs, tiles, width, n_out);                     \
+    }
+MOE_TILES_KERNEL(moe_gemv_tiles, false)
+MOE_TILES_KERNEL(moe_gemv_tiles_k8, true)
 
 // The expert matmuls on the GEMV kernels (experts repacked one by one at upload): out[c] = W_{ids[c]} . x[a] for
 // every choice c = blockIdx.z (a = c when x_per_choice, else c / k), the one-row GEMV body over the chosen

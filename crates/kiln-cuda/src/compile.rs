@@ -26,12 +26,15 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 54] = [
+pub const KERNEL_NAMES: [&str; 57] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
     "moe_gemv",
     "moe_gemv_k8",
+    "moe_sort",
+    "moe_gemv_tiles",
+    "moe_gemv_tiles_k8",
     "gemv_r1",
     "gemv_r8",
     "gemv3_r1",

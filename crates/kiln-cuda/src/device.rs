@@ -250,6 +250,12 @@ struct MoeScratch {
     up: DBuf,
     act: DBuf,
     y: DBuf,
+    /// Expert-grouped order (`moe_sort`): each choice's slot, each slot's activation row, the tile table.
+    slot_of: CudaSlice<i32>,
+    src_row: CudaSlice<i32>,
+    tiles: CudaSlice<i32>,
+    /// The activation rows in slot order.
+    xg: DBuf,
 }
 
 /// The shape of a mixture-of-experts FFN (weights `[width, ff, n_exp]` and `[ff, width, n_exp]`).
@@ -338,6 +344,14 @@ fn repack(ty: GgmlType, bytes: &[u8]) -> Vec<u8> {
         m[q_off..].copy_from_slice(&b[q_off + q_len..]);
     }
     out
+}
+
+/// Rows from which [`Device::moe_ffn`] groups the choices by expert (`moe_sort`, `moe_gemv_tiles`).
+const MOE_GROUP_MIN_ROWS: usize = 2;
+
+/// Tiles of up to 8 slots that `n` choices over `n_exp` experts can need (each expert's last tile may be partial).
+fn moe_max_tiles(n: usize, n_exp: usize) -> usize {
+    n.div_ceil(8) + n_exp
 }
 
 /// Most splits of one row's positions in the split-KV attention: at long spans 128 splits × the KV heads fill
@@ -473,6 +487,13 @@ impl Device {
             .alloc_zeros::<f32>(len.max(1))
             .map_err(drv(format!("allocating {len} floats")))?;
         self.with_shadow(data)
+    }
+
+    /// A zeroed device array of `len` i32 (indices, tables).
+    fn alloc_i32(&self, len: usize) -> Result<CudaSlice<i32>> {
+        self.stream
+            .alloc_zeros::<i32>(len.max(1))
+            .map_err(drv(format!("allocating {len} indices")))
     }
 
     fn with_shadow(&self, data: CudaSlice<f32>) -> Result<DBuf> {
@@ -702,15 +723,16 @@ impl Device {
         *g = Some(MoeScratch {
             rows,
             logits: self.alloc(rows * m.n_exp)?,
-            ids: self
-                .stream
-                .alloc_zeros::<i32>(c.max(1))
-                .map_err(drv("allocating MoE choices"))?,
+            ids: self.alloc_i32(c)?,
             wts: self.alloc(c)?,
             gate: self.alloc(c * m.ff)?,
             up: self.alloc(c * m.ff)?,
             act: self.alloc(c * m.ff)?,
             y: self.alloc(c * m.width)?,
+            slot_of: self.alloc_i32(c)?,
+            src_row: self.alloc_i32(c)?,
+            tiles: self.alloc_i32(1 + 3 * moe_max_tiles(c, m.n_exp))?,
+            xg: self.alloc(c * m.width)?,
         });
         drop(g);
         self.bump_generation();
@@ -781,42 +803,116 @@ impl Device {
             ],
         )?;
         let reference = self.opts.reference;
-        let n_exp = m.n_exp;
+        let (n_exp, n_choices) = (m.n_exp, n_rows * k);
+        // Several rows on repacked experts: choices grouped by expert, each weight read once per 8 of them.
+        let grouped = n_rows >= MOE_GROUP_MIN_ROWS
+            && n_exp <= 256
+            && [gate, up, down].iter().all(|w| w.layout == Layout::Gemv);
+        let MoeScratch {
+            gate: sg,
+            up: su,
+            act,
+            y,
+            slot_of,
+            src_row,
+            tiles,
+            xg,
+            ..
+        } = s;
+        let (slot_p, tiles_p) = (self.ptr(slot_of), self.ptr(tiles));
+        if grouped {
+            let src_p = self.ptr(src_row);
+            self.launch(
+                "moe_sort",
+                grid(1, 1, 256),
+                &[
+                    &slot_p,
+                    &src_p,
+                    &tiles_p,
+                    &ip,
+                    &(n_choices as i32),
+                    &(k as i32),
+                    &(n_exp as i32),
+                ],
+            )?;
+            xg.invalidate();
+            let (gp, xp) = (self.ptr(&xg.data), self.ptr(&x.data));
+            self.launch(
+                "gather_rows",
+                grid(n_choices as u32, 1, ROW_THREADS),
+                &[&gp, &xp, &src_p, &(d as i32)],
+            )?;
+        }
+        // The expert matmul of `w` (n_out rows an expert) on `a`: in grouped order (`a` one row a slot), or one
+        // row a choice (`per_choice`) or a token.
         let expert =
             |o: &mut DBuf, w: &DWeight, a: &DBuf, per_choice: bool, n_out: usize| -> Result<()> {
                 let width = w.cols;
+                let expert_bytes = (w.rows / n_exp * w.row_bytes) as i64;
+                let n_act = if per_choice || grouped {
+                    n_choices
+                } else {
+                    n_rows
+                };
                 if w.layout == Layout::Gemv {
-                    // Experts repacked for the GEMV: the one-row GEMV body per (output, choice).
                     let k8 = self.uses_k8(w, n_rows);
-                    let n_act = if per_choice { n_rows * k } else { n_rows };
                     let (qp, dp, sp) = self.activations(a, n_act * width, k8)?;
                     o.invalidate();
-                    let (op, wp) = (self.ptr(&o.data), self.ptr(&w.data));
+                    let (op, wp, ty) = (
+                        self.ptr(&o.data),
+                        self.ptr(&w.data),
+                        self.gemv_type_id(w, n_rows),
+                    );
+                    let cfg = |z: usize| LaunchConfig {
+                        grid_dim: (n_out.div_ceil(GV_WARPS) as u32, 1, z as u32),
+                        block_dim: (32 * GV_WARPS as u32, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    let (width, n_out) = (width as i32, n_out as i32);
+                    if grouped {
+                        return self.launch(
+                            if k8 {
+                                "moe_gemv_tiles_k8"
+                            } else {
+                                "moe_gemv_tiles"
+                            },
+                            cfg(moe_max_tiles(n_choices, n_exp)),
+                            &[
+                                &ty,
+                                &op,
+                                &wp,
+                                &expert_bytes,
+                                &qp,
+                                &dp,
+                                &sp,
+                                &tiles_p,
+                                &width,
+                                &n_out,
+                            ],
+                        );
+                    }
+                    // One-row GEMV body per (output, choice).
                     return self.launch(
                         if k8 { "moe_gemv_k8" } else { "moe_gemv" },
-                        LaunchConfig {
-                            grid_dim: (n_out.div_ceil(GV_WARPS) as u32, 1, (n_rows * k) as u32),
-                            block_dim: (32 * GV_WARPS as u32, 1, 1),
-                            shared_mem_bytes: 0,
-                        },
+                        cfg(n_choices),
                         &[
-                            &self.gemv_type_id(w, n_rows),
+                            &ty,
                             &op,
                             &wp,
-                            &((w.rows / n_exp * w.row_bytes) as i64),
+                            &expert_bytes,
                             &qp,
                             &dp,
                             &sp,
                             &ip,
                             &(k as i32),
                             &(per_choice as i32),
-                            &(width as i32),
-                            &(n_out as i32),
+                            &width,
+                            &n_out,
                         ],
                     );
                 }
                 if !reference {
-                    self.quantize(a, (if per_choice { n_rows * k } else { n_rows }) * width)?;
+                    self.quantize(a, n_act * width)?;
                 }
                 o.invalidate();
                 let (op, wp) = (self.ptr(&o.data), self.ptr(&w.data));
@@ -828,7 +924,7 @@ impl Device {
                 );
                 self.launch(
                     "moe_matmul",
-                    grid(n_out as u32, (n_rows * k) as u32, MM_THREADS),
+                    grid(n_out as u32, n_choices as u32, MM_THREADS),
                     &[
                         &op,
                         &wp,
@@ -848,22 +944,17 @@ impl Device {
                     ],
                 )
             };
-        let MoeScratch {
-            gate: sg,
-            up: su,
-            act,
-            y,
-            ..
-        } = s;
-        expert(sg, gate, x, false, ff)?;
-        expert(su, up, x, false, ff)?;
-        self.swiglu(act, sg, su, n_rows * k * ff)?;
+        let xin: &DBuf = if grouped { xg } else { x };
+        expert(sg, gate, xin, false, ff)?;
+        expert(su, up, xin, false, ff)?;
+        self.swiglu(act, sg, su, n_choices * ff)?;
         expert(y, down, act, true, d)?;
         let (o, yp) = (self.ptr(&out.data), self.ptr(&y.data));
+        let map = if grouped { slot_p } else { 0 };
         self.launch(
             "moe_combine",
             grid(n_rows as u32, 1, ROW_THREADS),
-            &[&o, &yp, &wp, &(k as i32), &(d as i32)],
+            &[&o, &yp, &wp, &map, &(k as i32), &(d as i32)],
         )
     }
 

@@ -638,7 +638,8 @@ fn shadow_check(
 /// The MoE FFN (routing, the chosen experts' SwiGLU FFN, the weighted sum) against the same steps done by hand:
 /// routing on the host from the device's router logits, each chosen expert uploaded as a matrix of its own
 /// through the plain matmul and SwiGLU kernels, the weighted sum on the host. Q4_K gate/up and a Q6_K down (both
-/// K8 bodies on the fast path), 3 rows, 6 experts, 2 chosen.
+/// K8 bodies on the fast path), 20 rows choosing 2 of 6 experts (several tiles of 8 for some experts when the
+/// choices are grouped by expert); then every row alone (one GEMV per choice, no grouping) gives the same bits.
 fn moe_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
     let m = MoeShape {
         n_exp: 6,
@@ -647,7 +648,7 @@ fn moe_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()>
         width: 512,
         norm_topk: true,
     };
-    let (n, d, ff, ne) = (3usize, m.width, m.ff, m.n_exp);
+    let (n, d, ff, ne) = (20usize, m.width, m.ff, m.n_exp);
     let router_w: Vec<f32> = rng.vec(ne * d);
     let router_bytes: Vec<u8> = router_w.iter().flat_map(|v| v.to_le_bytes()).collect();
     let router = dev.upload_weight(
@@ -670,17 +671,26 @@ fn moe_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()>
     dev.moe_ffn(&mut out, &xb, n, &router, &gate, &up, &down, &m)?;
     let mut got = vec![0f32; n * d];
     dev.read(&out, &mut got)?;
+    // Each expert's slices as matrices of their own.
+    let slice = |name: &str, ty: GgmlType, bytes: &[u8], cols: usize, rows: usize, e: usize| {
+        let per = bytes.len() / ne;
+        dev.upload_weight(name, ty, cols, rows, &bytes[e * per..(e + 1) * per], true)
+    };
+    let mut experts = Vec::new();
+    for e in 0..ne {
+        experts.push((
+            slice("test.moe.gate.e", GgmlType::Q4_K, &gq, d, ff, e)?,
+            slice("test.moe.up.e", GgmlType::Q4_K, &uq, d, ff, e)?,
+            slice("test.moe.down.e", GgmlType::Q6_K, &dq, ff, d, e)?,
+        ));
+    }
     // Routing on the host (softmax, top-k with ties to the lower index, renormalised, by expert index).
     let mut logits = dev.alloc(n * ne)?;
     dev.matmul(&mut logits, &router, &xb, n, false)?;
     let mut lv = vec![0f32; n * ne];
     dev.read(&logits, &mut lv)?;
-    // One expert's slice of a stacked tensor as a matrix of its own.
-    let slice = |name: &str, ty: GgmlType, bytes: &[u8], cols: usize, rows: usize, e: usize| {
-        let per = bytes.len() / ne;
-        dev.upload_weight(name, ty, cols, rows, &bytes[e * per..(e + 1) * per], true)
-    };
     let mut want = vec![0f64; n * d];
+    let mut alone_bits = 0.0;
     for r in 0..n {
         let l = &lv[r * ne..(r + 1) * ne];
         let mx = l.iter().cloned().fold(f32::MIN, f32::max);
@@ -694,32 +704,40 @@ fn moe_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()>
         chosen.sort_by_key(|c| c.0);
         let xr = dev.upload(&x[r * d..(r + 1) * d])?;
         for (e, wt) in chosen {
-            let (ge, ue) = (
-                slice("test.moe.gate.e", GgmlType::Q4_K, &gq, d, ff, e)?,
-                slice("test.moe.up.e", GgmlType::Q4_K, &uq, d, ff, e)?,
-            );
-            let de = slice("test.moe.down.e", GgmlType::Q6_K, &dq, ff, d, e)?;
+            let (ge, ue, de) = &experts[e];
             let (mut g, mut u, mut a, mut y) = (
                 dev.alloc(ff)?,
                 dev.alloc(ff)?,
                 dev.alloc(ff)?,
                 dev.alloc(d)?,
             );
-            dev.matmul(&mut g, &ge, &xr, 1, false)?;
-            dev.matmul(&mut u, &ue, &xr, 1, false)?;
+            dev.matmul(&mut g, ge, &xr, 1, false)?;
+            dev.matmul(&mut u, ue, &xr, 1, false)?;
             dev.swiglu(&mut a, &g, &u, ff)?;
-            dev.matmul(&mut y, &de, &a, 1, false)?;
+            dev.matmul(&mut y, de, &a, 1, false)?;
             let mut yv = vec![0f32; d];
             dev.read(&y, &mut yv)?;
             for (o, v) in want[r * d..(r + 1) * d].iter_mut().zip(&yv) {
                 *o += wt as f64 * *v as f64;
             }
         }
+        // The row alone through moe_ffn.
+        let mut o1 = dev.alloc(d)?;
+        dev.moe_ffn(&mut o1, &xr, 1, &router, &gate, &up, &down, &m)?;
+        let mut g1 = vec![0f32; d];
+        dev.read(&o1, &mut g1)?;
+        alone_bits += bits_differ(&g1, &got[r * d..(r + 1) * d]);
     }
     checks.push(Check {
-        name: "moe_ffn (Q4_K gate/up, Q6_K down, 3 rows, 2 of 6 experts) == experts by hand".into(),
+        name: "moe_ffn (Q4_K gate/up, Q6_K down, 20 rows, 2 of 6 experts) == experts by hand"
+            .into(),
         err: rel_err(&got, &want),
         tol: 1e-4,
+    });
+    checks.push(Check {
+        name: "moe_ffn: each row alone == among 20 (grouped by expert)".into(),
+        err: alone_bits,
+        tol: 0.0,
     });
     Ok(())
 }
