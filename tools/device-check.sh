@@ -9,7 +9,8 @@
 #      kill-switch A/B of each optimization.
 # Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip its debug info to copy it over).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
-# Sections: STEPS="selftest sanitizer kernels parity bench dflash" (default all; kernels = per-kernel timings;
+# Sections: STEPS="selftest sanitizer kernels parity bench moe dflash" (default all; kernels = per-kernel timings;
+# moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
 # dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
 set -uo pipefail
@@ -22,7 +23,7 @@ WORK=${WORK:-/tmp/kiln-device-work}
 mkdir -p "$WORK"
 CHUNKS=${CHUNKS:-4}
 CTX=${CTX:-256}
-STEPS=${STEPS:-selftest sanitizer kernels parity bench dflash}
+STEPS=${STEPS:-selftest sanitizer kernels parity bench moe dflash}
 TOKENIZER=${TOKENIZER:-.test-assets/tokenizer-qwen3/tokenizer.json}
 mkdir -p "$OUT"
 export XDG_CACHE_HOME="$WORK/cache-$$" # a fresh kernel cache: the first self-test compiles, the second loads
@@ -154,7 +155,17 @@ if want bench; then
     grep -E "^\||frontier" "$OUT/frontier.log" "$OUT/frontier-no-mma.log" | tee -a "$OUT/summary.txt"
 fi
 
-# 4. DFlash on the GPU: the drafter's step and the verify block against plain decoding, at forced acceptance
+# 4. Qwen3-MoE: a synth 30B-A3B Q4_K_M (128 experts, 8 a token): decode, a 16-row block and prefill, each row's
+# experts on the GEMV kernels (choices grouped by expert from 2 rows).
+if want moe; then
+    synth synth-30b-a3b "$WORK/q30b-a3b-q4km.gguf" --arch qwen3moe --preset 30b-a3b --quant q4_k_m "${tok[@]}"
+    step bench-moe timeout 400 "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 16,512,4096 -b 512 \
+        -n 128 -r 2
+    say "Qwen3-MoE (CUDA):"
+    grep -E "^\|" "$OUT/bench-moe.log" | tee -a "$OUT/summary.txt"
+fi
+
+# 5. DFlash on the GPU: the drafter's step and the verify block against plain decoding, at forced acceptance
 # (the drafter computes for real; drafts replaced by the plain continuation, at most K accepted a round).
 if want dflash; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
