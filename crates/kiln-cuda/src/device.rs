@@ -137,6 +137,8 @@ pub struct Device {
     /// Set once a weight that reads K8 activations is uploaded: until then the fused writers skip the K8 shadow
     /// (a Q8_0 model never pays for it).
     k8_weights: AtomicBool,
+    /// Bytes of weights uploaded (repacking keeps sizes; a tied output head counts twice).
+    weight_bytes: AtomicU64,
     /// Marketing name of the GPU.
     pub name: String,
     /// The architecture the kernels were compiled for (`sm_90a`).
@@ -433,11 +435,17 @@ impl Device {
             generation: Mutex::new(0),
             capturing: AtomicBool::new(false),
             k8_weights: AtomicBool::new(false),
+            weight_bytes: AtomicU64::new(0),
             name,
             arch,
             cache_hit,
             warning,
         })
+    }
+
+    /// Bytes of weights uploaded so far (the device memory they take).
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes.load(Ordering::Relaxed)
     }
 
     /// The fast paths in use.
@@ -648,6 +656,8 @@ impl Device {
         if self.uses_k8(&w, 1) {
             self.k8_weights.store(true, Ordering::Relaxed);
         }
+        self.weight_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(w)
     }
 

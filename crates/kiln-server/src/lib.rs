@@ -133,7 +133,12 @@ fn use_cuda(model: &mut Model, n: usize) -> Result<(), String> {
         .map_err(|e| format!("opening CUDA device {n}: {e}"))?;
     if let Some(be) = model.cuda() {
         let d = be.device();
-        eprintln!("kiln serve: CUDA device {n}: {} ({})", d.name, d.arch);
+        eprintln!(
+            "kiln serve: CUDA device {n}: {} ({}), {:.2} GiB of weights",
+            d.name,
+            d.arch,
+            d.weight_bytes() as f64 / (1u64 << 30) as f64
+        );
     }
     Ok(())
 }
