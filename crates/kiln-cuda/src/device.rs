@@ -356,6 +356,15 @@ fn moe_max_tiles(n: usize, n_exp: usize) -> usize {
     n.div_ceil(8) + n_exp
 }
 
+/// [`repack`] of each of `parts` equal matrices stacked in `bytes` (MoE experts): every expert's scales follow its
+/// own quants, so a GEMV over one expert finds them where it would for a 2-D matrix.
+fn repack_parts(ty: GgmlType, bytes: &[u8], parts: usize) -> Vec<u8> {
+    bytes
+        .chunks((bytes.len() / parts.max(1)).max(1))
+        .flat_map(|m| repack(ty, m))
+        .collect()
+}
+
 /// Most splits of one row's positions in the split-KV attention: at long spans 128 splits × the KV heads fill
 /// the GPU several times over (even waves), and the merge reads 128 partial states a head.
 const ATTN_MAX_SPLITS: usize = 128;
@@ -636,11 +645,10 @@ impl Device {
         }
         let repacked = has_gemv(ty) && gemv && self.opts.fast_gemv && !self.opts.reference;
         let (layout, data) = if repacked {
-            let packed: Vec<u8> = bytes
-                .chunks((bytes.len() / parts).max(1))
-                .flat_map(|m| repack(ty, m))
-                .collect();
-            (Layout::Gemv, self.stream.clone_htod(&packed))
+            (
+                Layout::Gemv,
+                self.stream.clone_htod(&repack_parts(ty, bytes, parts)),
+            )
         } else {
             (Layout::Native, self.stream.clone_htod(bytes))
         };
@@ -2157,6 +2165,29 @@ mod tests {
         assert_eq!(&r[..16], &q41[4..20]);
         assert_eq!(&r[16..32], &q41[24..40]);
         assert_eq!(&r[32..], &[0, 1, 2, 3, 20, 21, 22, 23]);
+    }
+
+    #[test]
+    fn experts_are_repacked_one_by_one() {
+        // Two experts of two Q8_0 blocks each: expert e's scales right after expert e's quants.
+        let block = |d: u8, q0: u8| {
+            let mut b = vec![d, d + 1];
+            b.extend(q0..q0 + 32);
+            b
+        };
+        let expert = |d: u8, q0: u8| [block(d, q0), block(d + 2, q0 + 100)].concat();
+        let bytes = [expert(1, 10), expert(5, 50)].concat();
+        let r = repack_parts(GgmlType::Q8_0, &bytes, 2);
+        assert_eq!(r.len(), bytes.len());
+        assert_eq!(&r[..68], &repack(GgmlType::Q8_0, &bytes[..68])[..]);
+        assert_eq!(&r[64..68], &[1, 2, 3, 4]);
+        assert_eq!(&r[68..100], &(50..82u8).collect::<Vec<_>>()[..]);
+        assert_eq!(&r[132..], &[5, 6, 7, 8]);
+        // One part is the plain repack.
+        assert_eq!(
+            repack_parts(GgmlType::Q8_0, &bytes, 1),
+            repack(GgmlType::Q8_0, &bytes)
+        );
     }
 
     #[test]
