@@ -139,6 +139,55 @@ __device__ __forceinline__ void mq_load_weights(signed char* sw, float* sc, floa
     }
 }
 
+// Stages the int8 codes of elements sb * 256 .. + 255 of rows r0 .. r0 + 63 into sa (row stride MQ_LD; zeros
+// past n_rows).
+__device__ __forceinline__ void mq_stage_codes(signed char* sa, const signed char* x, int width, int sb, int r0,
+                                               int n_rows) {
+    for (int u = threadIdx.x; u < MQ_BM * 16; u += blockDim.x) {
+        int r = u >> 4, c = u & 15;
+        int4 v = make_int4(0, 0, 0, 0);
+        if (r0 + r < n_rows) v = ldg16(x + (long long)(r0 + r) * width + sb * MQ_K + 16 * c);
+        *(int4*)(sa + r * MQ_LD + 16 * c) = v;
+    }
+}
+
+// A warp's mma fragments of 32-element block kb: A for its rows wm .. wm + 31 (two 16-row tiles, both 16-element
+// halves), B for its outputs wn .. wn + 31 (four 8-output tiles).
+__device__ __forceinline__ void mq_fragments(int (&a)[2][2][2], int (&b)[4][2], const signed char* sa,
+                                             const signed char* sw, int wm, int wn, int kb, int g, int t) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const signed char* p = sa + (wm + 16 * mi + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t;
+            a[mi][hh][0] = *(const int*)p;
+            a[mi][hh][1] = *(const int*)(p + 8 * MQ_LD);
+        }
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++)
+            b[ni][hh] = *(const int*)(sw + (wn + 8 * ni + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t);
+}
+
+// Stores (or adds) a warp's 32 x 32 accumulators for rows from rw and outputs from ow (bounds-checked).
+__device__ __forceinline__ void mq_store(float* out, const float (&acc)[2][4][4], int rw, int ow, int g, int t,
+                                         int n_rows, int n_out, int accumulate) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = rw + 16 * mi + g + 8 * (e >> 1);
+                int o = ow + 8 * ni + 2 * t + (e & 1);
+                if (r < n_rows && o < n_out) {
+                    float* p = out + (long long)r * n_out + o;
+                    *p = accumulate ? *p + acc[mi][ni][e] : acc[mi][ni][e];
+                }
+            }
+}
+
 // out[r * n_out + o] (+)= W[o] . x[r]. grid = (ceil(n_out / 64), ceil(n_rows / 64)), block = 128; width % 256 == 0.
 template <int TY>
 __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed char* xq, const float* xd,
@@ -162,12 +211,7 @@ __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed c
 
     for (int sb = 0; sb < nsb; sb++) {
         // Activations: 64 rows x 256 quants, then their 8 block scales and sums.
-        for (int u = tid; u < MQ_BM * 16; u += blockDim.x) {
-            int r = u >> 4, c = u & 15;
-            int4 v = make_int4(0, 0, 0, 0);
-            if (r0 + r < n_rows) v = ldg16(xq + (long long)(r0 + r) * width + sb * MQ_K + 16 * c);
-            *(int4*)(sa + r * MQ_LD + 16 * c) = v;
-        }
+        mq_stage_codes(sa, xq, width, sb, r0, n_rows);
         for (int u = tid; u < MQ_BM * 8; u += blockDim.x) {
             int r = u >> 3, j = u & 7;
             bool in = r0 + r < n_rows;
@@ -180,19 +224,7 @@ __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed c
 #pragma unroll 1
         for (int kb = 0; kb < 8; kb++) {
             int a[2][2][2], b[4][2]; // [mi][half][reg], [ni][half]
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const signed char* p = sa + (wm + 16 * mi + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t;
-                    a[mi][hh][0] = *(const int*)p;
-                    a[mi][hh][1] = *(const int*)(p + 8 * MQ_LD);
-                }
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++)
-                    b[ni][hh] = *(const int*)(sw + (wn + 8 * ni + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t);
+            mq_fragments(a, b, sa, sw, wm, wn, kb, g, t);
             float dx[2][2], sx[2][2];
 #pragma unroll
             for (int mi = 0; mi < 2; mi++)
@@ -228,19 +260,7 @@ __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed c
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = r0 + wm + 16 * mi + g + 8 * (e >> 1);
-                int o = o0 + wn + 8 * ni + 2 * t + (e & 1);
-                if (r < n_rows && o < n_out) {
-                    float* p = out + (long long)r * n_out + o;
-                    *p = accumulate ? *p + acc[mi][ni][e] : acc[mi][ni][e];
-                }
-            }
+    mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
 }
 
 // ---- Q6_K on K8 activations (gemv.cu's K8 section): per super-block the sub-block-scaled integer dots are summed
@@ -285,12 +305,7 @@ extern "C" __global__ void __launch_bounds__(128) mmq_q6_k8(float* out, const u8
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
     for (int sb = 0; sb < nsb; sb++) {
-        for (int u = tid; u < MQ_BM * 16; u += blockDim.x) {
-            int r = u >> 4, c = u & 15;
-            int4 v = make_int4(0, 0, 0, 0);
-            if (r0 + r < n_rows) v = ldg16(kq + (long long)(r0 + r) * width + sb * MQ_K + 16 * c);
-            *(int4*)(sa + r * MQ_LD + 16 * c) = v;
-        }
+        mq_stage_codes(sa, kq, width, sb, r0, n_rows);
         for (int r = tid; r < MQ_BM; r += blockDim.x) sdx[r] = r0 + r < n_rows ? kd[(long long)(r0 + r) * nsb + sb] : 0.0f;
         mq_load_q6k_k8(sw, sisc, sd, w, sb, nsb, o0, n_out);
         __syncthreads();
@@ -304,19 +319,7 @@ extern "C" __global__ void __launch_bounds__(128) mmq_q6_k8(float* out, const u8
 #pragma unroll 1
         for (int kb = 0; kb < 8; kb++) {
             int a[2][2][2], b[4][2]; // [mi][half][reg], [ni][half]
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const signed char* p = sa + (wm + 16 * mi + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t;
-                    a[mi][hh][0] = *(const int*)p;
-                    a[mi][hh][1] = *(const int*)(p + 8 * MQ_LD);
-                }
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++)
-                    b[ni][hh] = *(const int*)(sw + (wn + 8 * ni + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t);
+            mq_fragments(a, b, sa, sw, wm, wn, kb, g, t);
 #pragma unroll
             for (int ni = 0; ni < 4; ni++) {
                 int slo[2], shi[2];
@@ -348,19 +351,7 @@ extern "C" __global__ void __launch_bounds__(128) mmq_q6_k8(float* out, const u8
                 }
         __syncthreads();
     }
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = r0 + wm + 16 * mi + g + 8 * (e >> 1);
-                int o = o0 + wn + 8 * ni + 2 * t + (e & 1);
-                if (r < n_rows && o < n_out) {
-                    float* p = out + (long long)r * n_out + o;
-                    *p = accumulate ? *p + acc[mi][ni][e] : acc[mi][ni][e];
-                }
-            }
+    mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
 }
 
 
