@@ -930,7 +930,7 @@ impl Device {
                     );
                 }
                 if !reference {
-                    self.quantize(a, n_act * width)?;
+                    self.activations(a, n_act * width, false)?;
                 }
                 o.invalidate();
                 let (op, wp) = (self.ptr(&o.data), self.ptr(&w.data));
@@ -1127,59 +1127,51 @@ impl Device {
         )
     }
 
-    /// Makes the Q8 shadow of `x`'s first `n` elements current (`n % 32 == 0`).
-    fn quantize(&self, x: &DBuf, n: usize) -> Result<()> {
-        if x.q8_valid.load(Ordering::Relaxed) >= n {
-            return Ok(());
-        }
-        let (qp, dp, sp, xp) = (
-            self.ptr(&x.xq),
-            self.ptr(&x.xd),
-            self.ptr(&x.xs),
-            self.ptr(&x.data),
-        );
-        self.launch(
-            "quantize_q8_warp",
-            grid((n / 32).div_ceil(8) as u32, 1, 256),
-            &[&qp, &dp, &sp, &xp, &(n as i64)],
-        )?;
-        x.q8_valid.store(n, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Writes the K8 shadow of `x`'s first `n` elements (a multiple of 256) unless it is current.
-    fn quantize_k8(&self, x: &DBuf, n: usize) -> Result<()> {
-        if x.k8_valid.load(Ordering::Relaxed) >= n {
-            return Ok(());
-        }
-        self.check("matmul", n <= x.kq.len() && n.is_multiple_of(256), || {
-            format!("K8 activations of {n} elements (shadow of {})", x.kq.len())
-        })?;
-        let (qp, dp, sp, xp) = (
-            self.ptr(&x.kq),
-            self.ptr(&x.kd),
-            self.ptr(&x.ks),
-            self.ptr(&x.data),
-        );
-        self.launch(
-            "quantize_k8",
-            grid((n / 256).div_ceil(8) as u32, 1, 256),
-            &[&qp, &dp, &sp, &xp, &(n as i64)],
-        )?;
-        x.k8_valid.store(n, Ordering::Relaxed);
-        Ok(())
-    }
-
     /// The quantized activations a matmul reads, made current for `x`'s first `n` elements: the K8 shadow (codes,
-    /// scales per 256, sums per 32) when `k8`, else the Q8 one (codes, scales and scaled sums per 32).
+    /// scales per 256, sums per 32; `n % 256 == 0`) when `k8`, else the Q8 one (codes, scales and scaled sums per
+    /// 32; `n % 32 == 0`). Quantizes only what no fused writer or earlier matmul left current.
     fn activations(&self, x: &DBuf, n: usize, k8: bool) -> Result<(u64, u64, u64)> {
-        if k8 {
-            self.quantize_k8(x, n)?;
-            Ok((self.ptr(&x.kq), self.ptr(&x.kd), self.ptr(&x.ks)))
+        let (valid, codes, scales, sums, kernel, block) = if k8 {
+            (
+                &x.k8_valid,
+                &x.kq,
+                &x.kd,
+                self.ptr(&x.ks),
+                "quantize_k8",
+                256,
+            )
         } else {
-            self.quantize(x, n)?;
-            Ok((self.ptr(&x.xq), self.ptr(&x.xd), self.ptr(&x.xs)))
+            (
+                &x.q8_valid,
+                &x.xq,
+                &x.xd,
+                self.ptr(&x.xs),
+                "quantize_q8_warp",
+                32,
+            )
+        };
+        let (qp, dp) = (self.ptr(codes), self.ptr(scales));
+        if valid.load(Ordering::Relaxed) < n {
+            self.check(
+                "matmul",
+                n <= codes.len() && n.is_multiple_of(block),
+                || {
+                    format!(
+                        "activations of {n} elements in blocks of {block} (shadow of {})",
+                        codes.len()
+                    )
+                },
+            )?;
+            let xp = self.ptr(&x.data);
+            // Both kernels: one warp per block, 8 warps a thread block.
+            self.launch(
+                kernel,
+                grid((n / block).div_ceil(8) as u32, 1, 256),
+                &[&qp, &dp, &sums, &xp, &(n as i64)],
+            )?;
+            valid.store(n, Ordering::Relaxed);
         }
+        Ok((qp, dp, sums))
     }
 
     /// Whether a fused writer of `n` elements in rows of `width` also writes `out`'s K8 shadow.
