@@ -161,8 +161,10 @@ if want moe; then
     synth synth-30b-a3b "$WORK/q30b-a3b-q4km.gguf" --arch qwen3moe --preset 30b-a3b --quant q4_k_m "${tok[@]}"
     step bench-moe timeout 400 "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 16,512,4096 -b 512 \
         -n 128 -r 2
+    step ab-KILN_NO_CUDA_MOE_GROUP "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 16,512 -b 512 -n 0 \
+        -r 2 --ab KILN_NO_CUDA_MOE_GROUP=1
     say "Qwen3-MoE (CUDA):"
-    grep -E "^\|" "$OUT/bench-moe.log" | tee -a "$OUT/summary.txt"
+    grep -E "^\|" "$OUT/bench-moe.log" "$OUT/ab-KILN_NO_CUDA_MOE_GROUP.log" | tee -a "$OUT/summary.txt"
 fi
 
 # 5. DFlash on the GPU: the drafter's step and the verify block against plain decoding, at forced acceptance

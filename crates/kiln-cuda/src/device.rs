@@ -71,6 +71,9 @@ pub struct Options {
     /// Flash attention on f16 tensor cores for prefill passes of more than [`MMQ_MIN_ROWS`] rows over an f16
     /// cache (`attn_flash_h<D>`, its own float order); else the split-KV decode kernel per row.
     pub flash_attn: bool,
+    /// MoE FFNs of several rows group the choices by expert (`moe_sort`) and multiply 8 of them per weight read
+    /// (`moe_gemv_tiles`); else one GEMV per choice. Same bits either way.
+    pub moe_group: bool,
     /// The reference mode: every matmul on f32 activations against dequantized weights.
     pub reference: bool,
 }
@@ -86,6 +89,7 @@ impl Default for Options {
             block_mma: true,
             k8: true,
             flash_attn: true,
+            moe_group: true,
             reference: false,
         }
     }
@@ -823,7 +827,8 @@ impl Device {
         let reference = self.opts.reference;
         let (n_exp, n_choices) = (m.n_exp, n_rows * k);
         // Several rows on repacked experts: choices grouped by expert, each weight read once per 8 of them.
-        let grouped = n_rows >= MOE_GROUP_MIN_ROWS
+        let grouped = self.opts.moe_group
+            && n_rows >= MOE_GROUP_MIN_ROWS
             && n_exp <= 256
             && [gate, up, down].iter().all(|w| w.layout == Layout::Gemv);
         let MoeScratch {

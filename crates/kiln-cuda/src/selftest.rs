@@ -637,18 +637,31 @@ fn shadow_check(
 
 /// The MoE FFN (routing, the chosen experts' SwiGLU FFN, the weighted sum) against the same steps done by hand:
 /// routing on the host from the device's router logits, each chosen expert uploaded as a matrix of its own
-/// through the plain matmul and SwiGLU kernels, the weighted sum on the host. Q4_K gate/up and a Q6_K down (both
-/// K8 bodies on the fast path), 20 rows choosing 2 of 6 experts (several tiles of 8 for some experts when the
-/// choices are grouped by expert); then every row alone (one GEMV per choice, no grouping) gives the same bits.
+/// through the plain matmul and SwiGLU kernels, the weighted sum on the host; then every row alone (one GEMV per
+/// choice, no grouping) gives the bits it got among all (grouped by expert, several tiles of 8 for some experts).
+/// Q4_K gate/up with a Q6_K down (both K8 bodies on the fast path), and Q8_0 at odd sizes (partial tiles).
 fn moe_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
-    let m = MoeShape {
-        n_exp: 6,
-        k: 2,
-        ff: 256,
-        width: 512,
+    use GgmlType::*;
+    let shape = |n_exp, k, ff, width| MoeShape {
+        n_exp,
+        k,
+        ff,
+        width,
         norm_topk: true,
     };
-    let (n, d, ff, ne) = (20usize, m.width, m.ff, m.n_exp);
+    moe_case(dev, rng, checks, (Q4_K, Q6_K), 20, shape(6, 2, 256, 512))?;
+    moe_case(dev, rng, checks, (Q8_0, Q8_0), 19, shape(5, 3, 96, 320))
+}
+
+fn moe_case(
+    dev: &Device,
+    rng: &mut Rng,
+    checks: &mut Vec<Check>,
+    (gt, dt): (GgmlType, GgmlType),
+    n: usize,
+    m: MoeShape,
+) -> Result<()> {
+    let (d, ff, ne) = (m.width, m.ff, m.n_exp);
     let router_w: Vec<f32> = rng.vec(ne * d);
     let router_bytes: Vec<u8> = router_w.iter().flat_map(|v| v.to_le_bytes()).collect();
     let router = dev.upload_weight(
@@ -659,12 +672,12 @@ fn moe_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()>
         &router_bytes,
         false,
     )?;
-    let gq = random_weight(rng, GgmlType::Q4_K, ne * ff, d)?;
-    let uq = random_weight(rng, GgmlType::Q4_K, ne * ff, d)?;
-    let dq = random_weight(rng, GgmlType::Q6_K, ne * d, ff)?;
-    let gate = dev.upload_experts("test.moe.gate", GgmlType::Q4_K, d, ne * ff, ne, &gq)?;
-    let up = dev.upload_experts("test.moe.up", GgmlType::Q4_K, d, ne * ff, ne, &uq)?;
-    let down = dev.upload_experts("test.moe.down", GgmlType::Q6_K, ff, ne * d, ne, &dq)?;
+    let gq = random_weight(rng, gt, ne * ff, d)?;
+    let uq = random_weight(rng, gt, ne * ff, d)?;
+    let dq = random_weight(rng, dt, ne * d, ff)?;
+    let gate = dev.upload_experts("test.moe.gate", gt, d, ne * ff, ne, &gq)?;
+    let up = dev.upload_experts("test.moe.up", gt, d, ne * ff, ne, &uq)?;
+    let down = dev.upload_experts("test.moe.down", dt, ff, ne * d, ne, &dq)?;
     let x = rng.vec(n * d);
     let xb = dev.upload(&x)?;
     let mut out = dev.alloc(n * d)?;
@@ -679,9 +692,9 @@ fn moe_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()>
     let mut experts = Vec::new();
     for e in 0..ne {
         experts.push((
-            slice("test.moe.gate.e", GgmlType::Q4_K, &gq, d, ff, e)?,
-            slice("test.moe.up.e", GgmlType::Q4_K, &uq, d, ff, e)?,
-            slice("test.moe.down.e", GgmlType::Q6_K, &dq, ff, d, e)?,
+            slice("test.moe.gate.e", gt, &gq, d, ff, e)?,
+            slice("test.moe.up.e", gt, &uq, d, ff, e)?,
+            slice("test.moe.down.e", dt, &dq, ff, d, e)?,
         ));
     }
     // Routing on the host (softmax, top-k with ties to the lower index, renormalised, by expert index).
@@ -729,13 +742,15 @@ fn moe_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()>
         alone_bits += bits_differ(&g1, &got[r * d..(r + 1) * d]);
     }
     checks.push(Check {
-        name: "moe_ffn (Q4_K gate/up, Q6_K down, 20 rows, 2 of 6 experts) == experts by hand"
-            .into(),
+        name: format!(
+            "moe_ffn ({gt} gate/up, {dt} down, {n} rows, {} of {ne} experts, ff {ff}) == experts by hand",
+            m.k
+        ),
         err: rel_err(&got, &want),
         tol: 1e-4,
     });
     checks.push(Check {
-        name: "moe_ffn: each row alone == among 20 (grouped by expert)".into(),
+        name: format!("moe_ffn ({gt}/{dt}): each row alone == among {n} (grouped by expert)"),
         err: alone_bits,
         tol: 0.0,
     });

@@ -83,6 +83,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_MOE_GROUP",
+        disables: "CUDA: MoE choices of several rows grouped by expert, each expert weight read once per 8 of them \
+                   (same bits); one GEMV per choice instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_DEVICE_ARGMAX",
         disables: "greedy tokens chosen where the logits are (a GPU reads back 4 bytes a row); the logits are read \
                    back and the argmax taken on the host instead (same tokens)",
@@ -127,6 +133,8 @@ pub struct Flags {
     pub cuda_flash_attn: bool,
     /// CUDA: K-quant matmuls on K8 activations.
     pub cuda_k8: bool,
+    /// CUDA: MoE choices grouped by expert.
+    pub cuda_moe_group: bool,
     /// Greedy tokens chosen by the backend where the logits are.
     pub device_argmax: bool,
     /// CUDA: a DFlash drafter on its target's GPU.
@@ -149,6 +157,7 @@ impl Default for Flags {
             cuda_block_mma: true,
             cuda_flash_attn: true,
             cuda_k8: true,
+            cuda_moe_group: true,
             device_argmax: true,
             cuda_drafter: true,
         }
@@ -171,6 +180,7 @@ impl Flags {
             cuda_block_mma: false,
             cuda_flash_attn: false,
             cuda_k8: false,
+            cuda_moe_group: false,
             device_argmax: false,
             cuda_drafter: false,
         }
@@ -221,6 +231,7 @@ impl Flags {
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
                 "KILN_NO_CUDA_FLASH_ATTN" => flags.cuda_flash_attn = !disabled,
                 "KILN_NO_CUDA_K8" => flags.cuda_k8 = !disabled,
+                "KILN_NO_CUDA_MOE_GROUP" => flags.cuda_moe_group = !disabled,
                 "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),

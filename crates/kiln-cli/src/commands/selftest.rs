@@ -36,6 +36,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         block_mma: false,
         flash_attn: false,
         k8: false,
+        moe_group: false,
         reference: true,
     };
     let mut failed = 0;
