@@ -248,7 +248,9 @@ impl DKv {
 
 /// The intermediates of one MoE FFN call: router logits, choices, expert activations and outputs.
 struct MoeScratch {
+    /// Sized for passes of up to `rows` rows of this shape.
     rows: usize,
+    shape: MoeShape,
     logits: DBuf,
     ids: CudaSlice<i32>,
     wts: DBuf,
@@ -732,7 +734,7 @@ impl Device {
     /// Sizes the MoE intermediates for passes of up to `rows` rows (before any pass is captured).
     pub fn reserve_moe(&self, rows: usize, m: &MoeShape) -> Result<()> {
         let mut g = self.lock(&self.moe);
-        if g.as_ref().is_some_and(|s| s.rows >= rows) {
+        if g.as_ref().is_some_and(|s| s.rows >= rows && s.shape == *m) {
             return Ok(());
         }
         if self.capturing.load(Ordering::Relaxed) {
@@ -744,6 +746,7 @@ impl Device {
         let c = rows * m.k;
         *g = Some(MoeScratch {
             rows,
+            shape: *m,
             logits: self.alloc(rows * m.n_exp)?,
             ids: self.alloc_i32(c)?,
             wts: self.alloc(c)?,
