@@ -188,17 +188,18 @@ __device__ __forceinline__ void mq_store(float* out, const float (&acc)[2][4][4]
             }
 }
 
-// out[r * n_out + o] (+)= W[o] . x[r]. grid = (ceil(n_out / 64), ceil(n_rows / 64)), block = 128; width % 256 == 0.
+// out[r * n_out + o] (+)= W[o] . x[r] for rows r0 .. r0 + 63 (of n_rows) and outputs 64 blockIdx.x .. + 63.
+// grid = (ceil(n_out / 64), ceil(n_rows / 64)) with r0 = 64 blockIdx.y, block = 128; width % 256 == 0.
 template <int TY>
 __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed char* xq, const float* xd,
-                                         const float* xs, int width, int n_out, int n_rows, int accumulate) {
+                                         const float* xs, int width, int n_out, int n_rows, int accumulate, int r0) {
     __shared__ __align__(16) signed char sa[MQ_BM * MQ_LD];
     __shared__ __align__(16) signed char sw[MQ_BN * MQ_LD];
     __shared__ float sdx[MQ_BM * MQ_XS], ssx[MQ_BM * MQ_XS];
     __shared__ float ssc[MQ_BN * MQ_SC], smn[MQ_BN * MQ_MN];
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int g = lane >> 2, t = lane & 3;
-    int o0 = blockIdx.x * MQ_BN, r0 = blockIdx.y * MQ_BM;
+    int o0 = blockIdx.x * MQ_BN;
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
     int nsb = width / MQ_K, nb = width / 32;
     float acc[2][4][4];
@@ -281,11 +282,10 @@ __device__ __forceinline__ void mq_load_q6k_k8(signed char* sw, int* isc, float*
     }
 }
 
-// out[r * n_out + o] (+)= W[o] . x[r] for Q6_K weights on K8 activations (kq codes, kd scale per 256; `ks`, the
-// code sums, is unused: Q6_K has no min term). grid and block as mmq_body.
-extern "C" __global__ void __launch_bounds__(128) mmq_q6_k8(float* out, const u8* w, const signed char* kq,
-                                                            const float* kd, const int* ks, int width, int n_out,
-                                                            int n_rows, int accumulate) {
+// out[r * n_out + o] (+)= W[o] . x[r] for Q6_K weights on K8 activations (kq codes, kd scale per 256; Q6_K has
+// no min term, so the K8 code sums are not read). Rows, grid and block as mmq_body.
+__device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const signed char* kq, const float* kd,
+                                               int width, int n_out, int n_rows, int accumulate, int r0) {
     __shared__ __align__(16) signed char sa[MQ_BM * MQ_LD];
     __shared__ __align__(16) signed char sw[MQ_BN * MQ_LD];
     __shared__ float sdx[MQ_BM];
@@ -293,7 +293,7 @@ extern "C" __global__ void __launch_bounds__(128) mmq_q6_k8(float* out, const u8
     __shared__ float sd[MQ_BN];
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int g = lane >> 2, t = lane & 3;
-    int o0 = blockIdx.x * MQ_BN, r0 = blockIdx.y * MQ_BM;
+    int o0 = blockIdx.x * MQ_BN;
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
     int nsb = width / MQ_K;
     float acc[2][4][4];
@@ -354,12 +354,18 @@ extern "C" __global__ void __launch_bounds__(128) mmq_q6_k8(float* out, const u8
     mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
 }
 
+// `ks` (the K8 code sums) keeps the argument list of the other prefill kernels.
+extern "C" __global__ void __launch_bounds__(128) mmq_q6_k8(float* out, const u8* w, const signed char* kq,
+                                                            const float* kd, const int* ks, int width, int n_out,
+                                                            int n_rows, int accumulate) {
+    mmq_q6_k8_body(out, w, kq, kd, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);
+}
 
 #define MMQ_KERNEL(NAME, TY)                                                                                    \
     extern "C" __global__ void __launch_bounds__(128) NAME(float* out, const u8* w, const signed char* xq,      \
                                                            const float* xd, const float* xs, int width,          \
                                                            int n_out, int n_rows, int accumulate) {             \
-        mmq_body<TY>(out, w, xq, xd, xs, width, n_out, n_rows, accumulate);                                    \
+        mmq_body<TY>(out, w, xq, xd, xs, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);                \
     }
 MMQ_KERNEL(mmq_q4_k, T_Q4_K)
 MMQ_KERNEL(mmq_q6_k, T_Q6_K)

@@ -110,45 +110,66 @@ extern "C" __global__ void moe_combine(float* out, const float* y, const float* 
     }
 }
 
-// Groups the n choices by expert for the grouped expert GEMV: slot_of[c] = the slot of choice c, the slots of
-// expert e contiguous and in ascending choice order (deterministic); src_row[slot] = the activation row of the
-// slot's choice (c / k); tiles of up to 8 slots of one expert as (expert, first slot, rows), expert by expert,
-// their count in tiles[0]. One block of 256 threads, thread e taking expert e (n_exp <= 256).
-extern "C" __global__ void moe_sort(int* slot_of, int* src_row, int* tiles, const int* ids, int n, int k, int n_exp) {
-    __shared__ int cnt[256], off[257], toff[257];
-    int e = threadIdx.x;
-    int ce = 0;
-    if (e < n_exp)
-        for (int c = 0; c < n; c++) ce += ids[c] == e;
-    cnt[e] = ce;
-    __syncthreads();
-    if (e == 0) {
-        off[0] = toff[0] = 0;
-        for (int i = 0; i < n_exp; i++) {
-            off[i + 1] = off[i] + cnt[i];
-            toff[i + 1] = toff[i] + (cnt[i] + 7) / 8;
+// Grouping the n choices by expert, in two passes of one block per expert (deterministic, no atomics):
+// moe_count: counts[e] = the choices of expert e.
+extern "C" __global__ void moe_count(int* counts, const int* ids, int n) {
+    int e = blockIdx.x, c = 0;
+    for (int c0 = 0; c0 < n; c0 += blockDim.x) {
+        int i = c0 + threadIdx.x;
+        c += __syncthreads_count(i < n && ids[i] == e);
+    }
+    if (threadIdx.x == 0) counts[e] = c;
+}
+
+// moe_place: slot_of[c] = the slot of choice c, the slots of expert e contiguous and in ascending choice order;
+// src_row[slot] = the activation row of the slot's choice (c / k); tiles of up to `tile` slots of one expert as
+// (expert, first slot, rows), expert by expert, their count in tiles[0]. grid = n_exp, block = 256.
+extern "C" __global__ void moe_place(int* slot_of, int* src_row, int* tiles, const int* counts, const int* ids,
+                                     int n, int k, int n_exp, int tile) {
+    __shared__ int warp_hits[32];
+    __shared__ int base, tile_base;
+    int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    if (threadIdx.x == 0) {
+        int b = 0, tb = 0;
+        for (int i = 0; i < e; i++) {
+            b += counts[i];
+            tb += (counts[i] + tile - 1) / tile;
         }
-        tiles[0] = toff[n_exp];
+        base = b;
+        tile_base = tb;
+        if (e == n_exp - 1) tiles[0] = tb + (counts[e] + tile - 1) / tile;
     }
     __syncthreads();
-    if (e >= n_exp) return;
-    int s = off[e];
-    for (int c = 0; c < n; c++) {
-        if (ids[c] == e) {
-            slot_of[c] = s;
-            src_row[s] = c / k;
-            s++;
+    int s = base;
+    for (int c0 = 0; c0 < n; c0 += blockDim.x) {
+        int c = c0 + threadIdx.x;
+        bool hit = c < n && ids[c] == e;
+        unsigned m = __ballot_sync(0xffffffffu, hit);
+        if (lane == 0) warp_hits[warp] = __popc(m);
+        __syncthreads();
+        int before = 0, total = 0;
+        for (int w = 0; w < n_warps; w++) {
+            before += w < warp ? warp_hits[w] : 0;
+            total += warp_hits[w];
         }
+        if (hit) {
+            int slot = s + before + __popc(m & ((1u << lane) - 1u));
+            slot_of[c] = slot;
+            src_row[slot] = c / k;
+        }
+        s += total;
+        __syncthreads();
     }
-    for (int t = 0; 8 * t < ce; t++) {
-        int* tt = tiles + 1 + 3 * (toff[e] + t);
+    int ce = counts[e];
+    for (int t = threadIdx.x; t * tile < ce; t += blockDim.x) {
+        int* tt = tiles + 1 + 3 * (tile_base + t);
         tt[0] = e;
-        tt[1] = off[e] + 8 * t;
-        tt[2] = min(8, ce - 8 * t);
+        tt[1] = base + tile * t;
+        tt[2] = min(tile, ce - tile * t);
     }
 }
 
-// The expert matmuls over expert-grouped slots: tile blockIdx.z (from moe_sort) multiplies its expert's matrix
+// The expert matmuls over expert-grouped slots: tile blockIdx.z (moe_place with tile 8) multiplies its expert's matrix
 // with up to 8 consecutive slots' activations through the 8-row GEMV body, reading each weight once for them; a
 // slot's bits are those of the one-row GEMV (the body's batch invariance), so grouping changes no result.
 // grid = (ceil(n_out / GV_WARPS), 1, max tiles), block = 128; blocks past tiles[0] exit.
@@ -194,3 +215,30 @@ __device__ __forceinline__ void moe_gemv_body(int ty, float* out, const u8* w, l
     }
 MOE_GEMV_KERNEL(moe_gemv, false)
 MOE_GEMV_KERNEL(moe_gemv_k8, true)
+
+// Prefill: the expert matmuls over expert-grouped slots on the int8 tensor-core prefill kernel (mmq.cu): tile
+// blockIdx.z (moe_place with tile 64) multiplies its expert's matrix with up to 64 consecutive slots. Each output
+// is mmq's own sum over its row alone, so the grouping changes no result. xd/xs per 32 elements (kd per 256 for
+// Q6_K on K8). grid = (ceil(n_out / 64), 1, max tiles), block = 128; blocks past tiles[0] exit.
+#define MOE_MMQ_ARGS                                                                                             \
+    float *out, const u8 *w, long long expert_bytes, const signed char *xq, const float *xd, const float *xs,   \
+        const int *tiles, int width, int n_out
+#define MOE_MMQ_TILE                                                                                             \
+    if ((int)blockIdx.z >= tiles[0]) return;                                                                    \
+    const int* tt = tiles + 1 + 3 * blockIdx.z;                                                                  \
+    long long s0 = tt[1];                                                                                        \
+    const u8* we = w + (long long)tt[0] * expert_bytes;
+#define MOE_MMQ_KERNEL(NAME, TY)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128) NAME(MOE_MMQ_ARGS) {                                      \
+        MOE_MMQ_TILE                                                                                             \
+        mmq_body<TY>(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / 32), xs + s0 * (width / 32),     \
+                     width, n_out, tt[2], 0, 0);                                                                 \
+    }
+MOE_MMQ_KERNEL(moe_mmq_q4_k, T_Q4_K)
+MOE_MMQ_KERNEL(moe_mmq_q6_k, T_Q6_K)
+MOE_MMQ_KERNEL(moe_mmq_q8_0, T_Q8_0)
+
+extern "C" __global__ void __launch_bounds__(128) moe_mmq_q6_k8(MOE_MMQ_ARGS) {
+    MOE_MMQ_TILE
+    mmq_q6_k8_body(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / 256), width, n_out, tt[2], 0, 0);
+}

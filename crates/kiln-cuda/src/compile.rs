@@ -26,15 +26,20 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 57] = [
+pub const KERNEL_NAMES: [&str; 62] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
     "moe_gemv",
     "moe_gemv_k8",
-    "moe_sort",
+    "moe_count",
+    "moe_place",
     "moe_gemv_tiles",
     "moe_gemv_tiles_k8",
+    "moe_mmq_q4_k",
+    "moe_mmq_q6_k",
+    "moe_mmq_q6_k8",
+    "moe_mmq_q8_0",
     "gemv_r1",
     "gemv_r8",
     "gemv3_r1",

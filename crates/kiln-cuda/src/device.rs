@@ -71,8 +71,9 @@ pub struct Options {
     /// Flash attention on f16 tensor cores for prefill passes of more than [`MMQ_MIN_ROWS`] rows over an f16
     /// cache (`attn_flash_h<D>`, its own float order); else the split-KV decode kernel per row.
     pub flash_attn: bool,
-    /// MoE FFNs of several rows group the choices by expert (`moe_sort`) and multiply 8 of them per weight read
-    /// (`moe_gemv_tiles`); else one GEMV per choice. Same bits either way.
+    /// MoE FFNs of several rows group the choices by expert (`moe_count`, `moe_place`) and multiply 8 of them per
+    /// weight read (`moe_gemv_tiles`; same bits as one GEMV per choice, which is what this turns off) or, in
+    /// prefill passes with the prefill kernel on, 64 per weight tile on tensor cores (`moe_mmq_*`).
     pub moe_group: bool,
     /// The reference mode: every matmul on f32 activations against dequantized weights.
     pub reference: bool,
@@ -258,7 +259,9 @@ struct MoeScratch {
     up: DBuf,
     act: DBuf,
     y: DBuf,
-    /// Expert-grouped order (`moe_sort`): each choice's slot, each slot's activation row, the tile table.
+    /// Expert-grouped order (`moe_count`, `moe_place`): choices per expert, each choice's slot, each slot's
+    /// activation row, the tile table.
+    counts: CudaSlice<i32>,
     slot_of: CudaSlice<i32>,
     src_row: CudaSlice<i32>,
     tiles: CudaSlice<i32>,
@@ -354,12 +357,16 @@ fn repack(ty: GgmlType, bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Rows from which [`Device::moe_ffn`] groups the choices by expert (`moe_sort`, `moe_gemv_tiles`).
+/// Rows from which [`Device::moe_ffn`] groups the choices by expert (`moe_count`, `moe_place`).
 const MOE_GROUP_MIN_ROWS: usize = 2;
+/// Slots of one expert a grouped tile holds: the 8-row GEMV body, or the prefill kernel's 64-row tile.
+const MOE_GEMV_TILE: usize = 8;
+const MOE_MMQ_TILE: usize = 64;
 
-/// Tiles of up to 8 slots that `n` choices over `n_exp` experts can need (each expert's last tile may be partial).
-fn moe_max_tiles(n: usize, n_exp: usize) -> usize {
-    n.div_ceil(8) + n_exp
+/// Tiles of up to `tile` slots that `n` choices over `n_exp` experts can need (each expert's last tile may be
+/// partial).
+fn moe_max_tiles(n: usize, n_exp: usize, tile: usize) -> usize {
+    n.div_ceil(tile) + n_exp
 }
 
 /// [`repack`] of each of `parts` equal matrices stacked in `bytes` (MoE experts): every expert's scales follow its
@@ -754,9 +761,10 @@ impl Device {
             up: self.alloc(c * m.ff)?,
             act: self.alloc(c * m.ff)?,
             y: self.alloc(c * m.width)?,
+            counts: self.alloc_i32(m.n_exp)?,
             slot_of: self.alloc_i32(c)?,
             src_row: self.alloc_i32(c)?,
-            tiles: self.alloc_i32(1 + 3 * moe_max_tiles(c, m.n_exp))?,
+            tiles: self.alloc_i32(1 + 3 * moe_max_tiles(c, m.n_exp, MOE_GEMV_TILE))?,
             xg: self.alloc(c * m.width)?,
         });
         drop(g);
@@ -829,16 +837,22 @@ impl Device {
         )?;
         let reference = self.opts.reference;
         let (n_exp, n_choices) = (m.n_exp, n_rows * k);
-        // Several rows on repacked experts: choices grouped by expert, each weight read once per 8 of them.
+        // Several rows on repacked experts: choices grouped by expert, each weight read once per 8 of them (GEMV
+        // tiles) or, in a prefill pass, once per 64 (tensor-core tiles, when all three matrices have that kernel).
         let grouped = self.opts.moe_group
             && n_rows >= MOE_GROUP_MIN_ROWS
-            && n_exp <= 256
             && [gate, up, down].iter().all(|w| w.layout == Layout::Gemv);
+        let mmq = grouped
+            && [gate, up, down]
+                .iter()
+                .all(|w| self.moe_mmq_kernel(w, n_rows).is_some());
+        let tile = if mmq { MOE_MMQ_TILE } else { MOE_GEMV_TILE };
         let MoeScratch {
             gate: sg,
             up: su,
             act,
             y,
+            counts,
             slot_of,
             src_row,
             tiles,
@@ -847,18 +861,22 @@ impl Device {
         } = s;
         let (slot_p, tiles_p) = (self.ptr(slot_of), self.ptr(tiles));
         if grouped {
-            let src_p = self.ptr(src_row);
+            let (cnt_p, src_p) = (self.ptr(counts), self.ptr(src_row));
+            let per_expert = grid(n_exp as u32, 1, 256);
+            self.launch("moe_count", per_expert, &[&cnt_p, &ip, &(n_choices as i32)])?;
             self.launch(
-                "moe_sort",
-                grid(1, 1, 256),
+                "moe_place",
+                per_expert,
                 &[
                     &slot_p,
                     &src_p,
                     &tiles_p,
+                    &cnt_p,
                     &ip,
                     &(n_choices as i32),
                     &(k as i32),
                     &(n_exp as i32),
+                    &(tile as i32),
                 ],
             )?;
             xg.invalidate();
@@ -894,6 +912,31 @@ impl Device {
                         block_dim: (32 * GV_WARPS as u32, 1, 1),
                         shared_mem_bytes: 0,
                     };
+                    if let Some(kernel) = self.moe_mmq_kernel(w, n_rows).filter(|_| mmq) {
+                        return self.launch(
+                            kernel,
+                            LaunchConfig {
+                                grid_dim: (
+                                    n_out.div_ceil(64) as u32,
+                                    1,
+                                    moe_max_tiles(n_choices, n_exp, MOE_MMQ_TILE) as u32,
+                                ),
+                                block_dim: (128, 1, 1),
+                                shared_mem_bytes: 0,
+                            },
+                            &[
+                                &op,
+                                &wp,
+                                &expert_bytes,
+                                &qp,
+                                &dp,
+                                &sp,
+                                &tiles_p,
+                                &(width as i32),
+                                &(n_out as i32),
+                            ],
+                        );
+                    }
                     let (width, n_out) = (width as i32, n_out as i32);
                     if grouped {
                         return self.launch(
@@ -902,7 +945,7 @@ impl Device {
                             } else {
                                 "moe_gemv_tiles"
                             },
-                            cfg(moe_max_tiles(n_choices, n_exp)),
+                            cfg(moe_max_tiles(n_choices, n_exp, MOE_GEMV_TILE)),
                             &[
                                 &ty,
                                 &op,
@@ -1357,6 +1400,21 @@ impl Device {
             GgmlType::Q4_K => Some((if k8 { "gemv16_q4k8" } else { "gemv16_q4k" }, 16, 8)),
             GgmlType::Q6_K => Some((if k8 { "gemv16_q6k8" } else { "gemv16_q6k" }, 16, 8)),
             GgmlType::Q8_0 => Some(("gemv16_q8_0", 16, 8)),
+            _ => None,
+        }
+    }
+
+    /// The grouped tensor-core expert kernel (moe.cu) for the experts of `w` in a prefill pass of `n_rows` rows:
+    /// the prefill kernel [`Device::tensor_core_kernel`] picks for such a matrix, over tiles of one expert's slots.
+    fn moe_mmq_kernel(&self, w: &DWeight, n_rows: usize) -> Option<&'static str> {
+        if w.layout != Layout::Gemv || !w.cols.is_multiple_of(256) || !self.mmq_rows(n_rows) {
+            return None;
+        }
+        match w.ty {
+            GgmlType::Q4_K => Some("moe_mmq_q4_k"),
+            GgmlType::Q6_K if self.uses_k8(w, n_rows) => Some("moe_mmq_q6_k8"),
+            GgmlType::Q6_K => Some("moe_mmq_q6_k"),
+            GgmlType::Q8_0 => Some("moe_mmq_q8_0"),
             _ => None,
         }
     }

@@ -3,7 +3,7 @@
 //! must be bit-identical). `kiln selftest --device cuda` prints its [`Check`]s; on a GPU the crate's
 //! integration test runs it too.
 
-use crate::device::{AttnShape, DBuf, DKv, Device, MoeShape};
+use crate::device::{AttnShape, DBuf, DKv, Device, MoeShape, MMQ_MIN_ROWS};
 use crate::error::{Error, Result};
 use kiln_quant::{dequantize, quantize, GgmlType};
 
@@ -649,8 +649,53 @@ fn moe_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()>
         width,
         norm_topk: true,
     };
-    moe_case(dev, rng, checks, (Q4_K, Q6_K), 20, shape(6, 2, 256, 512))?;
-    moe_case(dev, rng, checks, (Q8_0, Q8_0), 19, shape(5, 3, 96, 320))
+    moe_case(
+        dev,
+        rng,
+        checks,
+        (Q4_K, Q6_K),
+        20,
+        shape(6, 2, 256, 512),
+        false,
+    )?;
+    moe_case(
+        dev,
+        rng,
+        checks,
+        (Q8_0, Q8_0),
+        19,
+        shape(5, 3, 96, 320),
+        false,
+    )?;
+    // Prefill passes: tiles of up to 64 slots of one expert on the tensor-core prefill kernel (~100 slots an
+    // expert here, so full and partial tiles), and the GEMV tiles where a width is not a multiple of 256.
+    moe_case(
+        dev,
+        rng,
+        checks,
+        (Q4_K, Q6_K),
+        300,
+        shape(6, 2, 256, 512),
+        true,
+    )?;
+    moe_case(
+        dev,
+        rng,
+        checks,
+        (Q8_0, Q8_0),
+        150,
+        shape(5, 3, 256, 256),
+        true,
+    )?;
+    moe_case(
+        dev,
+        rng,
+        checks,
+        (Q8_0, Q8_0),
+        40,
+        shape(5, 3, 96, 320),
+        true,
+    )
 }
 
 fn moe_case(
@@ -660,8 +705,11 @@ fn moe_case(
     (gt, dt): (GgmlType, GgmlType),
     n: usize,
     m: MoeShape,
+    prefill: bool,
 ) -> Result<()> {
     let (d, ff, ne) = (m.width, m.ff, m.n_exp);
+    // In a prefill pass of more than MMQ_MIN_ROWS rows the matmuls (by hand too) may take the prefill kernel.
+    dev.set_pass(&[], &[], &[], prefill)?;
     let router_w: Vec<f32> = rng.vec(ne * d);
     let router_bytes: Vec<u8> = router_w.iter().flat_map(|v| v.to_le_bytes()).collect();
     let router = dev.upload_weight(
@@ -704,6 +752,29 @@ fn moe_case(
     dev.read(&logits, &mut lv)?;
     let mut want = vec![0f64; n * d];
     let mut alone_bits = 0.0;
+    // Each expert by hand: on every row at once in a prefill pass (the prefill kernel's rows are independent of
+    // each other, so a row's product is the one the grouped tiles compute), else one row at a time.
+    let by_hand = |e: usize, xr: &DBuf, rows: usize| -> Result<Vec<f32>> {
+        let (ge, ue, de) = &experts[e];
+        let (mut g, mut u, mut a, mut y) = (
+            dev.alloc(rows * ff)?,
+            dev.alloc(rows * ff)?,
+            dev.alloc(rows * ff)?,
+            dev.alloc(rows * d)?,
+        );
+        dev.matmul(&mut g, ge, xr, rows, false)?;
+        dev.matmul(&mut u, ue, xr, rows, false)?;
+        dev.swiglu(&mut a, &g, &u, rows * ff)?;
+        dev.matmul(&mut y, de, &a, rows, false)?;
+        let mut yv = vec![0f32; rows * d];
+        dev.read(&y, &mut yv)?;
+        Ok(yv)
+    };
+    let all_rows: Vec<Vec<f32>> = if prefill {
+        (0..ne).map(|e| by_hand(e, &xb, n)).collect::<Result<_>>()?
+    } else {
+        Vec::new()
+    };
     for r in 0..n {
         let l = &lv[r * ne..(r + 1) * ne];
         let mx = l.iter().cloned().fold(f32::MIN, f32::max);
@@ -717,40 +788,52 @@ fn moe_case(
         chosen.sort_by_key(|c| c.0);
         let xr = dev.upload(&x[r * d..(r + 1) * d])?;
         for (e, wt) in chosen {
-            let (ge, ue, de) = &experts[e];
-            let (mut g, mut u, mut a, mut y) = (
-                dev.alloc(ff)?,
-                dev.alloc(ff)?,
-                dev.alloc(ff)?,
-                dev.alloc(d)?,
-            );
-            dev.matmul(&mut g, ge, &xr, 1, false)?;
-            dev.matmul(&mut u, ue, &xr, 1, false)?;
-            dev.swiglu(&mut a, &g, &u, ff)?;
-            dev.matmul(&mut y, de, &a, 1, false)?;
-            let mut yv = vec![0f32; d];
-            dev.read(&y, &mut yv)?;
+            let yv = if prefill {
+                all_rows[e][r * d..(r + 1) * d].to_vec()
+            } else {
+                by_hand(e, &xr, 1)?
+            };
             for (o, v) in want[r * d..(r + 1) * d].iter_mut().zip(&yv) {
                 *o += wt as f64 * *v as f64;
             }
         }
-        // The row alone through moe_ffn.
-        let mut o1 = dev.alloc(d)?;
-        dev.moe_ffn(&mut o1, &xr, 1, &router, &gate, &up, &down, &m)?;
-        let mut g1 = vec![0f32; d];
-        dev.read(&o1, &mut g1)?;
-        alone_bits += bits_differ(&g1, &got[r * d..(r + 1) * d]);
+        if !prefill {
+            // The row alone through moe_ffn.
+            let mut o1 = dev.alloc(d)?;
+            dev.moe_ffn(&mut o1, &xr, 1, &router, &gate, &up, &down, &m)?;
+            let mut g1 = vec![0f32; d];
+            dev.read(&o1, &mut g1)?;
+            alone_bits += bits_differ(&g1, &got[r * d..(r + 1) * d]);
+        }
     }
+    if prefill {
+        // The first 17 rows on their own (other tiles, still the prefill kernel) against the same rows among n.
+        let n1 = MMQ_MIN_ROWS + 1;
+        let mut o1 = dev.alloc(n1 * d)?;
+        dev.moe_ffn(&mut o1, &xb, n1, &router, &gate, &up, &down, &m)?;
+        let mut g1 = vec![0f32; n1 * d];
+        dev.read(&o1, &mut g1)?;
+        alone_bits = bits_differ(&g1, &got[..n1 * d]);
+    }
+    dev.set_pass(&[], &[], &[], false)?;
+    let pass = if prefill { "prefill, " } else { "" };
     checks.push(Check {
         name: format!(
-            "moe_ffn ({gt} gate/up, {dt} down, {n} rows, {} of {ne} experts, ff {ff}) == experts by hand",
+            "moe_ffn ({pass}{gt} gate/up, {dt} down, {n} rows, {} of {ne} experts, ff {ff}) == experts by hand",
             m.k
         ),
         err: rel_err(&got, &want),
         tol: 1e-4,
     });
     checks.push(Check {
-        name: format!("moe_ffn ({gt}/{dt}): each row alone == among {n} (grouped by expert)"),
+        name: if prefill {
+            format!(
+                "moe_ffn ({pass}{gt}/{dt}): the first {} rows alone == among {n}",
+                MMQ_MIN_ROWS + 1
+            )
+        } else {
+            format!("moe_ffn ({gt}/{dt}): each row alone == among {n} (grouped by expert)")
+        },
         err: alone_bits,
         tol: 0.0,
     });
