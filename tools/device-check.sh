@@ -155,16 +155,20 @@ if want bench; then
     grep -E "^\||frontier" "$OUT/frontier.log" "$OUT/frontier-no-mma.log" | tee -a "$OUT/summary.txt"
 fi
 
-# 4. Qwen3-MoE: a synth 30B-A3B Q4_K_M (128 experts, 8 a token): decode, a 16-row block and prefill, each row's
-# experts on the GEMV kernels (choices grouped by expert from 2 rows).
+# 4. Qwen3-MoE: a synth 30B-A3B Q4_K_M (128 experts, 8 a token): decode, a 16-row block and prefill, the
+# experts grouped by expert from 2 rows (GEMV tiles; prefill passes on the tensor-core prefill kernel).
 if want moe; then
     synth synth-30b-a3b "$WORK/q30b-a3b-q4km.gguf" --arch qwen3moe --preset 30b-a3b --quant q4_k_m "${tok[@]}"
     step bench-moe timeout 400 "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 16,512,4096 -b 512 \
         -n 128 -r 2
-    step ab-KILN_NO_CUDA_MOE_GROUP "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 16,512 -b 512 -n 0 \
+    # Grouping off (one GEMV per choice) at a verify-sized pass; the prefill kernel off (GEMV tiles) at pp512.
+    step ab-KILN_NO_CUDA_MOE_GROUP "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 16 -n 0 \
         -r 2 --ab KILN_NO_CUDA_MOE_GROUP=1
+    step ab-moe-KILN_NO_CUDA_PREFILL_MMA "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 512 -b 512 \
+        -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_MMA=1
     say "Qwen3-MoE (CUDA):"
-    grep -E "^\|" "$OUT/bench-moe.log" "$OUT/ab-KILN_NO_CUDA_MOE_GROUP.log" | tee -a "$OUT/summary.txt"
+    grep -E "^\|" "$OUT/bench-moe.log" "$OUT/ab-KILN_NO_CUDA_MOE_GROUP.log" \
+        "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_MMA.log" | tee -a "$OUT/summary.txt"
 fi
 
 # 5. DFlash on the GPU: the drafter's step and the verify block against plain decoding, at forced acceptance

@@ -8,8 +8,8 @@
 //! is run through [`CudaBackend::pass`]: its rows' metadata goes to the device once, and the pass is captured as a
 //! CUDA graph the first time its shape is seen and replayed after.
 //!
-//! The mixture-of-experts FFN routes on the device and runs each chosen expert with a generic (byte-load) kernel:
-//! correct, not yet fast.
+//! The mixture-of-experts FFN routes on the device and runs the chosen experts on the GEMV kernels (grouped by
+//! expert from 2 rows) or, in prefill passes, on the tensor-core prefill kernel (`Device::moe_ffn`).
 
 use crate::backend::{
     AttnParams, AttnRow, Backend, KvLayout, KvType, MoeFfn, RopeMode, RopeParams,
