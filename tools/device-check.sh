@@ -131,6 +131,8 @@ if want bench; then
     done
     step ab-KILN_NO_CUDA_PREFILL_MMA "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q8b-q8.gguf" --device cuda \
         -p 512 -b 512 -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_MMA=1
+    step ab-KILN_NO_CUDA_PREFILL_K8 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 512 -b 512 -n 0 -r 2 \
+        --ab KILN_NO_CUDA_PREFILL_K8=1
     step ab-KILN_NO_CUDA_BLOCK_MMA "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 \
         --ab KILN_NO_CUDA_BLOCK_MMA=1
     step ab-KILN_NO_CUDA_K8 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 128 -r 2 \
@@ -139,7 +141,8 @@ if want bench; then
         --ab KILN_NO_CUDA_FLASH_ATTN=1
     say "bench (CUDA):"
     for f in bench-tg bench-block16 bench-pp ab-KILN_NO_CUDA_GRAPH ab-KILN_NO_CUDA_FUSE \
-        ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_BLOCK_MMA \
+        ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_PREFILL_K8 \
+        ab-KILN_NO_CUDA_BLOCK_MMA \
         ab-KILN_NO_CUDA_K8 ab-KILN_NO_CUDA_FLASH_ATTN; do
         grep -E "^\||ratio|median" "$OUT/$f.log" 2>/dev/null | tee -a "$OUT/summary.txt"
     done

@@ -28,6 +28,29 @@ __device__ __forceinline__ void mma_s8_16816(int* c, int a0, int a1, int b0) {
                  : "r"(a0), "r"(a1), "r"(b0), "r"(0), "r"(0), "r"(0), "r"(0));
 }
 
+// c += A x B (the same fragments as mma_s8_16816, accumulating in place).
+__device__ __forceinline__ void mma_s8_16816_acc(int* c, int a0, int a1, int b0) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// Output oc's Q4_K super-block `sb` header: d, dmin and the 12 scale/min bytes as 3 words (zeros past n_out).
+__device__ __forceinline__ void mq_q4k_header(const u8* w, int sb, int nsb, int oc, int n_out, float& d, float& dmin,
+                                              u32& s0, u32& s1, u32& s2) {
+    d = dmin = 0.0f;
+    s0 = s1 = s2 = 0;
+    if (oc < n_out) {
+        int4 h = ldg16(w + ((long long)oc * nsb + sb) * 144);
+        d = h2f((u16)(h.x & 0xFFFF));
+        dmin = h2f((u16)((u32)h.x >> 16));
+        s0 = (u32)h.y;
+        s1 = (u32)h.z;
+        s2 = (u32)h.w;
+    }
+}
+
 // The f16 scale d of output oc's Q6_K super-block `sb` (as a float) and its 16 signed scale bytes as 4 words
 // (zeros past n_out).
 __device__ __forceinline__ float mq_q6k_scales(const u8* w, int sb, int nsb, int oc, int n_out, u32* sw4) {
@@ -95,16 +118,9 @@ __device__ __forceinline__ void mq_load_weights(signed char* sw, float* sc, floa
     if (TY == T_Q4_K) {
         mq_load_codes<T_Q4_K>(sw, w, sb, nsb, o0, n_out);
         for (int o = tid; o < MQ_BN; o += blockDim.x) {
-            float d = 0.0f, dmin = 0.0f;
-            u32 s0 = 0, s1 = 0, s2 = 0;
-            if (o0 + o < n_out) {
-                int4 h = ldg16(w + ((long long)(o0 + o) * nsb + sb) * 144);
-                d = h2f((u16)(h.x & 0xFFFF));
-                dmin = h2f((u16)((u32)h.x >> 16));
-                s0 = (u32)h.y;
-                s1 = (u32)h.z;
-                s2 = (u32)h.w;
-            }
+            float d, dmin;
+            u32 s0, s1, s2;
+            mq_q4k_header(w, sb, nsb, o0 + o, n_out, d, dmin, s0, s1, s2);
             for (int j = 0; j < 8; j++) {
                 int scj, mj;
                 k4_sm(s0, s1, s2, j, scj, mj);
@@ -266,9 +282,7 @@ __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed c
 
 // ---- Q6_K on K8 activations (gemv.cu's K8 section): per super-block the sub-block-scaled integer dots are summed
 // exactly (int32) and one float step k8_step is taken per (row, output, super-block), ascending super-block order
-// (its own bits, like the per-32 body; rows stay independent of the tile). Q4_K prefill stays on the per-32 body:
-// its K8 form measured 12-60 % slower (the min term, 8 multiply-adds per output element from shared memory per
-// super-block, outweighed the saved float steps). ----
+// (its own bits, like the per-32 body; rows stay independent of the tile). ----
 
 // Q6_K weights of slice `sb` as int8 codes (as mq_load_weights) plus integer scales per 16 elements (isc[o][16])
 // and the float d of each output.
@@ -359,6 +373,115 @@ extern "C" __global__ void __launch_bounds__(128) mmq_q6_k8(float* out, const u8
                                                             const float* kd, const int* ks, int width, int n_out,
                                                             int n_rows, int accumulate) {
     mmq_q6_k8_body(out, w, kq, kd, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);
+}
+
+// ---- Q4_K on K8 activations. Per 32-element sub-block j the two 16-element mma halves are chained into one exact
+// dot, scaled by the integer sub-block scale into isum; the min term sum_j m_j (sum of the sub-block's codes) runs
+// on the tensor cores too, as an mma of the activation codes against each output's mins replicated over their 32
+// elements, chained through the super-block into imin. One float step k8_step per (row, output, super-block), in
+// ascending super-block order (the prefill kernel's own bits; rows independent of the tile). A warp takes its two
+// 16-row halves in turn, so the integer sums cost 32 registers, not 64. ----
+
+// Q4_K weights of slice `sb` as int8 codes (as mq_load_weights) plus each output's integer scales and mins per 32
+// elements (isc[o][8], imn[o][8], row stride MQ_MN) and its float d and dmin.
+__device__ __forceinline__ void mq_load_q4k_k8(signed char* sw, int* isc, int* imn, float* sd, float* sdm,
+                                               const u8* w, int sb, int nsb, int o0, int n_out) {
+    mq_load_codes<T_Q4_K>(sw, w, sb, nsb, o0, n_out);
+    for (int o = threadIdx.x; o < MQ_BN; o += blockDim.x) {
+        float d, dmin;
+        u32 s0, s1, s2;
+        mq_q4k_header(w, sb, nsb, o0 + o, n_out, d, dmin, s0, s1, s2);
+        for (int j = 0; j < 8; j++) {
+            int scj, mj;
+            k4_sm(s0, s1, s2, j, scj, mj);
+            isc[o * MQ_MN + j] = scj;
+            imn[o * MQ_MN + j] = mj;
+        }
+        sd[o] = d;
+        sdm[o] = dmin;
+    }
+}
+
+// out[r * n_out + o] (+)= W[o] . x[r] for Q4_K weights on K8 activations (kq codes, kd scale per 256; the min
+// term comes from the codes themselves, so the K8 code sums are not read). Rows, grid and block as mmq_body.
+__device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const signed char* kq, const float* kd,
+                                               int width, int n_out, int n_rows, int accumulate, int r0) {
+    __shared__ __align__(16) signed char sa[MQ_BM * MQ_LD];
+    __shared__ __align__(16) signed char sw[MQ_BN * MQ_LD];
+    __shared__ float sdx[MQ_BM];
+    __shared__ int sisc[MQ_BN * MQ_MN], simn[MQ_BN * MQ_MN];
+    __shared__ float sd[MQ_BN], sdm[MQ_BN];
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int g = lane >> 2, t = lane & 3;
+    int o0 = blockIdx.x * MQ_BN;
+    int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
+    int nsb = width / MQ_K;
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+
+    for (int sb = 0; sb < nsb; sb++) {
+        mq_stage_codes(sa, kq, width, sb, r0, n_rows);
+        for (int r = tid; r < MQ_BM; r += blockDim.x) sdx[r] = r0 + r < n_rows ? kd[(long long)(r0 + r) * nsb + sb] : 0.0f;
+        mq_load_q4k_k8(sw, sisc, simn, sd, sdm, w, sb, nsb, o0, n_out);
+        __syncthreads();
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+            int isum[4][4], imin[4][4];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) isum[ni][e] = imin[ni][e] = 0;
+#pragma unroll 1
+            for (int kb = 0; kb < 8; kb++) {
+                int a[2][2]; // [half][reg] of rows wm + 16 mi ..
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const signed char* p = sa + (wm + 16 * mi + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t;
+                    a[hh][0] = *(const int*)p;
+                    a[hh][1] = *(const int*)(p + 8 * MQ_LD);
+                }
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    const signed char* q = sw + (wn + 8 * ni + g) * MQ_LD + 32 * kb + 4 * t;
+                    int b_lo = *(const int*)q, b_hi = *(const int*)(q + 16);
+                    // This lane's B column is output wn + 8 ni + g: its min, in all four bytes.
+                    int b_min = simn[(wn + 8 * ni + g) * MQ_MN + kb] * 0x01010101;
+                    int dot[4];
+                    mma_s8_16816(dot, a[0][0], a[0][1], b_lo);
+                    mma_s8_16816_acc(dot, a[1][0], a[1][1], b_hi);
+                    mma_s8_16816_acc(imin[ni], a[0][0], a[0][1], b_min);
+                    mma_s8_16816_acc(imin[ni], a[1][0], a[1][1], b_min);
+                    int sc0 = sisc[(wn + 8 * ni + 2 * t) * MQ_MN + kb];
+                    int sc1 = sisc[(wn + 8 * ni + 2 * t + 1) * MQ_MN + kb];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) isum[ni][e] += ((e & 1) ? sc1 : sc0) * dot[e];
+                }
+            }
+            // One float step per (row, output) for this super-block.
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
+                    acc[mi][ni][e] =
+                        __fadd_rn(acc[mi][ni][e], k8_step(sd[o], sdm[o], sdx[r], isum[ni][e], imin[ni][e]));
+                }
+        }
+        __syncthreads();
+    }
+    mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
+}
+
+// `ks` (the K8 code sums) keeps the argument list of the other prefill kernels.
+extern "C" __global__ void __launch_bounds__(128) mmq_q4_k8(float* out, const u8* w, const signed char* kq,
+                                                            const float* kd, const int* ks, int width, int n_out,
+                                                            int n_rows, int accumulate) {
+    mmq_q4_k8_body(out, w, kq, kd, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);
 }
 
 #define MMQ_KERNEL(NAME, TY)                                                                                    \

@@ -219,7 +219,7 @@ MOE_GEMV_KERNEL(moe_gemv_k8, true)
 // Prefill: the expert matmuls over expert-grouped slots on the int8 tensor-core prefill kernel (mmq.cu): tile
 // blockIdx.z (moe_place with tile 64) multiplies its expert's matrix with up to 64 consecutive slots. Each output
 // is mmq's own sum over its row alone, so the grouping changes no result. xd/xs per 32 elements (kd per 256 for
-// Q6_K on K8). grid = (ceil(n_out / 64), 1, max tiles), block = 128; blocks past tiles[0] exit.
+// the K-quants on K8). grid = (ceil(n_out / 64), 1, max tiles), block = 128; blocks past tiles[0] exit.
 #define MOE_MMQ_ARGS                                                                                             \
     float *out, const u8 *w, long long expert_bytes, const signed char *xq, const float *xd, const float *xs,   \
         const int *tiles, int width, int n_out
@@ -238,7 +238,10 @@ MOE_MMQ_KERNEL(moe_mmq_q4_k, T_Q4_K)
 MOE_MMQ_KERNEL(moe_mmq_q6_k, T_Q6_K)
 MOE_MMQ_KERNEL(moe_mmq_q8_0, T_Q8_0)
 
-extern "C" __global__ void __launch_bounds__(128) moe_mmq_q6_k8(MOE_MMQ_ARGS) {
-    MOE_MMQ_TILE
-    mmq_q6_k8_body(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / 256), width, n_out, tt[2], 0, 0);
-}
+#define MOE_MMQ_K8_KERNEL(NAME, BODY)                                                                            \
+    extern "C" __global__ void __launch_bounds__(128) NAME(MOE_MMQ_ARGS) {                                      \
+        MOE_MMQ_TILE                                                                                             \
+        BODY(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / 256), width, n_out, tt[2], 0, 0);        \
+    }
+MOE_MMQ_K8_KERNEL(moe_mmq_q4_k8, mmq_q4_k8_body)
+MOE_MMQ_K8_KERNEL(moe_mmq_q6_k8, mmq_q6_k8_body)

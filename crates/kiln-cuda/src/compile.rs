@@ -26,7 +26,7 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 ];
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 62] = [
+pub const KERNEL_NAMES: [&str; 64] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -37,6 +37,7 @@ pub const KERNEL_NAMES: [&str; 62] = [
     "moe_gemv_tiles",
     "moe_gemv_tiles_k8",
     "moe_mmq_q4_k",
+    "moe_mmq_q4_k8",
     "moe_mmq_q6_k",
     "moe_mmq_q6_k8",
     "moe_mmq_q8_0",
@@ -51,6 +52,7 @@ pub const KERNEL_NAMES: [&str; 62] = [
     "mmq_q4_k",
     "mmq_q6_k",
     "mmq_q8_0",
+    "mmq_q4_k8",
     "mmq_q6_k8",
     "gemv16_q4k",
     "gemv16_q6k",

@@ -68,6 +68,9 @@ pub struct Options {
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
     /// step per super-block; else per-32 Q8 blocks with a float step per 32 weights.
     pub k8: bool,
+    /// With `k8`: the prefill kernel reads Q4_K/Q6_K against K8 activations too (`mmq_q4_k8`: the Q4_K min term
+    /// as one more mma; `mmq_q6_k8`); else per-32 Q8 blocks there.
+    pub prefill_k8: bool,
     /// Flash attention on f16 tensor cores for prefill passes of more than [`MMQ_MIN_ROWS`] rows over an f16
     /// cache (`attn_flash_h<D>`, its own float order); else the split-KV decode kernel per row.
     pub flash_attn: bool,
@@ -89,6 +92,7 @@ impl Default for Options {
             prefill_mma: true,
             block_mma: true,
             k8: true,
+            prefill_k8: true,
             flash_attn: true,
             moe_group: true,
             reference: false,
@@ -1225,14 +1229,14 @@ impl Device {
         Ok((qp, dp, sums))
     }
 
-    /// Whether a fused writer of `n` elements in rows of `width` also writes `out`'s K8 shadow.
-    /// Not in a prefill-kernel pass, where only Q6_K weights read K8 (they quantize on demand).
+    /// Whether a fused writer of `n` elements in rows of `width` also writes `out`'s K8 shadow (not in a
+    /// prefill-kernel pass with `prefill_k8` off, where no matmul reads it).
     fn fused_k8(&self, out: &DBuf, n: usize, width: usize) -> bool {
         let pass_rows = self.lock(&self.meta).rows.len();
         self.k8_weights.load(Ordering::Relaxed)
             && width.is_multiple_of(256)
             && n <= out.kq.len()
-            && !self.mmq_rows(pass_rows)
+            && (self.opts.prefill_k8 || !self.mmq_rows(pass_rows))
     }
 
     /// `out`'s K8 shadow pointers for a fused writer, or nulls.
@@ -1245,15 +1249,14 @@ impl Device {
     }
 
     /// Whether `w` is read against K8 activations by a matmul of `n_rows` rows: a repacked Q4_K/Q6_K weight on the
-    /// GEMV and block kernels; on the prefill kernel only Q6_K (measured: K8 makes mmq_q6_k 22 % faster and
-    /// mmq_q4_k 12–60 % slower).
+    /// GEMV and block kernels, and on the prefill kernel with `prefill_k8`.
     fn uses_k8(&self, w: &DWeight, n_rows: usize) -> bool {
         self.opts.k8
             && !self.opts.reference
             && w.layout == Layout::Gemv
             && matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K)
             && w.cols.is_multiple_of(256)
-            && (w.ty == GgmlType::Q6_K || !self.mmq_rows(n_rows))
+            && (self.opts.prefill_k8 || !self.mmq_rows(n_rows))
     }
 
     /// Whether matmuls of `n_rows` rows in the current pass run on the prefill kernel (mmq.cu).
@@ -1386,7 +1389,7 @@ impl Device {
         if self.mmq_rows(n_rows) {
             let k8 = self.uses_k8(w, n_rows);
             return match w.ty {
-                GgmlType::Q4_K => Some(("mmq_q4_k", 64, 64)),
+                GgmlType::Q4_K => Some((if k8 { "mmq_q4_k8" } else { "mmq_q4_k" }, 64, 64)),
                 GgmlType::Q6_K => Some((if k8 { "mmq_q6_k8" } else { "mmq_q6_k" }, 64, 64)),
                 GgmlType::Q8_0 => Some(("mmq_q8_0", 64, 64)),
                 _ => None,
@@ -1411,6 +1414,7 @@ impl Device {
             return None;
         }
         match w.ty {
+            GgmlType::Q4_K if self.uses_k8(w, n_rows) => Some("moe_mmq_q4_k8"),
             GgmlType::Q4_K => Some("moe_mmq_q4_k"),
             GgmlType::Q6_K if self.uses_k8(w, n_rows) => Some("moe_mmq_q6_k8"),
             GgmlType::Q6_K => Some("moe_mmq_q6_k"),

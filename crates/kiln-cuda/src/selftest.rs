@@ -199,8 +199,10 @@ fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>)
     let (cols, rows, n) = (768usize, 130usize, 70usize);
     let wq = random_weight(rng, ty, rows, cols)?;
     let x = rng.vec(n * cols);
-    // On the prefill kernel only Q6_K reads K8 activations.
-    let k8 = dev.options().k8 && ty == GgmlType::Q6_K;
+    // The prefill kernel reads K8 activations for the K-quants (with `prefill_k8`).
+    let k8 = dev.options().k8
+        && dev.options().prefill_k8
+        && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
     let want = reference_matmul(ty, &wq, rows, cols, &x, n, if k8 { 256 } else { 32 })?;
     let w = dev.upload_weight(&format!("test.mmq.{ty}"), ty, cols, rows, &wq, true)?;
     let run = |xs: &[f32], m: usize, prefill: bool, init: Option<&[f32]>| -> Result<Vec<f32>> {

@@ -87,6 +87,7 @@ impl CudaBackend {
             block_mma: flags.cuda_block_mma,
             flash_attn: flags.cuda_flash_attn,
             k8: flags.cuda_k8,
+            prefill_k8: flags.cuda_prefill_k8,
             moe_group: flags.cuda_moe_group,
             graphs: flags.cuda_graph,
             reference: !flags.quant_act,

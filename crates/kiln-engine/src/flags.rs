@@ -77,6 +77,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_PREFILL_K8",
+        disables: "CUDA: the tensor-core prefill matmul reads Q4_K/Q6_K weights against K8 activations (integer sums \
+                   across a super-block, the Q4_K min term as one more mma); per-32 Q8 blocks there instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_FLASH_ATTN",
         disables: "CUDA: flash attention on f16 tensor cores for prompt prefill (more than 16 rows, f16 KV cache); \
                    each prefill row runs the split-KV decode attention instead",
@@ -133,6 +139,8 @@ pub struct Flags {
     pub cuda_flash_attn: bool,
     /// CUDA: K-quant matmuls on K8 activations.
     pub cuda_k8: bool,
+    /// CUDA: the prefill kernel on K8 activations for Q4_K/Q6_K.
+    pub cuda_prefill_k8: bool,
     /// CUDA: MoE choices grouped by expert.
     pub cuda_moe_group: bool,
     /// Greedy tokens chosen by the backend where the logits are.
@@ -157,6 +165,7 @@ impl Default for Flags {
             cuda_block_mma: true,
             cuda_flash_attn: true,
             cuda_k8: true,
+            cuda_prefill_k8: true,
             cuda_moe_group: true,
             device_argmax: true,
             cuda_drafter: true,
@@ -180,6 +189,7 @@ impl Flags {
             cuda_block_mma: false,
             cuda_flash_attn: false,
             cuda_k8: false,
+            cuda_prefill_k8: false,
             cuda_moe_group: false,
             device_argmax: false,
             cuda_drafter: false,
@@ -231,6 +241,7 @@ impl Flags {
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
                 "KILN_NO_CUDA_FLASH_ATTN" => flags.cuda_flash_attn = !disabled,
                 "KILN_NO_CUDA_K8" => flags.cuda_k8 = !disabled,
+                "KILN_NO_CUDA_PREFILL_K8" => flags.cuda_prefill_k8 = !disabled,
                 "KILN_NO_CUDA_MOE_GROUP" => flags.cuda_moe_group = !disabled,
                 "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,

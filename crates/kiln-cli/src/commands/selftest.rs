@@ -36,13 +36,20 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         block_mma: false,
         flash_attn: false,
         k8: false,
+        prefill_k8: false,
         moe_group: false,
         reference: true,
     };
     let mut failed = 0;
     let mut total = 0;
+    // The fast paths on per-32 activations too (KILN_NO_CUDA_K8: the per-32 GEMV, block and prefill kernels).
+    let per32 = kiln_cuda::Options {
+        k8: false,
+        ..kiln_cuda::Options::default()
+    };
     for (label, opts) in [
         ("fast paths", kiln_cuda::Options::default()),
+        ("fast paths on per-32 activations", per32),
         ("kill switches + reference", simple),
     ] {
         let t0 = std::time::Instant::now();
