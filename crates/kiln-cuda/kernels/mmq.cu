@@ -167,6 +167,26 @@ __device__ __forceinline__ void mq_stage_codes(signed char* sa, const signed cha
     }
 }
 
+// Stages K8 activations of slice `sb`: the codes of rows r0 .. r0 + 63 into sa (as mq_stage_codes) and each
+// row's scale of the slice into sdx (zeros past n_rows).
+__device__ __forceinline__ void mq_stage_k8(signed char* sa, float* sdx, const signed char* kq, const float* kd,
+                                            int width, int sb, int r0, int n_rows) {
+    mq_stage_codes(sa, kq, width, sb, r0, n_rows);
+    int nsb = width / MQ_K;
+    for (int r = threadIdx.x; r < MQ_BM; r += blockDim.x)
+        sdx[r] = r0 + r < n_rows ? kd[(long long)(r0 + r) * nsb + sb] : 0.0f;
+}
+
+// Zeroes a warp's 32 x 32 accumulators.
+__device__ __forceinline__ void mq_zero(float (&acc)[2][4][4]) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+}
+
 // A warp's mma fragments of 32-element block kb: A for its rows wm .. wm + 31 (two 16-row tiles, both 16-element
 // halves), B for its outputs wn .. wn + 31 (four 8-output tiles).
 __device__ __forceinline__ void mq_fragments(int (&a)[2][2][2], int (&b)[4][2], const signed char* sa,
@@ -219,12 +239,7 @@ __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed c
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
     int nsb = width / MQ_K, nb = width / 32;
     float acc[2][4][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+    mq_zero(acc);
 
     for (int sb = 0; sb < nsb; sb++) {
         // Activations: 64 rows x 256 quants, then their 8 block scales and sums.
@@ -311,16 +326,10 @@ __device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const si
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
     int nsb = width / MQ_K;
     float acc[2][4][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+    mq_zero(acc);
 
     for (int sb = 0; sb < nsb; sb++) {
-        mq_stage_codes(sa, kq, width, sb, r0, n_rows);
-        for (int r = tid; r < MQ_BM; r += blockDim.x) sdx[r] = r0 + r < n_rows ? kd[(long long)(r0 + r) * nsb + sb] : 0.0f;
+        mq_stage_k8(sa, sdx, kq, kd, width, sb, r0, n_rows);
         mq_load_q6k_k8(sw, sisc, sd, w, sb, nsb, o0, n_out);
         __syncthreads();
         int isum[2][4][4];
@@ -417,16 +426,10 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
     int nsb = width / MQ_K;
     float acc[2][4][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+    mq_zero(acc);
 
     for (int sb = 0; sb < nsb; sb++) {
-        mq_stage_codes(sa, kq, width, sb, r0, n_rows);
-        for (int r = tid; r < MQ_BM; r += blockDim.x) sdx[r] = r0 + r < n_rows ? kd[(long long)(r0 + r) * nsb + sb] : 0.0f;
+        mq_stage_k8(sa, sdx, kq, kd, width, sb, r0, n_rows);
         mq_load_q4k_k8(sw, sisc, simn, sd, sdm, w, sb, nsb, o0, n_out);
         __syncthreads();
 #pragma unroll

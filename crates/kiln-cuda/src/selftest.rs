@@ -651,53 +651,20 @@ fn moe_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()>
         width,
         norm_topk: true,
     };
-    moe_case(
-        dev,
-        rng,
-        checks,
-        (Q4_K, Q6_K),
-        20,
-        shape(6, 2, 256, 512),
-        false,
-    )?;
-    moe_case(
-        dev,
-        rng,
-        checks,
-        (Q8_0, Q8_0),
-        19,
-        shape(5, 3, 96, 320),
-        false,
-    )?;
-    // Prefill passes: tiles of up to 64 slots of one expert on the tensor-core prefill kernel (~100 slots an
-    // expert here, so full and partial tiles), and the GEMV tiles where a width is not a multiple of 256.
-    moe_case(
-        dev,
-        rng,
-        checks,
-        (Q4_K, Q6_K),
-        300,
-        shape(6, 2, 256, 512),
-        true,
-    )?;
-    moe_case(
-        dev,
-        rng,
-        checks,
-        (Q8_0, Q8_0),
-        150,
-        shape(5, 3, 256, 256),
-        true,
-    )?;
-    moe_case(
-        dev,
-        rng,
-        checks,
-        (Q8_0, Q8_0),
-        40,
-        shape(5, 3, 96, 320),
-        true,
-    )
+    // Decode passes (each row alone vs among all), then prefill passes: tiles of up to 64 slots of one expert on
+    // the tensor-core prefill kernel (~100 slots an expert at 300 rows: full and partial tiles), and the GEMV
+    // tiles where a width is not a multiple of 256.
+    let cases = [
+        ((Q4_K, Q6_K), 20, shape(6, 2, 256, 512), false),
+        ((Q8_0, Q8_0), 19, shape(5, 3, 96, 320), false),
+        ((Q4_K, Q6_K), 300, shape(6, 2, 256, 512), true),
+        ((Q8_0, Q8_0), 150, shape(5, 3, 256, 256), true),
+        ((Q8_0, Q8_0), 40, shape(5, 3, 96, 320), true),
+    ];
+    for (types, n, m, prefill) in cases {
+        moe_case(dev, rng, checks, types, n, m, prefill)?;
+    }
+    Ok(())
 }
 
 fn moe_case(
