@@ -308,24 +308,42 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
 
 struct G16StageK8 {
     signed char x[16 * G16_LD];
-    float d[16];             // each row's scale of this super-block
-    int s[16 * G16_XS];      // each row's 8 per-32 code sums (row stride G16_XS)
+    float d[16]; // each row's scale of this super-block
+    int s[16 * 4]; // each row's 8 per-32 code sums as 4 pairs of int16 (|sum| <= 32 * 127)
 };
 
-__device__ __forceinline__ void g16_stage_k8(G16StageK8& st, const signed char* kq, const float* kd, const int* ks,
+// A lane's part of the K8 staging, fixed for the whole block: rows r0 + lane / 16 + 2m (m = 0 .. 7), 16 bytes at
+// 16 (lane % 16) of each 256-wide slice; bit m of `in` says whether that row exists.
+struct G16SrcK8 {
+    const signed char* x;
+    long long step;
+    unsigned in;
+};
+
+__device__ __forceinline__ G16SrcK8 g16_src_k8(const signed char* kq, int width, int r0, int n_rows) {
+    int lane = threadIdx.x & 31, r = r0 + (lane >> 4);
+    G16SrcK8 src{kq + (long long)r * width + 16 * (lane & 15), 2LL * width, 0u};
+#pragma unroll
+    for (int m = 0; m < 8; m++) src.in |= (r + 2 * m < n_rows ? 1u : 0u) << m;
+    return src;
+}
+
+__device__ __forceinline__ void g16_stage_k8(G16StageK8& st, const G16SrcK8& src, const float* kd, const int* ks,
                                              int width, int sb, int r0, int n_rows) {
     int lane = threadIdx.x & 31, nsb = width / 256;
     __syncwarp();
+    const signed char* p = src.x + sb * 256;
+    signed char* d = st.x + (lane >> 4) * G16_LD + 16 * (lane & 15);
 #pragma unroll
     for (int m = 0; m < 8; m++) {
-        int u = lane + 32 * m, r = u >> 4, c = u & 15;
-        int4 v = r0 + r < n_rows ? ldg16(kq + (long long)(r0 + r) * width + sb * 256 + 16 * c) : make_int4(0, 0, 0, 0);
-        *(int4*)(st.x + r * G16_LD + 16 * c) = v;
+        int4 v = (src.in >> m) & 1u ? ldg16(p) : make_int4(0, 0, 0, 0);
+        *(int4*)(d + 2 * m * G16_LD) = v;
+        p += src.step;
     }
     int r = lane >> 1, h = lane & 1;
     bool in = r0 + r < n_rows;
     int4 sv = in ? *(const int4*)(ks + ((long long)(r0 + r) * nsb + sb) * 8 + 4 * h) : make_int4(0, 0, 0, 0);
-    *(int4*)(st.s + r * G16_XS + 4 * h) = sv;
+    *(int2*)(st.s + r * 4 + 2 * h) = make_int2((int)__byte_perm(sv.x, sv.y, 0x5410), (int)__byte_perm(sv.z, sv.w, 0x5410));
     if (lane < 16) st.d[lane] = r0 + lane < n_rows ? kd[(long long)(r0 + lane) * nsb + sb] : 0.0f;
     __syncwarp();
 }
@@ -369,9 +387,10 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q4k8(float* out, const 
     const u8* wc[2];
 #pragma unroll
     for (int cc = 0; cc < 2; cc++) wc[cc] = o0 + 2 * t + cc < n_out ? w + (long long)(o0 + 2 * t + cc) * nsb * 144 : nullptr;
+    G16SrcK8 src = g16_src_k8(kq, width, r0, n_rows);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int sb = a; sb < nsb; sb += 4) {
-        g16_stage_k8(st, kq, kd, ks, width, sb, r0, n_rows);
+        g16_stage_k8(st, src, kd, ks, width, sb, r0, n_rows);
         // Scales of the two C columns (d, dmin, the 12 packed scale bytes) and this lane's B words.
         float d[2], dmin[2];
         u32 sw[2][3], q[8];
@@ -386,24 +405,33 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q4k8(float* out, const 
                 k4_sm(sw[cc][0], sw[cc][1], sw[cc][2], j0, sc0[cc], m0[cc]);
                 k4_sm(sw[cc][0], sw[cc][1], sw[cc][2], j0 + 1, sc1[cc], m1[cc]);
             }
+            // Each sub-block's two 16-element halves chained in the mma: one exact dot per sub-block.
+            int dot0[4], dot1[4];
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
                 int i = 2 * jp + hf;
                 int blo = (int)(q[i] & 0x0F0F0F0Fu), bhi = (int)((q[i] >> 4) & 0x0F0F0F0Fu);
                 int col = j0 * 32 + hf * 16 + 4 * t;
-                int a0, a1, lo[4], hi[4];
+                int a0, a1;
                 g16_a(st.x, col, a0, a1);
-                mma_s8_16816(lo, a0, a1, blo);
+                if (hf == 0)
+                    mma_s8_16816(dot0, a0, a1, blo);
+                else
+                    mma_s8_16816_acc(dot0, a0, a1, blo);
                 g16_a(st.x, col + 32, a0, a1);
-                mma_s8_16816(hi, a0, a1, bhi);
-#pragma unroll
-                for (int e = 0; e < 4; e++) is[e] += sc0[e & 1] * lo[e] + sc1[e & 1] * hi[e];
+                if (hf == 0)
+                    mma_s8_16816(dot1, a0, a1, bhi);
+                else
+                    mma_s8_16816_acc(dot1, a0, a1, bhi);
             }
-            // The min term of sub-blocks j0, j0 + 1 (the GEMV's half-0 lane of this chunk pair).
+#pragma unroll
+            for (int e = 0; e < 4; e++) is[e] += sc0[e & 1] * dot0[e] + sc1[e & 1] * dot1[e];
+            // The min term of sub-blocks j0, j0 + 1 (the GEMV's half-0 lane of this chunk pair): one dp2a of the
+            // rows' code-sum pair against the column's two mins.
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int* sr = st.s + (g + 8 * (e >> 1)) * G16_XS + j0;
-                im[e] += m0[e & 1] * sr[0] + m1[e & 1] * sr[1];
+                int sp = st.s[(g + 8 * (e >> 1)) * 4 + jp];
+                im[e] = __dp2a_lo(sp, m0[e & 1] | m1[e & 1] << 8, im[e]);
             }
         }
 #pragma unroll
@@ -432,12 +460,13 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q6k8(float* out, const 
     const u8* wg = o0 + g < n_out ? w + (long long)(o0 + g) * nsb * 208 : nullptr;
     const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
     int oc[2] = {o0 + 2 * t, o0 + 2 * t + 1};
+    G16SrcK8 src = g16_src_k8(kq, width, r0, n_rows);
 #pragma unroll
     for (int gg = 0; gg < 2; gg++) {
         int G = 2 * warp + gg;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int sb = G; sb < nsb; sb += 8) {
-            g16_stage_k8(st, kq, kd, ks, width, sb, r0, n_rows);
+            g16_stage_k8(st, src, kd, ks, width, sb, r0, n_rows);
             float d[2];
             u32 scw[2][4];
 #pragma unroll
