@@ -391,8 +391,9 @@ extern "C" __global__ void __launch_bounds__(128) mmq_q6_k8(float* out, const u8
 // ascending super-block order (the prefill kernel's own bits; rows independent of the tile). A warp takes its two
 // 16-row halves in turn, so the integer sums cost 32 registers, not 64. ----
 
-// Q4_K weights of slice `sb` as int8 codes (as mq_load_weights) plus each output's integer scales and mins per 32
-// elements (isc[o][8], imn[o][8], row stride MQ_MN) and its float d and dmin.
+// Q4_K weights of slice `sb` as int8 codes (as mq_load_weights) plus each output's integer scales per 32 elements
+// (isc[j][o]) and its mins replicated into all four bytes (imn[j][o], an mma B word), sub-block-major so that a
+// lane's two C columns are adjacent; and each output's float d and dmin.
 __device__ __forceinline__ void mq_load_q4k_k8(signed char* sw, int* isc, int* imn, float* sd, float* sdm,
                                                const u8* w, int sb, int nsb, int o0, int n_out) {
     mq_load_codes<T_Q4_K>(sw, w, sb, nsb, o0, n_out);
@@ -403,8 +404,8 @@ __device__ __forceinline__ void mq_load_q4k_k8(signed char* sw, int* isc, int* i
         for (int j = 0; j < 8; j++) {
             int scj, mj;
             k4_sm(s0, s1, s2, j, scj, mj);
-            isc[o * MQ_MN + j] = scj;
-            imn[o * MQ_MN + j] = mj;
+            isc[j * MQ_BN + o] = scj;
+            imn[j * MQ_BN + o] = mj * 0x01010101;
         }
         sd[o] = d;
         sdm[o] = dmin;
@@ -418,7 +419,8 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
     __shared__ __align__(16) signed char sa[MQ_BM * MQ_LD];
     __shared__ __align__(16) signed char sw[MQ_BN * MQ_LD];
     __shared__ float sdx[MQ_BM];
-    __shared__ int sisc[MQ_BN * MQ_MN], simn[MQ_BN * MQ_MN];
+    __shared__ __align__(8) int sisc[8 * MQ_BN];
+    __shared__ int simn[8 * MQ_BN];
     __shared__ float sd[MQ_BN], sdm[MQ_BN];
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int g = lane >> 2, t = lane & 3;
@@ -453,26 +455,26 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
                     const signed char* q = sw + (wn + 8 * ni + g) * MQ_LD + 32 * kb + 4 * t;
                     int b_lo = *(const int*)q, b_hi = *(const int*)(q + 16);
                     // This lane's B column is output wn + 8 ni + g: its min, in all four bytes.
-                    int b_min = simn[(wn + 8 * ni + g) * MQ_MN + kb] * 0x01010101;
+                    int b_min = simn[kb * MQ_BN + wn + 8 * ni + g];
                     int dot[4];
                     mma_s8_16816(dot, a[0][0], a[0][1], b_lo);
                     mma_s8_16816_acc(dot, a[1][0], a[1][1], b_hi);
                     mma_s8_16816_acc(imin[ni], a[0][0], a[0][1], b_min);
                     mma_s8_16816_acc(imin[ni], a[1][0], a[1][1], b_min);
-                    int sc0 = sisc[(wn + 8 * ni + 2 * t) * MQ_MN + kb];
-                    int sc1 = sisc[(wn + 8 * ni + 2 * t + 1) * MQ_MN + kb];
+                    int2 sc = *(const int2*)(sisc + kb * MQ_BN + wn + 8 * ni + 2 * t);
 #pragma unroll
-                    for (int e = 0; e < 4; e++) isum[ni][e] += ((e & 1) ? sc1 : sc0) * dot[e];
+                    for (int e = 0; e < 4; e++) isum[ni][e] += ((e & 1) ? sc.y : sc.x) * dot[e];
                 }
             }
-            // One float step per (row, output) for this super-block.
+            // One float step per (row, output) for this super-block: acc += dx (d isum - dmin imin), with explicit
+            // roundings (this kernel's own order; 5 operations where k8_step takes 8).
 #pragma unroll
             for (int ni = 0; ni < 4; ni++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
-                    acc[mi][ni][e] =
-                        __fadd_rn(acc[mi][ni][e], k8_step(sd[o], sdm[o], sdx[r], isum[ni][e], imin[ni][e]));
+                    float v = __fmaf_rn(-sdm[o], (float)imin[ni][e], __fmul_rn(sd[o], (float)isum[ni][e]));
+                    acc[mi][ni][e] = __fmaf_rn(sdx[r], v, acc[mi][ni][e]);
                 }
         }
         __syncthreads();
