@@ -284,18 +284,19 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
             for (int hh = 0; hh < 2; hh++) q[l][hh] = wg ? __ldg((const u32*)(wg + (b0 + l) * 32 + 16 * hh + 4 * t)) : 0u;
 #pragma unroll
         for (int l = 0; l < 8; l++) {
-            int lo[4], hi[4], a0, a1;
+            // The block's two 16-element halves chained in the mma: its exact dot.
+            int dot[4], a0, a1;
             g16_a(st.x, 32 * l + 4 * t, a0, a1);
-            mma_s8_16816(lo, a0, a1, (int)q[l][0]);
+            mma_s8_16816(dot, a0, a1, (int)q[l][0]);
             g16_a(st.x, 32 * l + 16 + 4 * t, a0, a1);
-            mma_s8_16816(hi, a0, a1, (int)q[l][1]);
+            mma_s8_16816_acc(dot, a0, a1, (int)q[l][1]);
             float d[2], dx[2];
 #pragma unroll
             for (int cc = 0; cc < 2; cc++) d[cc] = oc[cc] < n_out ? h2f(dd[(long long)oc[cc] * nb + b0 + l]) : 0.0f;
 #pragma unroll
             for (int rh = 0; rh < 2; rh++) dx[rh] = st.d[(g + 8 * rh) * G16_XS + l];
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[l][e] = __fadd_rn(acc[l][e], q8_term(lo[e] + hi[e], dx[e >> 1], d[e & 1]));
+            for (int e = 0; e < 4; e++) acc[l][e] = __fadd_rn(acc[l][e], q8_term(dot[e], dx[e >> 1], d[e & 1]));
         }
     }
     g16_finish(red, acc, out, o0, r0, n_out, n_rows, accumulate);
