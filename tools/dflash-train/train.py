@@ -209,22 +209,36 @@ def load_data(path, max_len):
 @torch.no_grad()
 def generate(target, prompts, temp, max_new, batch, eos, device):
     """The target's continuation of each prompt (sampled at `temp`, top-p 0.95; greedy when temp is 0), cut after
-    its first EOS. Batched with left padding, so every prompt ends where generation starts."""
+    its first EOS. Batched with left padding, so every prompt ends where generation starts. A batch that runs out
+    of GPU memory is split in halves (and the smaller size kept), so a large --gen-batch is safe to ask for."""
     out = []
-    for i in range(0, len(prompts), batch):
+    i = 0
+    while i < len(prompts):
         chunk = prompts[i:i + batch]
-        width = max(len(p) for p in chunk)
-        ids = torch.full((len(chunk), width), eos, dtype=torch.long)
-        att = torch.zeros(len(chunk), width, dtype=torch.long)
-        for j, p in enumerate(chunk):
-            ids[j, width - len(p):] = torch.tensor(p)
-            att[j, width - len(p):] = 1
-        kw = dict(do_sample=True, temperature=temp, top_p=0.95, top_k=0) if temp > 0 else dict(do_sample=False)
-        gen = target.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=max_new,
-                              eos_token_id=eos, pad_token_id=eos, **kw)
-        for row in gen[:, width:].tolist():
-            out.append(row[:row.index(eos) + 1] if eos in row else row)
+        try:
+            out += generate_batch(target, chunk, temp, max_new, eos, device)
+        except torch.cuda.OutOfMemoryError:
+            if batch == 1:
+                raise
+            batch = max(1, batch // 2)
+            torch.cuda.empty_cache()
+            print(f"generation ran out of GPU memory: batches of {batch} from here", flush=True)
+            continue
+        i += len(chunk)
     return out
+
+
+def generate_batch(target, chunk, temp, max_new, eos, device):
+    width = max(len(p) for p in chunk)
+    ids = torch.full((len(chunk), width), eos, dtype=torch.long)
+    att = torch.zeros(len(chunk), width, dtype=torch.long)
+    for j, p in enumerate(chunk):
+        ids[j, width - len(p):] = torch.tensor(p)
+        att[j, width - len(p):] = 1
+    kw = dict(do_sample=True, temperature=temp, top_p=0.95, top_k=0) if temp > 0 else dict(do_sample=False)
+    gen = target.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=max_new,
+                          eos_token_id=eos, pad_token_id=eos, **kw)
+    return [row[:row.index(eos) + 1] if eos in row else row for row in gen[:, width:].tolist()]
 
 
 def self_instruct(target, rows, n, max_new, batch, eos, device, user_header, temp=1.0):
