@@ -595,7 +595,10 @@ def main():
         torch.save({"drafter": drafter.state_dict(), "opt": opt.state_dict(), "step": step, "trained_s": trained_s,
                     "log": log}, state_path)
     with open(os.path.join(args.out, "train_log.json"), "w") as f:
-        json.dump({"args": vars(args), "result": result, "log": log}, f, indent=1)
+        # Paths as given, but never absolute: the log is committed next to the drafter.
+        logged = {k: os.path.relpath(v) if isinstance(v, str) and os.path.isabs(v) else v
+                  for k, v in vars(args).items()}
+        json.dump({"args": logged, "result": result, "log": log}, f, indent=1)
     print(f"wrote {args.out} ({step} steps, {trained_s / 60:.1f} of {args.minutes:g} min"
           + ("; finished" if finished else "; unfinished: run again with --resume to continue") + ")")
 
