@@ -344,7 +344,8 @@ __device__ __forceinline__ void g16_stage_k8(G16StageK8& st, const G16SrcK8& src
     int r = lane >> 1, h = lane & 1;
     bool in = r0 + r < n_rows;
     int4 sv = in ? *(const int4*)(ks + ((long long)(r0 + r) * nsb + sb) * 8 + 4 * h) : make_int4(0, 0, 0, 0);
-    *(int2*)(st.s + r * 4 + 2 * h) = make_int2((int)__byte_perm(sv.x, sv.y, 0x5410), (int)__byte_perm(sv.z, sv.w, 0x5410));
+    int2 pairs = make_int2((int)__byte_perm(sv.x, sv.y, 0x5410), (int)__byte_perm(sv.z, sv.w, 0x5410));
+    *(int2*)(st.s + r * 4 + 2 * h) = pairs;
     if (lane < 16) st.d[lane] = r0 + lane < n_rows ? kd[(long long)(r0 + lane) * nsb + sb] : 0.0f;
     __syncwarp();
 }

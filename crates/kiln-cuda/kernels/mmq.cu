@@ -109,8 +109,9 @@ __device__ __forceinline__ void mq_load_codes(signed char* sw, const u8* w, int 
 }
 
 // Decodes the 256-element slice `sb` of outputs o0 .. o0 + 63 into sw (int8, [o][k]), their half scales
-// sc[o][16] (row stride MQ_SC) and block offsets mn[o][8] (row stride MQ_MN). Q4_K: the native super-block; Q6_K: [ql 128][qh 64][scales 16] with the
-// f16 d of every super-block after all rows; Q8_0: 32 quants per block with the f16 d of every block after all rows.
+// sc[o][16] (row stride MQ_SC) and block offsets mn[o][8] (row stride MQ_MN). Q4_K: the native super-block;
+// Q6_K: [ql 128][qh 64][scales 16] with the f16 d of every super-block after all rows; Q8_0: 32 quants per block
+// with the f16 d of every block after all rows.
 template <int TY>
 __device__ __forceinline__ void mq_load_weights(signed char* sw, float* sc, float* mn, const u8* w, int sb, int nsb,
                                                 int o0, int n_out) {

@@ -622,7 +622,7 @@ impl Device {
     ) -> Result<DWeight> {
         if n_exp == 0 || !rows.is_multiple_of(n_exp) {
             return Err(Error::Shape {
-                op: "upload_weight",
+                op: "upload_experts",
                 detail: format!("tensor '{name}': {rows} rows are not {n_exp} experts"),
             });
         }
