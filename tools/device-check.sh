@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check for a carried release binary (the device has no Rust toolchain; nothing is built here):
 #   1. kernel self-test (every kernel vs a host reference, batch invariance and graph replay by bit equality),
-#      then under compute-sanitizer (memcheck, racecheck) when it is installed;
+#      then under compute-sanitizer (memcheck, racecheck, synccheck) when it is installed;
 #   2. parity with `kiln score --ref-logits` on synthesized models: CUDA vs the CPU in the reference mode
 #      (KILN_NO_QUANT_ACT=1 on both) and in the default fast mode; graph replay vs no graph (identical logits);
 #   3. the bench table: synth Qwen3-8B Q4_K_M / Q8_0 and a 0.6B-shape Q4_K_M with the real Qwen3 tokenizer,
@@ -71,7 +71,7 @@ if want selftest; then
     grep -E "^device" "$OUT/selftest-cached.log" | tee -a "$OUT/summary.txt"
 fi
 if want sanitizer && command -v compute-sanitizer >/dev/null; then
-    for tool in memcheck racecheck; do
+    for tool in memcheck racecheck synccheck; do
         step "sanitizer-$tool" timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$KILN" selftest --device cuda
         grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool.log" | tail -n 3 | tee -a "$OUT/summary.txt"
     done

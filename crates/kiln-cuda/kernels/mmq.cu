@@ -1,9 +1,10 @@
-// The prefill matmul: int8 tensor cores (mma.sync m16n8k16, s8 x s8 -> s32) on Q8 activation blocks against
-// weights in the GEMV layout (gemv.cu's header), decoded to int8 in shared memory one 256-element slice at a time.
+// The prefill matmul: int8 tensor cores (mma.sync, s8 x s8 -> s32) on Q8 activation blocks against weights in
+// the GEMV layout (gemv.cu's header). Two families: mmq_body (Q4_K / Q6_K on per-32 activations, decoded to int8 in
+// shared memory one 256-element slice at a time) and the pipelined bodies further down (K-quants on K8, Q8_0).
 //
-// A 32-element block contributes t = dx * (s_lo * lo + s_hi * hi) + mn * sx, where lo/hi are the exact integer
+// mmq_body: a 32-element block contributes t = dx * (s_lo * lo + s_hi * hi) + mn * sx, where lo/hi are the exact integer
 // dots of its two 16-element halves, dx/sx the activation block's scale and scale * sum, s_lo/s_hi the weight's
-// half scales (equal for Q4_K and Q8_0; Q6_K has one per 16) and mn the weight block's offset (Q4_K's -dmin * m).
+// half scales (equal for Q4_K; Q6_K has one per 16) and mn the weight block's offset (Q4_K's -dmin * m).
 // Each output is acc += t over the blocks in ascending order, so a row's result depends only on its own data,
 // never on the tile it shares (rows of one prefill are independent of what else is in the call). The bits differ
 // from the decode-path GEMV's (a different float order), which is why only prefill passes use this kernel.
@@ -110,8 +111,7 @@ __device__ __forceinline__ void mq_load_codes(signed char* sw, const u8* w, int 
 
 // Decodes the 256-element slice `sb` of outputs o0 .. o0 + 63 into sw (int8, [o][k]), their half scales
 // sc[o][16] (row stride MQ_SC) and block offsets mn[o][8] (row stride MQ_MN). Q4_K: the native super-block;
-// Q6_K: [ql 128][qh 64][scales 16] with the f16 d of every super-block after all rows; Q8_0: 32 quants per block
-// with the f16 d of every block after all rows.
+// Q6_K: [ql 128][qh 64][scales 16] with the f16 d of every super-block after all rows.
 template <int TY>
 __device__ __forceinline__ void mq_load_weights(signed char* sw, float* sc, float* mn, const u8* w, int sb, int nsb,
                                                 int o0, int n_out) {
@@ -138,21 +138,6 @@ __device__ __forceinline__ void mq_load_weights(signed char* sw, float* sc, floa
             for (int i = 0; i < 16; i++) sc[o * MQ_SC + i] = d * (float)(signed char)byte_of(sw4[i >> 2], i & 3);
             for (int j = 0; j < 8; j++) mn[o * MQ_MN + j] = 0.0f;
         }
-    } else { // T_Q8_0
-        int nb = nsb * 8;
-        for (int u = tid; u < MQ_BN * 16; u += blockDim.x) {
-            int o = u >> 4, c = u & 15;
-            int4 v = make_int4(0, 0, 0, 0);
-            if (o0 + o < n_out) v = ldg16(w + (long long)(o0 + o) * nb * 32 + sb * 256 + 16 * c);
-            *(int4*)(sw + o * MQ_LD + 16 * c) = v;
-        }
-        const u16* dd = (const u16*)(w + (long long)n_out * nb * 32);
-        for (int u = tid; u < MQ_BN * 8; u += blockDim.x) {
-            int o = u >> 3, j = u & 7;
-            float d = o0 + o < n_out ? h2f(dd[(long long)(o0 + o) * nb + sb * 8 + j]) : 0.0f;
-            sc[o * MQ_SC + 2 * j] = sc[o * MQ_SC + 2 * j + 1] = d;
-            mn[o * MQ_MN + j] = 0.0f;
-        }
     }
 }
 
@@ -166,16 +151,6 @@ __device__ __forceinline__ void mq_stage_codes(signed char* sa, const signed cha
         if (r0 + r < n_rows) v = ldg16(x + (long long)(r0 + r) * width + sb * MQ_K + 16 * c);
         *(int4*)(sa + r * MQ_LD + 16 * c) = v;
     }
-}
-
-// Stages K8 activations of slice `sb`: the codes of rows r0 .. r0 + 63 into sa (as mq_stage_codes) and each
-// row's scale of the slice into sdx (zeros past n_rows).
-__device__ __forceinline__ void mq_stage_k8(signed char* sa, float* sdx, const signed char* kq, const float* kd,
-                                            int width, int sb, int r0, int n_rows) {
-    mq_stage_codes(sa, kq, width, sb, r0, n_rows);
-    int nsb = width / MQ_K;
-    for (int r = threadIdx.x; r < MQ_BM; r += blockDim.x)
-        sdx[r] = r0 + r < n_rows ? kd[(long long)(r0 + r) * nsb + sb] : 0.0f;
 }
 
 // Zeroes a warp's 32 x 32 accumulators.
@@ -296,42 +271,275 @@ __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed c
     mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
 }
 
-// ---- Q6_K on K8 activations (gemv.cu's K8 section): per super-block the sub-block-scaled integer dots are summed
-// exactly (int32) and one float step k8_step is taken per (row, output, super-block), ascending super-block order
-// (its own bits, like the per-32 body; rows stay independent of the tile). ----
+// ---- The pipelined prefill bodies: Q4_K and Q6_K on K8 activations (one scale per 256), Q8_0 on per-32
+// activations. A stage is one 256-element slice of the tile's 64 rows and 64 outputs, copied raw from global to
+// shared memory with cp.async (16 bytes a copy, zeros past the last row / output); two stages are in flight, so
+// slice s + 1 loads while slice s multiplies. The weights stay in their GEMV-layout bytes in shared memory and each
+// lane decodes its own mma B fragments from them (one Q4_K byte holds a code of two sub-blocks); fragments load
+// with ldmatrix and a 32-element dot is one m16n8k32 mma (Q6_K: two m16n8k16, one scale per 16). A warp takes
+// rows wm .. + 31 and outputs wn .. + 31 as mmq_body; rows stay independent of the tile.
+//
+// Q4_K / Q6_K: per super-block the sub-block-scaled dots are summed exactly in int32 (isum; Q4_K's min term
+// sum_j m_j * (sum of the sub-block's codes) as an mma against each output's mins replicated over 32 elements,
+// imin), then one float step per (row, output, super-block) in ascending order: Q6_K gemv.cu's k8_step, Q4_K
+// acc += dx (d isum - dmin imin) in 5 roundings. Q8_0: acc += (dx_j d_j) dot_j per 32-element block j, in order.
+// Shared memory is dynamic (mp_smem_bytes); the host sets each kernel's limit at load. ----
 
-// Q6_K weights of slice `sb` as int8 codes (as mq_load_weights) plus integer scales per 16 elements (isc[o][16])
-// and the float d of each output.
-__device__ __forceinline__ void mq_load_q6k_k8(signed char* sw, int* isc, float* sd, const u8* w, int sb, int nsb,
-                                               int o0, int n_out) {
-    mq_load_codes<T_Q6_K>(sw, w, sb, nsb, o0, n_out);
-    for (int o = threadIdx.x; o < MQ_BN; o += blockDim.x) {
-        u32 sw4[4];
-        sd[o] = mq_q6k_scales(w, sb, nsb, o0 + o, n_out, sw4);
-        for (int i = 0; i < 16; i++) isc[o * MQ_SC + i] = (signed char)byte_of(sw4[i >> 2], i & 3);
+#define MP_LDA 272 // row stride (bytes) of staged activation codes and Q8_0 weight codes: conflict-free ldmatrix
+#define MP_Q4 144  // a Q4_K super-block's GEMV-layout bytes (d, dmin, 12 scale bytes, 128 quant bytes)
+#define MP_Q6 208  // a Q6_K super-block's (ql 128, qh 64, 16 scales; its f16 d is stored after all rows)
+#define MP_XD 12   // row stride (floats) of staged per-32 activation scales: 8 used, padded against conflicts
+
+extern __shared__ __align__(16) unsigned char mp_smem[];
+
+// Dynamic shared memory of each pipelined body (bytes); the host launches with the same numbers.
+#define MP_STAGE_A (MQ_BM * MP_LDA)
+#define MP_SMEM_Q4K (2 * (MP_STAGE_A + MQ_BN * MP_Q4 + MQ_BM * 4) + 8 * MQ_BN * 8 + MQ_BN * 8)
+#define MP_SMEM_Q6K (2 * (MP_STAGE_A + MQ_BN * MP_Q6 + MQ_BM * 4) + 16 * MQ_BN * 4 + MQ_BN * 4)
+#define MP_SMEM_Q8 (2 * (MP_STAGE_A + MQ_BM * MP_XD * 4 + MQ_BN * MP_LDA + MQ_BN * 16) + 8 * MQ_BN * 4)
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// `n` (16 or 4) bytes from global src to shared dst, asynchronously; zeros when !in (src stays a valid address).
+template <int N>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool in) {
+    if (N == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                     "r"(in ? 16 : 0)
+                     : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                     "r"(in ? 4 : 0)
+                     : "memory");
+}
+
+__device__ __forceinline__ void cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits for all of this thread's copies.
+__device__ __forceinline__ void cp_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// Four 8 x 16-byte matrices from shared memory: lane l gives the address of row l % 8 of matrix l / 8 and gets
+// bytes 4 (l % 4) .. + 3 of row l / 4 of each (an mma fragment register per matrix).
+__device__ __forceinline__ void ldsm4(int (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p))
+                 : "memory");
+}
+
+// c += A x B, m16n8k32 (A: rows g / g + 8, elements 4t .. and 16 + 4t ..; B: output g, the same elements).
+__device__ __forceinline__ void mma_s8_16832(int* c, const int (&a)[4], int b0, int b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Stops the kernel when launched with less dynamic shared memory than its body needs.
+__device__ __forceinline__ void mp_check_smem(u32 need) {
+    u32 have;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
+    if (have < need) __trap();
+}
+
+// Issues the copies of the activation codes of slice sb (rows r0 .. r0 + 63) into sa: 8 per thread.
+__device__ __forceinline__ void mp_copy_act(signed char* sa, const signed char* x, int width, int sb, int r0,
+                                            int n_rows) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int u = threadIdx.x + 128 * i, r = u >> 4, c = u & 15;
+        bool in = r0 + r < n_rows;
+        cp_async<16>(sa + r * MP_LDA + 16 * c, x + (long long)(in ? r0 + r : 0) * width + sb * MQ_K + 16 * c, in);
     }
 }
 
-// out[r * n_out + o] (+)= W[o] . x[r] for Q6_K weights on K8 activations (kq codes, kd scale per 256; Q6_K has
-// no min term, so the K8 code sums are not read). Rows, grid and block as mmq_body.
-__device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const signed char* kq, const float* kd,
+// Issues the copies of the raw super-blocks `sb` (rec bytes each) of outputs o0 .. o0 + 63 into sw (row stride rec).
+template <int REC>
+__device__ __forceinline__ void mp_copy_super(u8* sw, const u8* w, int sb, int nsb, int o0, int n_out) {
+    for (int u = threadIdx.x; u < MQ_BN * (REC / 16); u += 128) {
+        int o = u / (REC / 16), c = u % (REC / 16);
+        bool in = o0 + o < n_out;
+        cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c, in);
+    }
+}
+
+// The A fragments (rows wm + 16 mi .., 32 elements from byte k) of both 16-row halves of a warp.
+__device__ __forceinline__ void mp_frag_a(int (&a)[2][4], const signed char* sa, int wm, int k, int lane) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+        ldsm4(a[mi], sa + (wm + 16 * mi + (lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + k + 16 * (lane >> 4));
+}
+
+// The float step of a warp's integer sums for one super-block: Q4_K acc += dx (d isum - dmin imin).
+__device__ __forceinline__ void mp_step_q4k(float (&acc)[2][4][4], const int (&isum)[2][4][4],
+                                            const int (&imin)[2][4][4], const float* sd, const float* sdm,
+                                            const float* sdx, int wm, int wn, int g, int t) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
+                float v = __fmaf_rn(-sdm[o], (float)imin[mi][ni][e], __fmul_rn(sd[o], (float)isum[mi][ni][e]));
+                acc[mi][ni][e] = __fmaf_rn(sdx[r], v, acc[mi][ni][e]);
+            }
+}
+
+// out[r * n_out + o] (+)= W[o] . x[r] for Q4_K weights on K8 activations (kq codes, kd scale per 256; the min term
+// comes from the codes, so the K8 code sums are not read). Rows, grid and block as mmq_body.
+__device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const signed char* kq, const float* kd,
                                                int width, int n_out, int n_rows, int accumulate, int r0) {
-    __shared__ __align__(16) signed char sa[MQ_BM * MQ_LD];
-    __shared__ __align__(16) signed char sw[MQ_BN * MQ_LD];
-    __shared__ float sdx[MQ_BM];
-    __shared__ int sisc[MQ_BN * MQ_SC];
-    __shared__ float sd[MQ_BN];
+    mp_check_smem(MP_SMEM_Q4K);
+    const int stage = MP_STAGE_A + MQ_BN * MP_Q4 + MQ_BM * 4;
+    int* sisc = (int*)(mp_smem + 2 * stage); // [j][o]
+    int* simn = sisc + 8 * MQ_BN;                                                // [j][o], replicated bytes
+    float* sd = (float*)(simn + 8 * MQ_BN);
+    float* sdm = sd + MQ_BN;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int g = lane >> 2, t = lane & 3;
     int o0 = blockIdx.x * MQ_BN;
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
     int nsb = width / MQ_K;
+    // A stage: activation codes [64][MP_LDA], raw super-blocks [64][MP_Q4], row scales [64].
+    auto issue = [&](int sb) {
+        unsigned char* s = mp_smem + (sb & 1) * stage;
+        mp_copy_act((signed char*)s, kq, width, sb, r0, n_rows);
+        mp_copy_super<MP_Q4>(s + MP_STAGE_A, w, sb, nsb, o0, n_out);
+        if (tid < MQ_BM) {
+            bool in = r0 + tid < n_rows;
+            cp_async<4>(s + MP_STAGE_A + MQ_BN * MP_Q4 + 4 * tid, kd + (long long)(in ? r0 + tid : 0) * nsb + sb, in);
+        }
+        cp_commit();
+    };
     float acc[2][4][4];
     mq_zero(acc);
-
+    issue(0);
     for (int sb = 0; sb < nsb; sb++) {
-        mq_stage_k8(sa, sdx, kq, kd, width, sb, r0, n_rows);
-        mq_load_q6k_k8(sw, sisc, sd, w, sb, nsb, o0, n_out);
+        cp_wait_all();
+        __syncthreads(); // slice sb is in; every warp is done with slice sb - 1 (its buffer and the scales)
+        if (sb + 1 < nsb) issue(sb + 1);
+        const signed char* sa = (const signed char*)(mp_smem + (sb & 1) * stage);
+        const u8* sw = (mp_smem + (sb & 1) * stage) + MP_STAGE_A;
+        const float* sdx = (const float*)(sw + MQ_BN * MP_Q4);
+        {
+            // Scales of this slice: thread (o, half) decodes sub-blocks half, half + 2, .. of output o.
+            int o = tid & 63;
+            const u32* h = (const u32*)(sw + o * MP_Q4);
+            u32 h0 = h[0], s0 = h[1], s1 = h[2], s2 = h[3];
+            for (int j = tid >> 6; j < 8; j += 2) {
+                int scj, mj;
+                k4_sm(s0, s1, s2, j, scj, mj);
+                sisc[j * MQ_BN + o] = scj;
+                simn[j * MQ_BN + o] = mj * 0x01010101;
+            }
+            if (tid < 64) {
+                sd[o] = h2f((u16)(h0 & 0xFFFF));
+                sdm[o] = h2f((u16)(h0 >> 16));
+            }
+        }
+        __syncthreads();
+        int isum[2][4][4], imin[2][4][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) isum[mi][ni][e] = imin[mi][ni][e] = 0;
+#pragma unroll 1
+        for (int p = 0; p < 4; p++) {
+            // Quant bytes 32 p .. + 31 hold sub-blocks 2 p (low nibbles) and 2 p + 1 (high) of each output.
+            int braw[4][2];
+#pragma unroll
+            for (int nq = 0; nq < 2; nq++) {
+                int r[4];
+                ldsm4(r, sw + (wn + 16 * nq + 8 * (lane >> 4) + (lane & 7)) * MP_Q4 + 16 + 32 * p +
+                             16 * ((lane >> 3) & 1));
+                braw[2 * nq][0] = r[0];
+                braw[2 * nq][1] = r[1];
+                braw[2 * nq + 1][0] = r[2];
+                braw[2 * nq + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                int j = 2 * p + s;
+                int a[2][4];
+                mp_frag_a(a, sa, wm, 32 * j, lane);
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    int b0 = (braw[ni][0] >> (4 * s)) & 0x0F0F0F0F, b1 = (braw[ni][1] >> (4 * s)) & 0x0F0F0F0F;
+                    // This lane's B column is output wn + 8 ni + g: its min, in all four bytes.
+                    int b_min = simn[j * MQ_BN + wn + 8 * ni + g];
+                    int2 sc = *(const int2*)(sisc + j * MQ_BN + wn + 8 * ni + 2 * t);
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+                        int dot[4] = {0, 0, 0, 0};
+                        mma_s8_16832(dot, a[mi], b0, b1);
+                        mma_s8_16832(imin[mi][ni], a[mi], b_min, b_min);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) isum[mi][ni][e] += ((e & 1) ? sc.y : sc.x) * dot[e];
+                    }
+                }
+            }
+        }
+        mp_step_q4k(acc, isum, imin, sd, sdm, sdx, wm, wn, g, t);
+    }
+    mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
+}
+
+// out[r * n_out + o] (+)= W[o] . x[r] for Q6_K weights on K8 activations (Q6_K has no min term). As mmq_q4_k8_body;
+// the f16 d of each output's super-block (stored after all rows) is read a slice ahead into a register.
+__device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const signed char* kq, const float* kd,
+                                               int width, int n_out, int n_rows, int accumulate, int r0) {
+    mp_check_smem(MP_SMEM_Q6K);
+    const int stage = MP_STAGE_A + MQ_BN * MP_Q6 + MQ_BM * 4;
+    int* sisc = (int*)(mp_smem + 2 * stage); // [2 j + half][o]
+    float* sd = (float*)(sisc + 16 * MQ_BN);
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int g = lane >> 2, t = lane & 3;
+    int o0 = blockIdx.x * MQ_BN;
+    int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
+    int nsb = width / MQ_K;
+    const u16* dw = (const u16*)(w + (long long)n_out * nsb * MP_Q6);
+    int od = min(o0 + (tid & 63), n_out - 1);
+    auto issue = [&](int sb) {
+        unsigned char* s = mp_smem + (sb & 1) * stage;
+        mp_copy_act((signed char*)s, kq, width, sb, r0, n_rows);
+        mp_copy_super<MP_Q6>(s + MP_STAGE_A, w, sb, nsb, o0, n_out);
+        if (tid < MQ_BM) {
+            bool in = r0 + tid < n_rows;
+            cp_async<4>(s + MP_STAGE_A + MQ_BN * MP_Q6 + 4 * tid, kd + (long long)(in ? r0 + tid : 0) * nsb + sb, in);
+        }
+        cp_commit();
+    };
+    float acc[2][4][4];
+    mq_zero(acc);
+    issue(0);
+    u16 d_next = dw[(long long)od * nsb];
+    for (int sb = 0; sb < nsb; sb++) {
+        u16 d_cur = d_next;
+        cp_wait_all();
+        __syncthreads();
+        if (sb + 1 < nsb) {
+            issue(sb + 1);
+            d_next = dw[(long long)od * nsb + sb + 1];
+        }
+        const signed char* sa = (const signed char*)(mp_smem + (sb & 1) * stage);
+        const u8* sw = (mp_smem + (sb & 1) * stage) + MP_STAGE_A;
+        const float* sdx = (const float*)(sw + MQ_BN * MP_Q6);
+        {
+            int o = tid & 63;
+            for (int i = tid >> 6; i < 16; i += 2) sisc[i * MQ_BN + o] = (signed char)sw[o * MP_Q6 + 192 + i];
+            if (tid < 64) sd[o] = o0 + o < n_out ? h2f(d_cur) : 0.0f;
+        }
         __syncthreads();
         int isum[2][4][4];
 #pragma unroll
@@ -341,29 +549,45 @@ __device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const si
 #pragma unroll
                 for (int e = 0; e < 4; e++) isum[mi][ni][e] = 0;
 #pragma unroll 1
-        for (int kb = 0; kb < 8; kb++) {
-            int a[2][2][2], b[4][2]; // [mi][half][reg], [ni][half]
-            mq_fragments(a, b, sa, sw, wm, wn, kb, g, t);
+        for (int hk = 0; hk < 4; hk++) {
+            // ql[64 h + 32 kk ..] gives sub-blocks j = 4 h + kk (low nibbles) and j + 2 (high); their 2-bit highs
+            // are bits 2 kk and 2 kk + 4 of qh[32 h ..].
+            int h = hk >> 1, kk = hk & 1;
+            int raw[4][4]; // [ni][ql half 0, ql half 1, qh half 0, qh half 1]
 #pragma unroll
             for (int ni = 0; ni < 4; ni++) {
-                int slo[2], shi[2];
+                int m = lane >> 3;
+                int off = m < 2 ? 64 * h + 32 * kk + 16 * m : 128 + 32 * h + 16 * (m - 2);
+                ldsm4(raw[ni], sw + (wn + 8 * ni + (lane & 7)) * MP_Q6 + off);
+            }
 #pragma unroll
-                for (int cc = 0; cc < 2; cc++) {
-                    int o = wn + 8 * ni + 2 * t + cc;
-                    slo[cc] = sisc[o * MQ_SC + 2 * kb];
-                    shi[cc] = sisc[o * MQ_SC + 2 * kb + 1];
-                }
+            for (int s = 0; s < 2; s++) {
+                int j = 4 * h + kk + 2 * s, sh = 2 * kk + 4 * s;
+                int a[2][4];
+                mp_frag_a(a, sa, wm, 32 * j, lane);
 #pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
-                    int lo[4], hi[4];
-                    mma_s8_16816(lo, a[mi][0][0], a[mi][0][1], b[ni][0]);
-                    mma_s8_16816(hi, a[mi][1][0], a[mi][1][1], b[ni][1]);
+                for (int ni = 0; ni < 4; ni++) {
+                    int b[2];
 #pragma unroll
-                    for (int e = 0; e < 4; e++) isum[mi][ni][e] += slo[e & 1] * lo[e] + shi[e & 1] * hi[e];
+                    for (int c = 0; c < 2; c++) {
+                        int q = ((raw[ni][c] >> (4 * s)) & 0x0F0F0F0F) | (((raw[ni][2 + c] >> sh) & 0x03030303) << 4);
+                        // Codes 0..63 to quants -32..31, byte-wise (the high bit set first stops borrows).
+                        b[c] = (int)((((u32)q | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
+                    }
+                    int2 slo = *(const int2*)(sisc + (2 * j) * MQ_BN + wn + 8 * ni + 2 * t);
+                    int2 shi = *(const int2*)(sisc + (2 * j + 1) * MQ_BN + wn + 8 * ni + 2 * t);
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+                        int lo[4], hi[4];
+                        mma_s8_16816(lo, a[mi][0], a[mi][1], b[0]);
+                        mma_s8_16816(hi, a[mi][2], a[mi][3], b[1]);
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            isum[mi][ni][e] += ((e & 1) ? slo.y : slo.x) * lo[e] + ((e & 1) ? shi.y : shi.x) * hi[e];
+                    }
                 }
             }
         }
-        // One float step per (row, output) for this super-block.
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -373,122 +597,105 @@ __device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const si
                     int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
                     acc[mi][ni][e] = __fadd_rn(acc[mi][ni][e], k8_step(sd[o], 0.0f, sdx[r], isum[mi][ni][e], 0));
                 }
-        __syncthreads();
     }
     mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
 }
 
-// `ks` (the K8 code sums) keeps the argument list of the other prefill kernels.
-extern "C" __global__ void __launch_bounds__(128) mmq_q6_k8(float* out, const u8* w, const signed char* kq,
-                                                            const float* kd, const int* ks, int width, int n_out,
-                                                            int n_rows, int accumulate) {
-    mmq_q6_k8_body(out, w, kq, kd, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);
-}
-
-// ---- Q4_K on K8 activations. Per 32-element sub-block j the two 16-element mma halves are chained into one exact
-// dot, scaled by the integer sub-block scale into isum; the min term sum_j m_j (sum of the sub-block's codes) runs
-// on the tensor cores too, as an mma of the activation codes against each output's mins replicated over their 32
-// elements, chained through the super-block into imin. One float step k8_step per (row, output, super-block), in
-// ascending super-block order (the prefill kernel's own bits; rows independent of the tile). A warp takes its two
-// 16-row halves in turn, so the integer sums cost 32 registers, not 64. ----
-
-// Q4_K weights of slice `sb` as int8 codes (as mq_load_weights) plus each output's integer scales per 32 elements
-// (isc[j][o]) and its mins replicated into all four bytes (imn[j][o], an mma B word), sub-block-major so that a
-// lane's two C columns are adjacent; and each output's float d and dmin.
-__device__ __forceinline__ void mq_load_q4k_k8(signed char* sw, int* isc, int* imn, float* sd, float* sdm,
-                                               const u8* w, int sb, int nsb, int o0, int n_out) {
-    mq_load_codes<T_Q4_K>(sw, w, sb, nsb, o0, n_out);
-    for (int o = threadIdx.x; o < MQ_BN; o += blockDim.x) {
-        float d, dmin;
-        u32 s0, s1, s2;
-        mq_q4k_header(w, sb, nsb, o0 + o, n_out, d, dmin, s0, s1, s2);
-        for (int j = 0; j < 8; j++) {
-            int scj, mj;
-            k4_sm(s0, s1, s2, j, scj, mj);
-            isc[j * MQ_BN + o] = scj;
-            imn[j * MQ_BN + o] = mj * 0x01010101;
-        }
-        sd[o] = d;
-        sdm[o] = dmin;
-    }
-}
-
-// out[r * n_out + o] (+)= W[o] . x[r] for Q4_K weights on K8 activations (kq codes, kd scale per 256; the min
-// term comes from the codes themselves, so the K8 code sums are not read). Rows, grid and block as mmq_body.
-__device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const signed char* kq, const float* kd,
-                                               int width, int n_out, int n_rows, int accumulate, int r0) {
-    __shared__ __align__(16) signed char sa[MQ_BM * MQ_LD];
-    __shared__ __align__(16) signed char sw[MQ_BN * MQ_LD];
-    __shared__ float sdx[MQ_BM];
-    __shared__ __align__(8) int sisc[8 * MQ_BN];
-    __shared__ int simn[8 * MQ_BN];
-    __shared__ float sd[MQ_BN], sdm[MQ_BN];
+// out[r * n_out + o] (+)= W[o] . x[r] for Q8_0 weights (codes per output, then the f16 d of every block after all
+// rows) on per-32 activations (xq codes, xd scales; Q8_0 has no offset, so the sums are not read).
+__device__ __forceinline__ void mmq_q8_0_body(float* out, const u8* w, const signed char* xq, const float* xd,
+                                              int width, int n_out, int n_rows, int accumulate, int r0) {
+    mp_check_smem(MP_SMEM_Q8);
+    const int stage = MP_STAGE_A + MQ_BM * MP_XD * 4 + MQ_BN * MP_LDA + MQ_BN * 16;
+    float* sdw = (float*)(mp_smem + 2 * stage); // [block][o]
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int g = lane >> 2, t = lane & 3;
     int o0 = blockIdx.x * MQ_BN;
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
-    int nsb = width / MQ_K;
+    int nsb = width / MQ_K, nb = width / 32;
+    const u8* dw = w + (long long)n_out * nb * 32;
+    // A stage: activation codes [64][MP_LDA], their scales [64][MP_XD], weight codes [64][MP_LDA], f16 d [64][8].
+    auto issue = [&](int sb) {
+        unsigned char* s = mp_smem + (sb & 1) * stage;
+        mp_copy_act((signed char*)s, xq, width, sb, r0, n_rows);
+        {
+            int r = tid >> 1, c = tid & 1;
+            bool in = r0 + r < n_rows;
+            cp_async<16>(s + MP_STAGE_A + r * MP_XD * 4 + 16 * c, xd + (long long)(in ? r0 + r : 0) * nb + sb * 8 + 4 * c,
+                         in);
+        }
+        unsigned char* sw = s + MP_STAGE_A + MQ_BM * MP_XD * 4;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int u = tid + 128 * i, o = u >> 4, c = u & 15;
+            bool in = o0 + o < n_out;
+            cp_async<16>(sw + o * MP_LDA + 16 * c, w + (long long)(in ? o0 + o : 0) * nb * 32 + sb * MQ_K + 16 * c, in);
+        }
+        if (tid < MQ_BN) {
+            bool in = o0 + tid < n_out;
+            cp_async<16>(sw + MQ_BN * MP_LDA + 16 * tid, dw + 2 * ((long long)(in ? o0 + tid : 0) * nb + sb * 8), in);
+        }
+        cp_commit();
+    };
     float acc[2][4][4];
     mq_zero(acc);
-
+    issue(0);
     for (int sb = 0; sb < nsb; sb++) {
-        mq_stage_k8(sa, sdx, kq, kd, width, sb, r0, n_rows);
-        mq_load_q4k_k8(sw, sisc, simn, sd, sdm, w, sb, nsb, o0, n_out);
+        cp_wait_all();
         __syncthreads();
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++) {
-            int isum[4][4], imin[4][4];
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) isum[ni][e] = imin[ni][e] = 0;
-#pragma unroll 1
-            for (int kb = 0; kb < 8; kb++) {
-                int a[2][2]; // [half][reg] of rows wm + 16 mi ..
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const signed char* p = sa + (wm + 16 * mi + g) * MQ_LD + 32 * kb + 16 * hh + 4 * t;
-                    a[hh][0] = *(const int*)p;
-                    a[hh][1] = *(const int*)(p + 8 * MQ_LD);
-                }
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    const signed char* q = sw + (wn + 8 * ni + g) * MQ_LD + 32 * kb + 4 * t;
-                    int b_lo = *(const int*)q, b_hi = *(const int*)(q + 16);
-                    // This lane's B column is output wn + 8 ni + g: its min, in all four bytes.
-                    int b_min = simn[kb * MQ_BN + wn + 8 * ni + g];
-                    int dot[4];
-                    mma_s8_16816(dot, a[0][0], a[0][1], b_lo);
-                    mma_s8_16816_acc(dot, a[1][0], a[1][1], b_hi);
-                    mma_s8_16816_acc(imin[ni], a[0][0], a[0][1], b_min);
-                    mma_s8_16816_acc(imin[ni], a[1][0], a[1][1], b_min);
-                    int2 sc = *(const int2*)(sisc + kb * MQ_BN + wn + 8 * ni + 2 * t);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) isum[ni][e] += ((e & 1) ? sc.y : sc.x) * dot[e];
-                }
-            }
-            // One float step per (row, output) for this super-block: acc += dx (d isum - dmin imin), with explicit
-            // roundings (this kernel's own order; 5 operations where k8_step takes 8).
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
-                    float v = __fmaf_rn(-sdm[o], (float)imin[ni][e], __fmul_rn(sd[o], (float)isum[ni][e]));
-                    acc[mi][ni][e] = __fmaf_rn(sdx[r], v, acc[mi][ni][e]);
-                }
+        if (sb + 1 < nsb) issue(sb + 1);
+        const signed char* sa = (const signed char*)(mp_smem + (sb & 1) * stage);
+        const float* sdx = (const float*)((mp_smem + (sb & 1) * stage) + MP_STAGE_A);
+        const signed char* sw = (const signed char*)((mp_smem + (sb & 1) * stage) + MP_STAGE_A + MQ_BM * MP_XD * 4);
+        {
+            const u16* hd = (const u16*)(sw + MQ_BN * MP_LDA);
+            int o = tid & 63;
+            for (int j = tid >> 6; j < 8; j += 2) sdw[j * MQ_BN + o] = h2f(hd[o * 8 + j]);
         }
         __syncthreads();
+#pragma unroll 1
+        for (int kb = 0; kb < 8; kb++) {
+            int a[2][4];
+            mp_frag_a(a, sa, wm, 32 * kb, lane);
+            float dx[2][2];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int rr = 0; rr < 2; rr++) dx[mi][rr] = sdx[(wm + 16 * mi + g + 8 * rr) * MP_XD + kb];
+#pragma unroll
+            for (int nq = 0; nq < 2; nq++) {
+                int b[4];
+                ldsm4(b, sw + (wn + 16 * nq + 8 * (lane >> 4) + (lane & 7)) * MP_LDA + 32 * kb + 16 * ((lane >> 3) & 1));
+#pragma unroll
+                for (int n2 = 0; n2 < 2; n2++) {
+                    int ni = 2 * nq + n2;
+                    float2 d = *(const float2*)(sdw + kb * MQ_BN + wn + 8 * ni + 2 * t);
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+                        int dot[4] = {0, 0, 0, 0};
+                        mma_s8_16832(dot, a[mi], b[2 * n2], b[2 * n2 + 1]);
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            acc[mi][ni][e] = __fmaf_rn(__fmul_rn(dx[mi][e >> 1], (e & 1) ? d.y : d.x), (float)dot[e],
+                                                       acc[mi][ni][e]);
+                    }
+                }
+            }
+        }
     }
     mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
 }
 
 // `ks` (the K8 code sums) keeps the argument list of the other prefill kernels.
-extern "C" __global__ void __launch_bounds__(128) mmq_q4_k8(float* out, const u8* w, const signed char* kq,
-                                                            const float* kd, const int* ks, int width, int n_out,
-                                                            int n_rows, int accumulate) {
-    mmq_q4_k8_body(out, w, kq, kd, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);
-}
+#define MP_KERNEL(NAME, BODY)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(128, 3) NAME(float* out, const u8* w, const signed char* xq,   \
+                                                              const float* xd, const float* xs, int width,       \
+                                                              int n_out, int n_rows, int accumulate) {          \
+        BODY(out, w, xq, xd, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);                            \
+    }
+MP_KERNEL(mmq_q4_k8, mmq_q4_k8_body)
+MP_KERNEL(mmq_q6_k8, mmq_q6_k8_body)
+MP_KERNEL(mmq_q8_0, mmq_q8_0_body)
 
 #define MMQ_KERNEL(NAME, TY)                                                                                    \
     extern "C" __global__ void __launch_bounds__(128) NAME(float* out, const u8* w, const signed char* xq,      \
@@ -498,4 +705,3 @@ extern "C" __global__ void __launch_bounds__(128) mmq_q4_k8(float* out, const u8
     }
 MMQ_KERNEL(mmq_q4_k, T_Q4_K)
 MMQ_KERNEL(mmq_q6_k, T_Q6_K)
-MMQ_KERNEL(mmq_q8_0, T_Q8_0)

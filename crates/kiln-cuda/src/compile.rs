@@ -25,6 +25,19 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
     ("attention.cu", include_str!("../kernels/attention.cu")),
 ];
 
+/// Dynamic shared memory (bytes) of the kernels that take it: mmq.cu's pipelined prefill bodies (`MP_SMEM_Q4K`,
+/// `MP_SMEM_Q6K`, `MP_SMEM_Q8`: two stages of staged slices plus the decoded scales). Those kernels trap when
+/// launched with less; every other kernel takes none.
+pub fn dynamic_smem(kernel: &str) -> u32 {
+    const ACT: u32 = 64 * 272; // a stage's activation codes: 64 rows, padded rows of 272 bytes
+    match kernel {
+        "mmq_q4_k8" | "moe_mmq_q4_k8" => 2 * (ACT + 64 * 144 + 64 * 4) + 8 * 64 * 8 + 64 * 8,
+        "mmq_q6_k8" | "moe_mmq_q6_k8" => 2 * (ACT + 64 * 208 + 64 * 4) + 16 * 64 * 4 + 64 * 4,
+        "mmq_q8_0" | "moe_mmq_q8_0" => 2 * (ACT + 64 * 12 * 4 + 64 * 272 + 64 * 16) + 8 * 64 * 4,
+        _ => 0,
+    }
+}
+
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
 pub const KERNEL_NAMES: [&str; 64] = [
     "moe_route",

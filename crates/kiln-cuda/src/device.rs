@@ -427,6 +427,16 @@ impl Device {
             let f = module
                 .load_function(k)
                 .map_err(drv(format!("loading kernel {k}")))?;
+            let smem = crate::compile::dynamic_smem(k);
+            if smem > 0 {
+                f.set_attribute(
+                    cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )
+                .map_err(drv(format!(
+                    "allowing kernel {k} {smem} bytes of shared memory"
+                )))?;
+            }
             funcs.insert(k, f);
         }
         // A created stream, not the legacy default one: only those can be captured into graphs.
@@ -1136,6 +1146,10 @@ impl Device {
 
     fn launch(&self, name: &'static str, cfg: LaunchConfig, args: &[&dyn Arg]) -> Result<()> {
         let f = self.f(name);
+        let cfg = LaunchConfig {
+            shared_mem_bytes: crate::compile::dynamic_smem(name),
+            ..cfg
+        };
         let mut b = self.stream.launch_builder(f);
         for a in args {
             a.push(&mut b);
