@@ -442,22 +442,40 @@ __device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
 #define FA_ROWS 64 // query rows a block (4 warps of 16)
 #define FA_TILE 64 // positions a K/V tile
 
+// ldmatrix x4 on f16 tiles in shared memory (`.trans` when T): lane l gives the address of row l % 8 of matrix
+// l / 8 and gets one mma B-fragment register per matrix.
+template <bool T>
+__device__ __forceinline__ void fa_ldsm(u32 (&r)[4], const u16* p) {
+    if (T)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_addr(p))
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(smem_addr(p))
+                     : "memory");
+}
+
 // One block per (64 consecutive rows of a prefill pass, query head); warp w takes rows 16w .. 16w + 15. K/V tiles
-// of 64 positions (aligned to position 0) are staged in shared memory (K as [position][dim], V transposed to
-// [dim][position], rows padded against bank conflicts) and shared by the four warps; S = Q K^T and O += P V are
-// mma.sync m16n8k16 on f16 with f32 accumulation (q is scaled by scale * log2 e before rounding to f16; P is
-// rounded to f16), with an online softmax per row in the log2 domain. Rows of other slots than the one being
+// of 64 positions (aligned to position 0) are copied as they are ([position][dim], rows padded against bank
+// conflicts) into shared memory with cp.async, two tiles in flight (tile i + 1 loads while tile i is used), and
+// shared by the four warps; S = Q K^T and O += P V are mma.sync m16n8k16 on f16 with f32 accumulation, their B
+// fragments loaded by ldmatrix (V's transposed); q is scaled by scale * log2 e before rounding to f16, P is
+// rounded to f16, with an online softmax per row in the log2 domain. Rows of other slots than the one being
 // staged, and positions after a row's own, are masked: a row sees exactly its own slot's positions 0..=pos in
 // tile order, whatever other rows share its block, so a sequence's prefill does not depend on the batch.
-// grid = (ceil(rows / 64), n_head), block = 128. Writes out[row][head][dim] (f32).
+// grid = (ceil(rows / 64), n_head), block = 128, dynamic shared memory FA_SMEM(HD). Writes out[row][head][dim].
+#define FA_SMEM(HD) (2 * 2 * FA_TILE * ((HD) + 8) * 2)
 template <int HD>
 __device__ __forceinline__ void attn_flash_body(float* out, const float* q, const void* kc, const void* vc,
                                                 const int* slots, const int* positions, int n_rows, int layer,
                                                 int n_slots, int slot_ctx, int n_head, int n_head_kv, float scale) {
-    constexpr int KLD = HD + 8;      // K row stride in halves (272 bytes at HD 128: fragment reads hit distinct banks)
-    constexpr int VLD = FA_TILE + 8; // V^T row stride in halves
-    __shared__ __align__(16) u16 ks[FA_TILE * KLD];
-    __shared__ __align__(16) u16 vt[HD * VLD];
+    constexpr int KLD = HD + 8; // K / V row stride in halves (272 bytes at HD 128: conflict-free ldmatrix rows)
+    constexpr int TILE = FA_TILE * KLD;
+    mp_check_smem(FA_SMEM(HD));
+    u16* kv_smem = (u16*)mp_smem; // [stage][K, V][position][KLD]
     __shared__ int rslot[FA_ROWS], rpos[FA_ROWS];
     int h = blockIdx.y, kvh = h / (n_head / n_head_kv);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -509,29 +527,28 @@ __device__ __forceinline__ void attn_flash_body(float* out, const float* q, cons
         for (int i = warp * 16; i < warp * 16 + 16; i++)
             if (rslot[i] == s) wlast = max(wlast, rpos[i]);
         long long base = kv_row(layer, s, 0, n_slots, slot_ctx, kv_dim) + (long long)kvh * HD;
-        for (int t0 = 0; t0 <= last; t0 += FA_TILE) {
-            __syncthreads(); // the previous tile is no longer read
-            // Stage K as is (a thread per 8 dims of a position) and V transposed (consecutive threads take
-            // consecutive positions, so the 2-byte stores of a warp fill whole bank words).
+        // Copies of tile i (positions 64 i ..) into stage i % 2: a thread per 8 dims of a position, K and V.
+        auto issue = [&](int i) {
+            u16* st = kv_smem + (i & 1) * 2 * TILE;
             for (int u = threadIdx.x; u < FA_TILE * HD / 8; u += blockDim.x) {
                 int p = u / (HD / 8), c = (u % (HD / 8)) * 8;
-                bool in = t0 + p < slot_ctx;
-                long long src = base + (long long)(t0 + p) * kv_dim + c;
-                *(int4*)(ks + p * KLD + c) = in ? __ldg((const int4*)((const u16*)kc + src)) : make_int4(0, 0, 0, 0);
+                bool in = FA_TILE * i + p < slot_ctx;
+                long long src = in ? base + (long long)(FA_TILE * i + p) * kv_dim + c : 0;
+                cp_async<16>(st + p * KLD + c, (const u16*)kc + src, in);
+                cp_async<16>(st + TILE + p * KLD + c, (const u16*)vc + src, in);
             }
-            for (int u = threadIdx.x; u < FA_TILE * HD / 8; u += blockDim.x) {
-                int p = u % FA_TILE, c = (u / FA_TILE) * 8;
-                bool in = t0 + p < slot_ctx;
-                long long src = base + (long long)(t0 + p) * kv_dim + c;
-                int4 v4 = in ? __ldg((const int4*)((const u16*)vc + src)) : make_int4(0, 0, 0, 0);
-                u32 w4[4] = {(u32)v4.x, (u32)v4.y, (u32)v4.z, (u32)v4.w};
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    vt[(c + 2 * i) * VLD + p] = (u16)(w4[i] & 0xFFFF);
-                    vt[(c + 2 * i + 1) * VLD + p] = (u16)(w4[i] >> 16);
-                }
-            }
-            __syncthreads();
+            cp_commit();
+        };
+        int n_tiles = last / FA_TILE + 1;
+        __syncthreads(); // the previous slot's tiles are no longer read
+        issue(0);
+        for (int it = 0; it < n_tiles; it++) {
+            int t0 = FA_TILE * it;
+            cp_wait_all();
+            __syncthreads(); // tile it is in; every warp is done with tile it - 1
+            if (it + 1 < n_tiles) issue(it + 1);
+            const u16* ks = kv_smem + (it & 1) * 2 * TILE;
+            const u16* vs = ks + TILE;
             if (t0 > wlast) continue; // no row of this warp sees this tile (warp-uniform)
             // S = Q K^T: 8 tiles of 8 positions.
             float sc[FA_TILE / 8][4];
@@ -540,9 +557,12 @@ __device__ __forceinline__ void attn_flash_body(float* out, const float* q, cons
 #pragma unroll
                 for (int e = 0; e < 4; e++) sc[j][e] = 0.0f;
 #pragma unroll
-                for (int kk = 0; kk < HD / 16; kk++) {
-                    const u16* kr = ks + (8 * j + g) * KLD + 16 * kk + 2 * t;
-                    mma_f16_16816(sc[j], qf[kk], *(const u32*)kr, *(const u32*)(kr + 8), sc[j]);
+                for (int kk = 0; kk < HD / 16; kk += 2) {
+                    // B fragments of dims 16 kk .. + 31 for positions 8 j .. + 7 (K rows as they are).
+                    u32 kb[4];
+                    fa_ldsm<false>(kb, ks + (8 * j + (lane & 7)) * KLD + 16 * kk + 8 * (lane >> 3));
+                    mma_f16_16816(sc[j], qf[kk], kb[0], kb[1], sc[j]);
+                    mma_f16_16816(sc[j], qf[kk + 1], kb[2], kb[3], sc[j]);
                 }
             }
             // Mask, then the online softmax of rows a (C elements 0, 1) and b (2, 3).
@@ -595,11 +615,14 @@ __device__ __forceinline__ void attn_flash_body(float* out, const float* q, cons
             }
             // O += P V: B[k = position][n = dim] from V^T.
 #pragma unroll
-            for (int j = 0; j < HD / 8; j++)
+            for (int j = 0; j < HD / 8; j += 2)
 #pragma unroll
                 for (int kk = 0; kk < FA_TILE / 16; kk++) {
-                    const u16* vr = vt + (8 * j + g) * VLD + 16 * kk + 2 * t;
-                    mma_f16_16816(o[j], pf[kk], *(const u32*)vr, *(const u32*)(vr + 8), o[j]);
+                    // B fragments of positions 16 kk .. + 15 for dims 8 j .. + 15 (V rows, transposed by ldmatrix).
+                    u32 vb[4];
+                    fa_ldsm<true>(vb, vs + (16 * kk + 8 * ((lane >> 3) & 1) + (lane & 7)) * KLD + 8 * j + 8 * (lane >> 4));
+                    mma_f16_16816(o[j], pf[kk], vb[0], vb[1], o[j]);
+                    mma_f16_16816(o[j + 1], pf[kk], vb[2], vb[3], o[j + 1]);
                 }
         }
     }

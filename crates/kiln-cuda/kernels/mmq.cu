@@ -350,25 +350,30 @@ __device__ __forceinline__ void mp_check_smem(u32 need) {
     if (have < need) __trap();
 }
 
-// Issues the copies of the activation codes of slice sb (rows r0 .. r0 + 63) into sa: 8 per thread.
-__device__ __forceinline__ void mp_copy_act(signed char* sa, const signed char* x, int width, int sb, int r0,
-                                            int n_rows) {
+// Issues a stage's copies of 64 rows x 256 bytes into dst (row stride MP_LDA): this thread's rows tid / 16 + 8 i,
+// chunk tid % 16. `src` is that chunk of the thread's first row in global memory (`stride` bytes a row); rows from
+// `rows` on are zero-filled (their source address is `base`, never read).
+__device__ __forceinline__ void mp_copy_rows(signed char* dst, const signed char* src, long long stride, int rows,
+                                             const void* base) {
+    int t = threadIdx.x;
+    dst += (t >> 4) * MP_LDA + 16 * (t & 15);
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        int u = threadIdx.x + 128 * i, r = u >> 4, c = u & 15;
-        bool in = r0 + r < n_rows;
-        cp_async<16>(sa + r * MP_LDA + 16 * c, x + (long long)(in ? r0 + r : 0) * width + sb * MQ_K + 16 * c, in);
+        bool in = (t >> 4) + 8 * i < rows;
+        cp_async<16>(dst + 8 * i * MP_LDA, in ? src + 8 * i * stride : base, in);
     }
 }
 
-// Issues the copies of the raw super-blocks `sb` (rec bytes each) of outputs o0 .. o0 + 63 into sw (row stride rec).
+// Issues a stage's copies of 64 raw super-blocks of REC bytes into dst (row stride REC): this thread's record
+// tid / 2, chunks tid % 2, + 2, .. (a thread pair reads whole 32-byte sectors). `src` is the thread's first chunk
+// in global memory; zeros when !in.
 template <int REC>
-__device__ __forceinline__ void mp_copy_super(u8* sw, const u8* w, int sb, int nsb, int o0, int n_out) {
-    for (int u = threadIdx.x; u < MQ_BN * (REC / 16); u += 128) {
-        int o = u / (REC / 16), c = u % (REC / 16);
-        bool in = o0 + o < n_out;
-        cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c, in);
-    }
+__device__ __forceinline__ void mp_copy_super(u8* dst, const u8* src, bool in) {
+    int t = threadIdx.x;
+    dst += (t >> 1) * REC + 16 * (t & 1);
+#pragma unroll
+    for (int k = 0; k < (REC / 16 + 1) / 2; k++)
+        if ((t & 1) + 2 * k < REC / 16) cp_async<16>(dst + 32 * k, src + 32 * k, in);
 }
 
 // The A fragments (rows wm + 16 mi .., 32 elements from byte k) of both 16-row halves of a warp.
@@ -409,15 +414,18 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
     int o0 = blockIdx.x * MQ_BN;
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
     int nsb = width / MQ_K;
-    // A stage: activation codes [64][MP_LDA], raw super-blocks [64][MP_Q4], row scales [64].
+    // A stage: activation codes [64][MP_LDA], raw super-blocks [64][MP_Q4], row scales [64]. Each thread's
+    // sources, computed once; slice sb adds its offset.
+    const signed char* xa = kq + (long long)(r0 + (tid >> 4)) * width + 16 * (tid & 15);
+    bool w_in = o0 + (tid >> 1) < n_out;
+    const u8* wa = w + (long long)min(o0 + (tid >> 1), n_out - 1) * nsb * MP_Q4 + 16 * (tid & 1);
+    bool d_in = tid < MQ_BM && r0 + tid < n_rows;
+    const float* da = kd + (long long)(d_in ? r0 + tid : 0) * nsb;
     auto issue = [&](int sb) {
         unsigned char* s = mp_smem + (sb & 1) * stage;
-        mp_copy_act((signed char*)s, kq, width, sb, r0, n_rows);
-        mp_copy_super<MP_Q4>(s + MP_STAGE_A, w, sb, nsb, o0, n_out);
-        if (tid < MQ_BM) {
-            bool in = r0 + tid < n_rows;
-            cp_async<4>(s + MP_STAGE_A + MQ_BN * MP_Q4 + 4 * tid, kd + (long long)(in ? r0 + tid : 0) * nsb + sb, in);
-        }
+        mp_copy_rows((signed char*)s, xa + sb * MQ_K, width, n_rows - r0, kq);
+        mp_copy_super<MP_Q4>(s + MP_STAGE_A, wa + sb * MP_Q4, w_in);
+        if (tid < MQ_BM) cp_async<4>(s + MP_STAGE_A + MQ_BN * MP_Q4 + 4 * tid, da + sb, d_in);
         cp_commit();
     };
     float acc[2][4][4];
@@ -510,14 +518,16 @@ __device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const si
     int nsb = width / MQ_K;
     const u16* dw = (const u16*)(w + (long long)n_out * nsb * MP_Q6);
     int od = min(o0 + (tid & 63), n_out - 1);
+    const signed char* xa = kq + (long long)(r0 + (tid >> 4)) * width + 16 * (tid & 15);
+    bool w_in = o0 + (tid >> 1) < n_out;
+    const u8* wa = w + (long long)min(o0 + (tid >> 1), n_out - 1) * nsb * MP_Q6 + 16 * (tid & 1);
+    bool d_in = tid < MQ_BM && r0 + tid < n_rows;
+    const float* da = kd + (long long)(d_in ? r0 + tid : 0) * nsb;
     auto issue = [&](int sb) {
         unsigned char* s = mp_smem + (sb & 1) * stage;
-        mp_copy_act((signed char*)s, kq, width, sb, r0, n_rows);
-        mp_copy_super<MP_Q6>(s + MP_STAGE_A, w, sb, nsb, o0, n_out);
-        if (tid < MQ_BM) {
-            bool in = r0 + tid < n_rows;
-            cp_async<4>(s + MP_STAGE_A + MQ_BN * MP_Q6 + 4 * tid, kd + (long long)(in ? r0 + tid : 0) * nsb + sb, in);
-        }
+        mp_copy_rows((signed char*)s, xa + sb * MQ_K, width, n_rows - r0, kq);
+        mp_copy_super<MP_Q6>(s + MP_STAGE_A, wa + sb * MP_Q6, w_in);
+        if (tid < MQ_BM) cp_async<4>(s + MP_STAGE_A + MQ_BN * MP_Q6 + 4 * tid, da + sb, d_in);
         cp_commit();
     };
     float acc[2][4][4];
@@ -615,26 +625,20 @@ __device__ __forceinline__ void mmq_q8_0_body(float* out, const u8* w, const sig
     int nsb = width / MQ_K, nb = width / 32;
     const u8* dw = w + (long long)n_out * nb * 32;
     // A stage: activation codes [64][MP_LDA], their scales [64][MP_XD], weight codes [64][MP_LDA], f16 d [64][8].
+    // Each thread's sources, computed once; slice sb adds its offset.
+    const signed char* xa = xq + (long long)(r0 + (tid >> 4)) * width + 16 * (tid & 15);
+    bool xd_in = r0 + (tid >> 1) < n_rows;
+    const float* xda = xd + (long long)(xd_in ? r0 + (tid >> 1) : 0) * nb + 4 * (tid & 1);
+    const signed char* wa = (const signed char*)w + (long long)(o0 + (tid >> 4)) * nb * 32 + 16 * (tid & 15);
+    bool d_in = tid < MQ_BN && o0 + tid < n_out;
+    const u8* da = dw + 2 * (long long)(d_in ? o0 + tid : 0) * nb;
     auto issue = [&](int sb) {
         unsigned char* s = mp_smem + (sb & 1) * stage;
-        mp_copy_act((signed char*)s, xq, width, sb, r0, n_rows);
-        {
-            int r = tid >> 1, c = tid & 1;
-            bool in = r0 + r < n_rows;
-            cp_async<16>(s + MP_STAGE_A + r * MP_XD * 4 + 16 * c, xd + (long long)(in ? r0 + r : 0) * nb + sb * 8 + 4 * c,
-                         in);
-        }
+        mp_copy_rows((signed char*)s, xa + sb * MQ_K, width, n_rows - r0, xq);
+        cp_async<16>(s + MP_STAGE_A + (tid >> 1) * MP_XD * 4 + 16 * (tid & 1), xda + sb * 8, xd_in);
         unsigned char* sw = s + MP_STAGE_A + MQ_BM * MP_XD * 4;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int u = tid + 128 * i, o = u >> 4, c = u & 15;
-            bool in = o0 + o < n_out;
-            cp_async<16>(sw + o * MP_LDA + 16 * c, w + (long long)(in ? o0 + o : 0) * nb * 32 + sb * MQ_K + 16 * c, in);
-        }
-        if (tid < MQ_BN) {
-            bool in = o0 + tid < n_out;
-            cp_async<16>(sw + MQ_BN * MP_LDA + 16 * tid, dw + 2 * ((long long)(in ? o0 + tid : 0) * nb + sb * 8), in);
-        }
+        mp_copy_rows((signed char*)sw, wa + sb * MQ_K, (long long)nb * 32, n_out - o0, w);
+        if (tid < MQ_BN) cp_async<16>(sw + MQ_BN * MP_LDA + 16 * tid, da + 16 * sb, d_in);
         cp_commit();
     };
     float acc[2][4][4];
