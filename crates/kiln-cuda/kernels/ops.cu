@@ -139,7 +139,8 @@ __device__ __forceinline__ void k8_write(float y, const float* group, signed cha
 // block p writes only elements 1024 p .. 1024 p + 1023: the quantization of a decode row is spread over several
 // multiprocessors instead of queuing on one.
 #define RN_PER 8
-// With kq non-null (width % 256 == 0 and width <= RN_PER * 1024) it also writes the K8 shadow.
+// With kq non-null (width % 256 == 0 and width <= RN_PER * 1024) it also writes the K8 shadow; with xq null it
+// skips the Q8 blocks (as swiglu_q8).
 extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signed char* xq, float* xd, float* xs,
                                                                 signed char* kq, float* kd, int* ks, const float* x,
                                                                 const float* w, int width, float eps) {
@@ -170,7 +171,7 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signe
         v[j] = v[j] * scale * wv[j];
         if (act) {
             out[base + i] = v[j];
-            q8_warp(v[j], xq, xd, xs, (base + i) / 32);
+            if (xq) q8_warp(v[j], xq, xd, xs, (base + i) / 32);
         }
         if (kq) k8_publish(v[j], act, &sk[32 * j + warp]);
     }
@@ -188,12 +189,12 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signe
     for (int i = threadIdx.x + RN_PER * blockDim.x; i - (int)(threadIdx.x & 31) < width; i += blockDim.x) {
         float y = x[base + i] * scale * w[i];
         out[base + i] = y;
-        q8_warp(y, xq, xd, xs, (base + i) / 32);
+        if (xq) q8_warp(y, xq, xd, xs, (base + i) / 32);
     }
 }
 
-// swiglu over n elements (n % 32 == 0) that also writes the Q8 blocks. One warp per block of 32, 256 threads a
-// block; with kq non-null (n % 256 == 0: a block is all in or all out) also the K8 shadow.
+// swiglu over n elements (n % 32 == 0) that also writes the Q8 blocks (unless xq is null). One warp per block of
+// 32, 256 threads a block; with kq non-null (n % 256 == 0: a block is all in or all out) also the K8 shadow.
 extern "C" __global__ void swiglu_q8(float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd,
                                      int* ks, const float* gate, const float* up, long long n) {
     __shared__ float sk[32];
@@ -203,7 +204,7 @@ extern "C" __global__ void swiglu_q8(float* out, signed char* xq, float* xd, flo
     float g = gate[i];
     float v = g / (1.0f + expf(-g)) * up[i];
     out[i] = v;
-    q8_warp(v, xq, xd, xs, blk);
+    if (xq) q8_warp(v, xq, xd, xs, blk);
     if (kq) {
         int warp = threadIdx.x >> 5;
         k8_publish(v, true, &sk[warp]);

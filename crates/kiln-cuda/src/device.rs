@@ -146,6 +146,9 @@ pub struct Device {
     /// Set once a weight that reads K8 activations is uploaded: until then the fused writers skip the K8 shadow
     /// (a Q8_0 model never pays for it).
     k8_weights: AtomicBool,
+    /// Set once a matmul reads per-32 Q8 activations: until then a fused writer that writes the K8 shadow skips the
+    /// per-32 blocks (a model whose matmuls all read K8 never pays for them; a later reader quantizes on demand).
+    q8_read: AtomicBool,
     /// Bytes of weights uploaded (repacking keeps sizes; a tied output head counts twice).
     weight_bytes: AtomicU64,
     /// Marketing name of the GPU.
@@ -471,6 +474,7 @@ impl Device {
             generation: Mutex::new(0),
             capturing: AtomicBool::new(false),
             k8_weights: AtomicBool::new(false),
+            q8_read: AtomicBool::new(false),
             weight_bytes: AtomicU64::new(0),
             name,
             arch,
@@ -1219,6 +1223,9 @@ impl Device {
                 32,
             )
         };
+        if !k8 {
+            self.q8_read.store(true, Ordering::Relaxed);
+        }
         let (qp, dp) = (self.ptr(codes), self.ptr(scales));
         if valid.load(Ordering::Relaxed) < n {
             self.check(
@@ -1251,6 +1258,19 @@ impl Device {
             && width.is_multiple_of(256)
             && n <= out.kq.len()
             && (self.opts.prefill_k8 || !self.mmq_rows(pass_rows))
+    }
+
+    /// `out`'s per-32 Q8 pointers for a fused writer (nulls when it writes the K8 shadow and no matmul has read
+    /// per-32 activations yet), and whether it writes them.
+    fn q8_ptrs(&self, out: &DBuf, k8: bool) -> ((u64, u64, u64), bool) {
+        if !k8 || self.q8_read.load(Ordering::Relaxed) {
+            (
+                (self.ptr(&out.xq), self.ptr(&out.xd), self.ptr(&out.xs)),
+                true,
+            )
+        } else {
+            ((0, 0, 0), false)
+        }
     }
 
     /// `out`'s K8 shadow pointers for a fused writer, or nulls.
@@ -1565,8 +1585,8 @@ impl Device {
         let (o, xp, wp) = (self.ptr(&out.data), self.ptr(&x.data), self.ptr(&w.data));
         let cfg = grid(n_rows as u32, 1, ROW_THREADS);
         if self.opts.fused && width.is_multiple_of(32) {
-            let (qp, dp, sp) = (self.ptr(&out.xq), self.ptr(&out.xd), self.ptr(&out.xs));
             let k8 = width <= RN_MAX_K8 && self.fused_k8(out, n_rows * width, width);
+            let ((qp, dp, sp), q8) = self.q8_ptrs(out, k8);
             let (kq, kd, ks) = self.k8_ptrs(out, k8);
             // A few rows (decode, a verify block): one block per 1024 elements of a row (bits unchanged).
             let parts = if n_rows <= MMQ_MIN_ROWS && width <= RN_MAX_K8 {
@@ -1595,7 +1615,9 @@ impl Device {
                     &eps,
                 ],
             )?;
-            out.q8_valid.store(n_rows * width, Ordering::Relaxed);
+            if q8 {
+                out.q8_valid.store(n_rows * width, Ordering::Relaxed);
+            }
             if k8 {
                 out.k8_valid.store(n_rows * width, Ordering::Relaxed);
             }
@@ -1691,15 +1713,17 @@ impl Device {
             self.ptr(&up.data),
         );
         if self.opts.fused && n.is_multiple_of(32) {
-            let (qp, dp, sp) = (self.ptr(&out.xq), self.ptr(&out.xd), self.ptr(&out.xs));
             let k8 = self.fused_k8(out, n, n);
+            let ((qp, dp, sp), q8) = self.q8_ptrs(out, k8);
             let (kq, kd, ks) = self.k8_ptrs(out, k8);
             self.launch(
                 "swiglu_q8",
                 grid((n / 32).div_ceil(8) as u32, 1, 256),
                 &[&o, &qp, &dp, &sp, &kq, &kd, &ks, &g, &u, &(n as i64)],
             )?;
-            out.q8_valid.store(n, Ordering::Relaxed);
+            if q8 {
+                out.q8_valid.store(n, Ordering::Relaxed);
+            }
             if k8 {
                 out.k8_valid.store(n, Ordering::Relaxed);
             }
@@ -2140,11 +2164,6 @@ impl Device {
             ],
         )?;
         let fused = self.opts.fused && head_dim.is_multiple_of(32);
-        let (xq, xd, xs) = if fused {
-            (self.ptr(&out.xq), self.ptr(&out.xd), self.ptr(&out.xs))
-        } else {
-            (0, 0, 0)
-        };
         // The K8 shadow (for a K-quant o-proj) needs a block to hold whole 256-element K8 blocks: 256 / head_dim
         // heads a block.
         let width = n_head * head_dim;
@@ -2153,6 +2172,10 @@ impl Device {
             && matches!(head_dim, 64 | 128 | 256)
             && n_head.is_multiple_of(heads)
             && self.fused_k8(out, n * width, width);
+        let ((xq, xd, xs), q8) = match self.q8_ptrs(out, k8) {
+            (ptrs, true) if fused => (ptrs, true),
+            _ => ((0, 0, 0), false),
+        };
         let (kq, kd, ks) = self.k8_ptrs(out, k8);
         let heads = if k8 { heads } else { 1 };
         self.launch(
@@ -2162,7 +2185,7 @@ impl Device {
                 &o, &xq, &xd, &xs, &kq, &kd, &ks, &wsp, &pp, &nh, &hd, &nsp, &vis,
             ],
         )?;
-        if fused {
+        if q8 {
             out.q8_valid.store(n * width, Ordering::Relaxed);
         }
         if k8 {
