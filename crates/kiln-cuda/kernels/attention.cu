@@ -526,6 +526,10 @@ __device__ __forceinline__ void attn_flash_body(float* out, const float* q, cons
         int wlast = -1;
         for (int i = warp * 16; i < warp * 16 + 16; i++)
             if (rslot[i] == s) wlast = max(wlast, rpos[i]);
+        // The lowest position of this warp's rows when all 16 are of slot s (else -1): tiles that end at or
+        // before it are seen whole by every row, so they skip the mask (which would keep every score as is).
+        int wmin = 0x7fffffff;
+        for (int i = warp * 16; i < warp * 16 + 16; i++) wmin = rslot[i] == s ? min(wmin, rpos[i]) : -1;
         long long base = kv_row(layer, s, 0, n_slots, slot_ctx, kv_dim) + (long long)kvh * HD;
         // Copies of tile i (positions 64 i ..) into stage i % 2: a thread per 8 dims of a position, K and V.
         auto issue = [&](int i) {
@@ -565,17 +569,23 @@ __device__ __forceinline__ void attn_flash_body(float* out, const float* q, cons
                     mma_f16_16816(sc[j], qf[kk + 1], kb[2], kb[3], sc[j]);
                 }
             }
-            // Mask, then the online softmax of rows a (C elements 0, 1) and b (2, 3).
+            // Mask (unless every row sees the whole tile: warp-uniform), then the online softmax of rows a (C
+            // elements 0, 1) and b (2, 3).
             float mt[2] = {NEG_INF, NEG_INF};
+            if (t0 + FA_TILE - 1 > wmin) {
+#pragma unroll
+                for (int j = 0; j < FA_TILE / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int p = t0 + 8 * j + 2 * t + (e & 1);
+                        bool vis = e < 2 ? (sa == s && p <= pa) : (sb == s && p <= pb);
+                        sc[j][e] = vis ? sc[j][e] : NEG_INF;
+                    }
+            }
 #pragma unroll
             for (int j = 0; j < FA_TILE / 8; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int p = t0 + 8 * j + 2 * t + (e & 1);
-                    bool vis = e < 2 ? (sa == s && p <= pa) : (sb == s && p <= pb);
-                    sc[j][e] = vis ? sc[j][e] : NEG_INF;
-                    mt[e >> 1] = fmaxf(mt[e >> 1], sc[j][e]);
-                }
+                for (int e = 0; e < 4; e++) mt[e >> 1] = fmaxf(mt[e >> 1], sc[j][e]);
             float corr[2];
 #pragma unroll
             for (int rr = 0; rr < 2; rr++) {
