@@ -3,7 +3,8 @@
 # device's CUDA 13.0) under .test-assets/cuda-nvrtc and compiles every kernel with the exact options kiln uses at
 # run time, for sm_90a (H200) unless architectures are given: tools/check-kernels.sh [sm_90a sm_80 ...]
 # Then disassembles the cubins (cuobjdump + nvdisasm from PyPI; 13.0 is not published there, 13.2 reads 13.0
-# cubins) and checks that the kernels that stream weights or the KV cache use 16-byte loads (LDG.E.128).
+# cubins) and checks that the kernels that stream weights or the KV cache use 16-byte loads (LDG.E.128, or
+# LDGSTS.E.BYPASS.128: a 16-byte cp.async straight into shared memory).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/.test-assets/cuda-nvrtc"
@@ -27,15 +28,15 @@ cubins=$(mktemp -d)
 trap 'rm -rf "$cubins"' EXIT
 KILN_CUBIN_DIR="$cubins" cargo run --quiet -p kiln-cuda --example check_kernels -- "${@:-sm_90a}"
 # Kernels whose main loads must be 16-byte vectors.
-wide="gemv_r1 gemv_r8 gemv3_r1 gemv3_r8 gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 attn_flash_h64 attn_flash_h128 attn_split_g1_h64 attn_split_g2_h64 attn_split_g3_h64 attn_split_g4_h64 attn_split_g8_h64 attn_split_g1_h128 attn_split_g2_h128 attn_split_g3_h128 attn_split_g4_h128 attn_split_g8_h128"
+wide="mmq_q4_k8 mmq_q6_k8 mmq_q8_0 gemv_r1 gemv_r8 gemv3_r1 gemv3_r8 gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 attn_flash_h64 attn_flash_h128 attn_split_g1_h64 attn_split_g2_h64 attn_split_g3_h64 attn_split_g4_h64 attn_split_g8_h64 attn_split_g1_h128 attn_split_g2_h128 attn_split_g3_h128 attn_split_g4_h128 attn_split_g8_h128"
 for cubin in "$cubins"/*.cubin; do
     PATH="$bin:$PATH" cuobjdump -sass "$cubin" >"$cubins/sass.txt"
     for k in $wide; do
-        n=$(awk -v k="$k" '/Function :/ { f = $3 } f == k && /LDG\.E\.128/ { n++ } END { print n + 0 }' "$cubins/sass.txt")
+        n=$(awk -v k="$k" '/Function :/ { f = $3 } f == k && /LDG\.E\.128|LDGSTS\.E\.BYPASS\.128/ { n++ } END { print n + 0 }' "$cubins/sass.txt")
         if [ "$n" -eq 0 ]; then
-            echo "FAIL $(basename "$cubin" .cubin): $k has no LDG.E.128 in its SASS" >&2
+            echo "FAIL $(basename "$cubin" .cubin): $k has no 16-byte load (LDG.E.128 or LDGSTS.E.BYPASS.128) in its SASS" >&2
             exit 1
         fi
-        echo "  $k: $n LDG.E.128"
+        echo "  $k: $n 16-byte loads"
     done
 done
