@@ -279,11 +279,11 @@ __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed c
 // with ldmatrix and a 32-element dot is one m16n8k32 mma (Q6_K: two m16n8k16, one scale per 16). A warp takes
 // rows wm .. + 31 and outputs wn .. + 31 as mmq_body; rows stay independent of the tile.
 //
-// Q4_K / Q6_K: per super-block the sub-block-scaled dots are summed exactly in int32 (isum; Q4_K's min term
-// sum_j m_j * (sum of the sub-block's codes) as an mma against each output's mins replicated over 32 elements,
-// imin), then one float step per (row, output, super-block) in ascending order: Q6_K gemv.cu's k8_step, Q4_K
-// acc += dx (d isum - dmin imin) in 5 roundings. Q8_0: acc += (dx_j d_j) dot_j per 32-element block j, in order.
-// Shared memory is dynamic (mp_smem_bytes); the host sets each kernel's limit at load. ----
+// Q4_K / Q6_K: per super-block the sub-block-scaled dots are summed exactly in int32 (isum; Q4_K also its min
+// term imin = sum_j m_j * (sum of the sub-block's codes)), then one float step per (row, output, super-block) in
+// ascending order: Q6_K gemv.cu's k8_step, Q4_K acc += dx (d isum - dmin imin) in 5 roundings. Q8_0:
+// acc += (dx_j d_j) dot_j per 32-element block j, in order. Shared memory is dynamic (MP_SMEM_*); the host sets
+// each kernel's limit at load. ----
 
 #define MP_LDA 272 // row stride (bytes) of staged activation codes and Q8_0 weight codes: conflict-free ldmatrix
 #define MP_Q4 144  // a Q4_K super-block's GEMV-layout bytes (d, dmin, 12 scale bytes, 128 quant bytes)
@@ -294,7 +294,7 @@ extern __shared__ __align__(16) unsigned char mp_smem[];
 
 // Dynamic shared memory of each pipelined body (bytes); the host launches with the same numbers.
 #define MP_STAGE_A (MQ_BM * MP_LDA)
-#define MP_SMEM_Q4K (2 * (MP_STAGE_A + MQ_BN * MP_Q4 + MQ_BM * 4) + 8 * MQ_BN * 8 + MQ_BN * 8)
+#define MP_SMEM_Q4K (2 * (MP_STAGE_A + MQ_BN * MP_Q4 + MQ_BM * 4 + MQ_BM * 32) + 8 * MQ_BN * 8 + MQ_BN * 8 + MQ_BM * 16 + MQ_BN * 8)
 #define MP_SMEM_Q6K (2 * (MP_STAGE_A + MQ_BN * MP_Q6 + MQ_BM * 4) + 16 * MQ_BN * 4 + MQ_BN * 4)
 #define MP_SMEM_Q8 (2 * (MP_STAGE_A + MQ_BM * MP_XD * 4 + MQ_BN * MP_LDA + MQ_BN * 16) + 8 * MQ_BN * 4)
 
@@ -383,47 +383,44 @@ __device__ __forceinline__ void mp_frag_a(int (&a)[2][4], const signed char* sa,
         ldsm4(a[mi], sa + (wm + 16 * mi + (lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + k + 16 * (lane >> 4));
 }
 
-// The float step of a warp's integer sums for one super-block: Q4_K acc += dx (d isum - dmin imin).
-__device__ __forceinline__ void mp_step_q4k(float (&acc)[2][4][4], const int (&isum)[2][4][4],
-                                            const int (&imin)[2][4][4], const float* sd, const float* sdm,
-                                            const float* sdx, int wm, int wn, int g, int t) {
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
-                float v = __fmaf_rn(-sdm[o], (float)imin[mi][ni][e], __fmul_rn(sd[o], (float)isum[mi][ni][e]));
-                acc[mi][ni][e] = __fmaf_rn(sdx[r], v, acc[mi][ni][e]);
-            }
-}
-
-// out[r * n_out + o] (+)= W[o] . x[r] for Q4_K weights on K8 activations (kq codes, kd scale per 256; the min term
-// comes from the codes, so the K8 code sums are not read). Rows, grid and block as mmq_body.
+// out[r * n_out + o] (+)= W[o] . x[r] for Q4_K weights on K8 activations (kq codes, kd scale per 256, ks code sums
+// per 32). Rows, grid and block as mmq_body. Both integer sums of a super-block run on the tensor cores:
+// - isum = sum_j sc_j dot_j with the 6-bit scale split as sc_j = 8 hi_j + lo_j (hi, lo <= 7): the codes times hi_j
+//   and times lo_j still fit int8 (<= 105; one multiply per packed word, no carries between bytes), so two mma
+//   chains through the whole super-block give H = sum_j hi_j dot_j and L = sum_j lo_j dot_j, and isum = 8 H + L;
+// - imin = sum_j m_j S_j over the activation code sums S_j of the sub-blocks (K8's ks), S_j = 64 S_hi + S_lo split
+//   into int8 halves: one m16n8k16 of [S_lo 0..7, S_hi 0..7] against [m, 0] and one against [0, m].
+// The same integers as the codes-against-replicated-mins form, so the same bits; the float step is
+// acc += dx (d isum - dmin imin) in 5 roundings, ascending super-blocks.
 __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const signed char* kq, const float* kd,
-                                               int width, int n_out, int n_rows, int accumulate, int r0) {
+                                               const int* ks, int width, int n_out, int n_rows, int accumulate,
+                                               int r0) {
     mp_check_smem(MP_SMEM_Q4K);
-    const int stage = MP_STAGE_A + MQ_BN * MP_Q4 + MQ_BM * 4;
-    int* sisc = (int*)(mp_smem + 2 * stage); // [j][o]
-    int* simn = sisc + 8 * MQ_BN;                                                // [j][o], replicated bytes
-    float* sd = (float*)(simn + 8 * MQ_BN);
+    // A stage: activation codes [64][MP_LDA], raw super-blocks [64][MP_Q4], row scales [64], code sums [64][8].
+    const int stage = MP_STAGE_A + MQ_BN * MP_Q4 + MQ_BM * 4 + MQ_BM * 32;
+    int2* shl = (int2*)(mp_smem + 2 * stage);  // [j][o]: {hi, lo} of sc_j
+    u32* smin = (u32*)(shl + 8 * MQ_BN);        // [o][2]: m_0..3, m_4..7 as bytes
+    u32* ssum = smin + 2 * MQ_BN;               // [r][4]: S_lo 0..3, S_lo 4..7, S_hi 0..3, S_hi 4..7 as bytes
+    float* sd = (float*)(ssum + 4 * MQ_BM);
     float* sdm = sd + MQ_BN;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int g = lane >> 2, t = lane & 3;
     int o0 = blockIdx.x * MQ_BN;
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
-    int nsb = width / MQ_K;
-    // A stage: activation codes [64][MP_LDA], raw super-blocks [64][MP_Q4], row scales [64]. Each thread's
-    // sources, computed once; slice sb adds its offset.
+    int nsb = width / MQ_K, nb = width / 32;
+    // Each thread's sources, computed once; slice sb adds its offset.
     const signed char* xa = kq + (long long)(r0 + (tid >> 4)) * width + 16 * (tid & 15);
     bool d_in = tid < MQ_BM && r0 + tid < n_rows;
     const float* da = kd + (long long)(d_in ? r0 + tid : 0) * nsb;
+    bool s_in = r0 + (tid >> 1) < n_rows;
+    const int* sa_src = ks + (long long)(s_in ? r0 + (tid >> 1) : 0) * nb + 4 * (tid & 1);
     auto issue = [&](int sb) {
         unsigned char* s = mp_smem + (sb & 1) * stage;
         mp_copy_rows((signed char*)s, xa + sb * MQ_K, width, n_rows - r0, kq);
         mp_copy_super<MP_Q4>(s + MP_STAGE_A, w, sb, nsb, o0, n_out);
-        if (tid < MQ_BM) cp_async<4>(s + MP_STAGE_A + MQ_BN * MP_Q4 + 4 * tid, da + sb, d_in);
+        unsigned char* sx = s + MP_STAGE_A + MQ_BN * MP_Q4;
+        if (tid < MQ_BM) cp_async<4>(sx + 4 * tid, da + sb, d_in);
+        cp_async<16>(sx + MQ_BM * 4 + 32 * (tid >> 1) + 16 * (tid & 1), sa_src + 8 * sb, s_in);
         cp_commit();
     };
     float acc[2][4][4];
@@ -434,32 +431,47 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
         __syncthreads(); // slice sb is in; every warp is done with slice sb - 1 (its buffer and the scales)
         if (sb + 1 < nsb) issue(sb + 1);
         const signed char* sa = (const signed char*)(mp_smem + (sb & 1) * stage);
-        const u8* sw = (mp_smem + (sb & 1) * stage) + MP_STAGE_A;
+        const u8* sw = (const u8*)sa + MP_STAGE_A;
         const float* sdx = (const float*)(sw + MQ_BN * MP_Q4);
         {
-            // Scales of this slice: thread (o, half) decodes sub-blocks half, half + 2, .. of output o.
-            int o = tid & 63;
+            // Thread (o, half) decodes sub-blocks 4 half .. + 3 of output o: their scale halves and packed mins.
+            int o = tid & 63, hf = tid >> 6;
             const u32* h = (const u32*)(sw + o * MP_Q4);
             u32 h0 = h[0], s0 = h[1], s1 = h[2], s2 = h[3];
-            for (int j = tid >> 6; j < 8; j += 2) {
-                int scj, mj;
+            u32 mw = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int j = 4 * hf + i, scj, mj;
                 k4_sm(s0, s1, s2, j, scj, mj);
-                sisc[j * MQ_BN + o] = scj;
-                simn[j * MQ_BN + o] = mj * 0x01010101;
+                shl[j * MQ_BN + o] = make_int2(scj >> 3, scj & 7);
+                mw |= (u32)mj << (8 * i);
             }
-            if (tid < 64) {
+            smin[2 * o + hf] = mw;
+            if (hf == 0) {
                 sd[o] = h2f((u16)(h0 & 0xFFFF));
                 sdm[o] = h2f((u16)(h0 >> 16));
             }
+            // Thread (row, half) packs the row's sub-block code sums: half 0 the low 6 bits, half 1 the rest.
+            int r = tid >> 1, hi = tid & 1;
+            const int* sj = (const int*)(sdx + MQ_BM) + 8 * r;
+            u32 w0 = 0, w1 = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int v0 = sj[i], v1 = sj[4 + i];
+                w0 |= (u32)(hi ? (v0 >> 6) & 0xFF : v0 & 63) << (8 * i);
+                w1 |= (u32)(hi ? (v1 >> 6) & 0xFF : v1 & 63) << (8 * i);
+            }
+            ssum[4 * r + 2 * hi] = w0;
+            ssum[4 * r + 2 * hi + 1] = w1;
         }
         __syncthreads();
-        int isum[2][4][4], imin[2][4][4];
+        int hs[2][4][4], ls[2][4][4]; // sum_j hi_j dot_j, sum_j lo_j dot_j
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
             for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) isum[mi][ni][e] = imin[mi][ni][e] = 0;
+                for (int e = 0; e < 4; e++) hs[mi][ni][e] = ls[mi][ni][e] = 0;
 #pragma unroll 1
         for (int p = 0; p < 4; p++) {
             // Quant bytes 32 p .. + 31 hold sub-blocks 2 p (low nibbles) and 2 p + 1 (high) of each output.
@@ -481,22 +493,42 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
                 mp_frag_a(a, sa, wm, 32 * j, lane);
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
+                    // This lane's B column is output wn + 8 ni + g: its codes times hi_j and times lo_j.
+                    int2 hl = shl[j * MQ_BN + wn + 8 * ni + g];
                     int b0 = (braw[ni][0] >> (4 * s)) & 0x0F0F0F0F, b1 = (braw[ni][1] >> (4 * s)) & 0x0F0F0F0F;
-                    // This lane's B column is output wn + 8 ni + g: its min, in all four bytes.
-                    int b_min = simn[j * MQ_BN + wn + 8 * ni + g];
-                    int2 sc = *(const int2*)(sisc + j * MQ_BN + wn + 8 * ni + 2 * t);
+                    int bh0 = b0 * hl.x, bh1 = b1 * hl.x, bl0 = b0 * hl.y, bl1 = b1 * hl.y;
 #pragma unroll
                     for (int mi = 0; mi < 2; mi++) {
-                        int dot[4] = {0, 0, 0, 0};
-                        mma_s8_16832(dot, a[mi], b0, b1);
-                        mma_s8_16832(imin[mi][ni], a[mi], b_min, b_min);
-#pragma unroll
-                        for (int e = 0; e < 4; e++) isum[mi][ni][e] += ((e & 1) ? sc.y : sc.x) * dot[e];
+                        mma_s8_16832(hs[mi][ni], a[mi], bh0, bh1);
+                        mma_s8_16832(ls[mi][ni], a[mi], bl0, bl1);
                     }
                 }
             }
         }
-        mp_step_q4k(acc, isum, imin, sd, sdm, sdx, wm, wn, g, t);
+        // The min term and the float step per (row, output).
+        int as[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) as[mi][rr] = (int)ssum[4 * (wm + 16 * mi + g + 8 * rr) + t];
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            int mw = (int)smin[2 * (wn + 8 * ni + g) + (t & 1)];
+            int m_lo = t < 2 ? mw : 0, m_hi = t < 2 ? 0 : mw;
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
+                mma_s8_16816_acc(c_lo, as[mi][0], as[mi][1], m_lo);
+                mma_s8_16816_acc(c_hi, as[mi][0], as[mi][1], m_hi);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
+                    int isum = 8 * hs[mi][ni][e] + ls[mi][ni][e], imin = c_lo[e] + 64 * c_hi[e];
+                    float v = __fmaf_rn(-sdm[o], (float)imin, __fmul_rn(sd[o], (float)isum));
+                    acc[mi][ni][e] = __fmaf_rn(sdx[r], v, acc[mi][ni][e]);
+                }
+            }
+        }
     }
     mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
 }
@@ -693,7 +725,11 @@ __device__ __forceinline__ void mmq_q8_0_body(float* out, const u8* w, const sig
                                                               int n_out, int n_rows, int accumulate) {          \
         BODY(out, w, xq, xd, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);                            \
     }
-MP_KERNEL(mmq_q4_k8, mmq_q4_k8_body)
+extern "C" __global__ void __launch_bounds__(128, 3) mmq_q4_k8(float* out, const u8* w, const signed char* kq,
+                                                               const float* kd, const int* ks, int width, int n_out,
+                                                               int n_rows, int accumulate) {
+    mmq_q4_k8_body(out, w, kq, kd, ks, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);
+}
 MP_KERNEL(mmq_q6_k8, mmq_q6_k8_body)
 MP_KERNEL(mmq_q8_0, mmq_q8_0_body)
 

@@ -237,12 +237,17 @@ MOE_GEMV_KERNEL(moe_gemv_k8, true)
 MOE_MMQ_KERNEL(moe_mmq_q4_k, T_Q4_K)
 MOE_MMQ_KERNEL(moe_mmq_q6_k, T_Q6_K)
 
-// The pipelined bodies (mmq.cu; dynamic shared memory): Q8_0 on per-32 activations, the K-quants on K8.
+// The pipelined bodies (mmq.cu; dynamic shared memory): Q8_0 on per-32 activations, the K-quants on K8 (Q4_K
+// also reads the K8 code sums, passed as xs).
 #define MOE_MP_KERNEL(NAME, BODY, XD)                                                                            \
     extern "C" __global__ void __launch_bounds__(128, 3) NAME(MOE_MMQ_ARGS) {                                   \
         MOE_MMQ_TILE                                                                                             \
         BODY(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / XD), width, n_out, tt[2], 0, 0);         \
     }
 MOE_MP_KERNEL(moe_mmq_q8_0, mmq_q8_0_body, 32)
-MOE_MP_KERNEL(moe_mmq_q4_k8, mmq_q4_k8_body, 256)
 MOE_MP_KERNEL(moe_mmq_q6_k8, mmq_q6_k8_body, 256)
+extern "C" __global__ void __launch_bounds__(128, 3) moe_mmq_q4_k8(MOE_MMQ_ARGS) {
+    MOE_MMQ_TILE
+    mmq_q4_k8_body(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / 256), (const int*)xs + s0 * (width / 32),
+                   width, n_out, tt[2], 0, 0);
+}

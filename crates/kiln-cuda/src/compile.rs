@@ -31,7 +31,9 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 pub fn dynamic_smem(kernel: &str) -> u32 {
     const ACT: u32 = 64 * 272; // a stage's activation codes: 64 rows, padded rows of 272 bytes
     match kernel {
-        "mmq_q4_k8" | "moe_mmq_q4_k8" => 2 * (ACT + 64 * 144 + 64 * 4) + 8 * 64 * 8 + 64 * 8,
+        "mmq_q4_k8" | "moe_mmq_q4_k8" => {
+            2 * (ACT + 64 * 144 + 64 * 4 + 64 * 32) + 8 * 64 * 8 + 64 * 8 + 64 * 16 + 64 * 8
+        }
         "mmq_q6_k8" | "moe_mmq_q6_k8" => 2 * (ACT + 64 * 208 + 64 * 4) + 16 * 64 * 4 + 64 * 4,
         "mmq_q8_0" | "moe_mmq_q8_0" => 2 * (ACT + 64 * 12 * 4 + 64 * 272 + 64 * 16) + 8 * 64 * 4,
         // attention.cu's FA_SMEM: two stages of a K and a V tile (64 positions, rows of head_dim + 8 halves).
