@@ -11,6 +11,8 @@
 // float operation is the same explicitly rounded one, so the bits match; the self-test checks it (a row alone
 // through gemv_r1 against the same row in a block here). Activation fragments come straight from global memory
 // (the block's 16 rows stay in L1 and L2: every block reads them).
+// gemv16_q4k8 (Q4_K on K8 activations, the decode path's default for K-quant models) is built differently: 32
+// outputs a block, cp.async-pipelined, its integers from the prefill kernel's tensor-core forms (below).
 
 // Each warp stages the activations of the 256 elements it works on next, for the block's 16 rows, in its own
 // shared memory (16-byte loads, two rows a load; zeros past n_rows): Q8 codes with rows padded to 272 bytes (the
@@ -374,78 +376,171 @@ __device__ __forceinline__ void g16_store_one(float* out, float v, int e, int o0
     }
 }
 
-// Q4_K, K8 activations: warp a replays the GEMV's group a (super-blocks a, a + 4, ...).
-// grid = (ceil(n_out / 8), ceil(n_rows / 16)), block = 128.
-extern "C" __global__ void __launch_bounds__(128) gemv16_q4k8(float* out, const u8* w, const signed char* kq,
-                                                              const float* kd, const int* ks, int width, int n_out,
-                                                              int n_rows, int accumulate) {
-    __shared__ __align__(16) G16StageK8 stage[4];
-    __shared__ float ex[4 * 4 * 32];
+// Q4_K, K8 activations, 32 outputs a block: warp a replays the GEMV's group a (super-blocks a, a + 4, ...) for
+// all 32 outputs, pipelined like mmq.cu's prefill bodies: each super-block's activation codes, code sums, row
+// scales and the 32 outputs' raw super-blocks are copied into the warp's shared memory with cp.async, two in
+// flight; fragments by ldmatrix; the integers as mmq_q4_k8_body (scales split 8 hi + lo into two m16n8k32 chains,
+// the min term from the code sums split into int8 halves), which are the GEMV's is and im exactly; then the
+// GEMV's float step k8_step per super-block in ascending order and the groups added in the xor tree's pairing.
+// grid = (ceil(n_out / 32), ceil(n_rows / 16)), block = 128, dynamic shared memory B16_SMEM_Q4K.
+#define B16_OUT 32
+#define B16_STAGE (16 * MP_LDA + B16_OUT * MP_Q4 + 16 * 32 + 16 * 4) // codes, super-blocks, code sums, scales
+#define B16_DEC (8 * B16_OUT * 8 + B16_OUT * 8 + 16 * 16 + B16_OUT * 8) // {hi, lo}, packed mins and sums, d / dmin
+#define B16_WARP (2 * B16_STAGE + B16_DEC)
+#define B16_SMEM_Q4K (4 * B16_WARP + 4 * 4 * 4 * 32 * 4) // + the groups' sums [group][ni][e][lane]
+extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, const u8* w, const signed char* kq,
+                                                                 const float* kd, const int* ks, int width,
+                                                                 int n_out, int n_rows, int accumulate) {
+    mp_check_smem(B16_SMEM_Q4K);
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, a = threadIdx.x >> 5;
-    G16StageK8& st = stage[a];
-    int o0 = blockIdx.x * 8, r0 = blockIdx.y * 16;
-    int nsb = width / 256;
-    const u8* wg = o0 + g < n_out ? w + (long long)(o0 + g) * nsb * 144 : nullptr;
-    const u8* wc[2];
+    unsigned char* base = mp_smem + a * B16_WARP;
+    int2* shl = (int2*)(base + 2 * B16_STAGE); // [j][o]: {hi, lo} of sc_j
+    u32* smin = (u32*)(shl + 8 * B16_OUT);     // [o][2]: m_0..3, m_4..7 as bytes
+    u32* ssum = smin + 2 * B16_OUT;            // [r][4]: S_lo 0..3, S_lo 4..7, S_hi 0..3, S_hi 4..7 as bytes
+    float* sd = (float*)(ssum + 4 * 16);
+    float* sdm = sd + B16_OUT;
+    float* ex = (float*)(mp_smem + 4 * B16_WARP);
+    int o0 = blockIdx.x * B16_OUT, r0 = blockIdx.y * 16;
+    int nsb = width / 256, nb = width / 32;
+    // This lane's sources, computed once: activation rows lane / 16 + 2 m (16-byte chunk lane % 16), the code
+    // sums of row lane / 2 (half lane % 2), the scale of row lane (lanes < 16).
+    const signed char* xa = kq + (long long)(r0 + (lane >> 4)) * width + 16 * (lane & 15);
+    bool s_in = r0 + (lane >> 1) < n_rows;
+    const int* ksrc = ks + (long long)(s_in ? r0 + (lane >> 1) : 0) * nb + 4 * (lane & 1);
+    bool d_in = lane < 16 && r0 + lane < n_rows;
+    const float* dsrc = kd + (long long)(d_in ? r0 + lane : 0) * nsb;
+    // Copies of this group's it-th super-block (sb = a + 4 it) into stage it % 2.
+    auto issue = [&](int it) {
+        int sb = a + 4 * it;
+        unsigned char* st = base + (it & 1) * B16_STAGE;
 #pragma unroll
-    for (int cc = 0; cc < 2; cc++) wc[cc] = o0 + 2 * t + cc < n_out ? w + (long long)(o0 + 2 * t + cc) * nsb * 144 : nullptr;
-    G16SrcK8 src = g16_src_k8(kq, width, r0, n_rows);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int sb = a; sb < nsb; sb += 4) {
-        g16_stage_k8(st, src, kd, ks, width, sb, r0, n_rows);
-        // Scales of the two C columns (d, dmin, the 12 packed scale bytes) and this lane's B words.
-        float d[2], dmin[2];
-        u32 sw[2][3], q[8];
-        g16_q4k_weights(wg, wc, sb, t, d, dmin, sw, q);
-        int is[4] = {0, 0, 0, 0}, im[4] = {0, 0, 0, 0};
+        for (int m = 0; m < 8; m++) {
+            int r = (lane >> 4) + 2 * m;
+            bool in = r0 + r < n_rows;
+            cp_async<16>(st + r * MP_LDA + 16 * (lane & 15), in ? xa + 2LL * m * width + sb * 256 : kq, in);
+        }
+        unsigned char* sw = st + 16 * MP_LDA;
 #pragma unroll
-        for (int jp = 0; jp < 4; jp++) {
-            int j0 = 2 * jp;
-            int sc0[2], m0[2], sc1[2], m1[2];
+        for (int k = 0; k < 9; k++) {
+            int u = lane + 32 * k, o = u / 9, c = u - 9 * o;
+            bool in = o0 + o < n_out;
+            cp_async<16>(sw + o * MP_Q4 + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * MP_Q4 + 16 * c,
+                         in);
+        }
+        unsigned char* sx = sw + B16_OUT * MP_Q4;
+        cp_async<16>(sx + 32 * (lane >> 1) + 16 * (lane & 1), ksrc + 8 * sb, s_in);
+        if (lane < 16) cp_async<4>(sx + 16 * 32 + 4 * lane, dsrc + sb, d_in);
+        cp_commit();
+    };
+    float acc[4][4];
 #pragma unroll
-            for (int cc = 0; cc < 2; cc++) {
-                k4_sm(sw[cc][0], sw[cc][1], sw[cc][2], j0, sc0[cc], m0[cc]);
-                k4_sm(sw[cc][0], sw[cc][1], sw[cc][2], j0 + 1, sc1[cc], m1[cc]);
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[ni][e] = 0.0f;
+    int n_it = a < nsb ? (nsb - a + 3) / 4 : 0;
+    if (n_it > 0) issue(0);
+    for (int it = 0; it < n_it; it++) {
+        cp_wait_all();
+        __syncwarp(); // super-block it is in; every lane is done with it - 1 (its stage and the decoded scales)
+        if (it + 1 < n_it) issue(it + 1);
+        const signed char* sa = (const signed char*)(base + (it & 1) * B16_STAGE);
+        const u8* sw = (const u8*)sa + 16 * MP_LDA;
+        const int* sks = (const int*)(sw + B16_OUT * MP_Q4);
+        const float* sdx = (const float*)(sks + 16 * 8);
+        {
+            // Lane o decodes output o's scales (as {hi, lo}), packed mins, d and dmin.
+            const u32* h = (const u32*)(sw + lane * MP_Q4);
+            u32 h0 = h[0], s0 = h[1], s1 = h[2], s2 = h[3];
+            u32 mw[2] = {0u, 0u};
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int scj, mj;
+                k4_sm(s0, s1, s2, j, scj, mj);
+                shl[j * B16_OUT + lane] = make_int2(scj >> 3, scj & 7);
+                mw[j >> 2] |= (u32)mj << (8 * (j & 3));
             }
-            // Each sub-block's two 16-element halves chained in the mma: one exact dot per sub-block.
-            int dot0[4], dot1[4];
+            smin[2 * lane] = mw[0];
+            smin[2 * lane + 1] = mw[1];
+            sd[lane] = h2f((u16)(h0 & 0xFFFF));
+            sdm[lane] = h2f((u16)(h0 >> 16));
+            // Lane (row, half) packs the row's code sums: half 0 the low 6 bits, half 1 the rest.
+            int r = lane >> 1, hi = lane & 1;
+            u32 w0 = 0, w1 = 0;
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                int i = 2 * jp + hf;
-                int blo = (int)(q[i] & 0x0F0F0F0Fu), bhi = (int)((q[i] >> 4) & 0x0F0F0F0Fu);
-                int col = j0 * 32 + hf * 16 + 4 * t;
-                int a0, a1;
-                g16_a(st.x, col, a0, a1);
-                if (hf == 0)
-                    mma_s8_16816(dot0, a0, a1, blo);
-                else
-                    mma_s8_16816_acc(dot0, a0, a1, blo);
-                g16_a(st.x, col + 32, a0, a1);
-                if (hf == 0)
-                    mma_s8_16816(dot1, a0, a1, bhi);
-                else
-                    mma_s8_16816_acc(dot1, a0, a1, bhi);
+            for (int i = 0; i < 4; i++) {
+                int v0 = sks[8 * r + i], v1 = sks[8 * r + 4 + i];
+                w0 |= (u32)(hi ? (v0 >> 6) & 0xFF : v0 & 63) << (8 * i);
+                w1 |= (u32)(hi ? (v1 >> 6) & 0xFF : v1 & 63) << (8 * i);
+            }
+            ssum[4 * r + 2 * hi] = w0;
+            ssum[4 * r + 2 * hi + 1] = w1;
+        }
+        __syncwarp();
+        int hs[4][4], ls[4][4];
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) hs[ni][e] = ls[ni][e] = 0;
+#pragma unroll 1
+        for (int p = 0; p < 4; p++) {
+            int braw[4][2];
+#pragma unroll
+            for (int nq = 0; nq < 2; nq++) {
+                int r[4];
+                ldsm4(r, sw + (16 * nq + 8 * (lane >> 4) + (lane & 7)) * MP_Q4 + 16 + 32 * p + 16 * ((lane >> 3) & 1));
+                braw[2 * nq][0] = r[0];
+                braw[2 * nq][1] = r[1];
+                braw[2 * nq + 1][0] = r[2];
+                braw[2 * nq + 1][1] = r[3];
             }
 #pragma unroll
-            for (int e = 0; e < 4; e++) is[e] += sc0[e & 1] * dot0[e] + sc1[e & 1] * dot1[e];
-            // The min term of sub-blocks j0, j0 + 1 (the GEMV's half-0 lane of this chunk pair): one dp2a of the
-            // rows' code-sum pair against the column's two mins.
+            for (int s = 0; s < 2; s++) {
+                int j = 2 * p + s;
+                int a4[4];
+                ldsm4(a4, sa + ((lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + 32 * j + 16 * (lane >> 4));
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int sp = st.s[(g + 8 * (e >> 1)) * 4 + jp];
-                im[e] = __dp2a_lo(sp, m0[e & 1] | m1[e & 1] << 8, im[e]);
+                for (int ni = 0; ni < 4; ni++) {
+                    int2 hl = shl[j * B16_OUT + 8 * ni + g];
+                    int b0 = (braw[ni][0] >> (4 * s)) & 0x0F0F0F0F, b1 = (braw[ni][1] >> (4 * s)) & 0x0F0F0F0F;
+                    mma_s8_16832(hs[ni], a4, b0 * hl.x, b1 * hl.x);
+                    mma_s8_16832(ls[ni], a4, b0 * hl.y, b1 * hl.y);
+                }
             }
         }
+        int as0 = (int)ssum[4 * g + t], as1 = (int)ssum[4 * (g + 8) + t];
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            acc[e] = __fadd_rn(acc[e], k8_step(d[e & 1], dmin[e & 1], st.d[g + 8 * (e >> 1)], is[e], im[e]));
+        for (int ni = 0; ni < 4; ni++) {
+            int mw = (int)smin[2 * (8 * ni + g) + (t & 1)];
+            int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
+            mma_s8_16816_acc(c_lo, as0, as1, t < 2 ? mw : 0);
+            mma_s8_16816_acc(c_hi, as0, as1, t < 2 ? 0 : mw);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = g + 8 * (e >> 1), o = 8 * ni + 2 * t + (e & 1);
+                int isum = 8 * hs[ni][e] + ls[ni][e], imin = c_lo[e] + 64 * c_hi[e];
+                acc[ni][e] = __fadd_rn(acc[ni][e], k8_step(sd[o], sdm[o], sdx[r], isum, imin));
+            }
+        }
     }
 #pragma unroll
-    for (int e = 0; e < 4; e++) ex[(a * 4 + e) * 32 + lane] = acc[e];
-    __syncthreads();
-    if (a != 0) return;
+    for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) g16_store_one(out, g16_group_tree<4>(ex, e, lane), e, o0, r0, n_out, n_rows, accumulate);
+        for (int e = 0; e < 4; e++) ex[((a * 4 + ni) * 4 + e) * 32 + lane] = acc[ni][e];
+    __syncthreads();
+    // Warp a stores n8 tile ni = a: the four groups added as the GEMV's tree, (g0 + g2) + (g1 + g3).
+    int ni = a;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float v[4];
+#pragma unroll
+        for (int gr = 0; gr < 4; gr++) v[gr] = ex[((gr * 4 + ni) * 4 + e) * 32 + lane];
+        float sum = __fadd_rn(__fadd_rn(v[0], v[2]), __fadd_rn(v[1], v[3]));
+        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
+        if (r < n_rows && o < n_out) {
+            float* po = out + (long long)r * n_out + o;
+            *po = accumulate ? *po + sum : sum;
+        }
+    }
 }
 
 // Q6_K, K8 activations: warp w replays the GEMV's groups G = 2w and 2w + 1 (super-blocks G, G + 8, ...).

@@ -27,7 +27,8 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 
 /// Dynamic shared memory (bytes) of the kernels that take it: mmq.cu's pipelined prefill bodies (`MP_SMEM_Q4K`,
 /// `MP_SMEM_Q6K`, `MP_SMEM_Q8`: two stages of staged slices plus the decoded scales) and the prefill flash attention
-/// (`FA_SMEM`). Those kernels trap when launched with less; every other kernel takes none.
+/// (`FA_SMEM`) and the Q4_K block kernel (`B16_SMEM_Q4K`). Those kernels trap when launched with less; every other
+/// kernel takes none.
 pub fn dynamic_smem(kernel: &str) -> u32 {
     const ACT: u32 = 64 * 272; // a stage's activation codes: 64 rows, padded rows of 272 bytes
     match kernel {
@@ -36,6 +37,16 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
         }
         "mmq_q6_k8" | "moe_mmq_q6_k8" => 2 * (ACT + 64 * 208 + 64 * 4) + 16 * 64 * 4 + 64 * 4,
         "mmq_q8_0" | "moe_mmq_q8_0" => 2 * (ACT + 64 * 12 * 4 + 64 * 272 + 64 * 16) + 8 * 64 * 4,
+        // gemv16.cu's B16_SMEM_Q4K: per warp two stages (16 rows' codes, 32 super-blocks, code sums, scales) and
+        // the decoded scales; then the four groups' sums.
+        "gemv16_q4k8" => {
+            4 * (2 * (16 * 272 + 32 * 144 + 16 * 32 + 16 * 4)
+                + 8 * 32 * 8
+                + 32 * 8
+                + 16 * 16
+                + 32 * 8)
+                + 4 * 4 * 4 * 32 * 4
+        }
         // attention.cu's FA_SMEM: two stages of a K and a V tile (64 positions, rows of head_dim + 8 halves).
         "attn_flash_h64" => 2 * 2 * 64 * (64 + 8) * 2,
         "attn_flash_h128" => 2 * 2 * 64 * (128 + 8) * 2,
