@@ -11,8 +11,8 @@
 // float operation is the same explicitly rounded one, so the bits match; the self-test checks it (a row alone
 // through gemv_r1 against the same row in a block here). Activation fragments come straight from global memory
 // (the block's 16 rows stay in L1 and L2: every block reads them).
-// gemv16_q4k8 (Q4_K on K8 activations, the decode path's default for K-quant models) is built differently: 32
-// outputs a block, cp.async-pipelined, its integers from the prefill kernel's tensor-core forms (below).
+// The K8 kernels (gemv16_q4k8, gemv16_q6k8: the decode path's default for K-quant models) are built differently:
+// 32 outputs a block, cp.async-pipelined, their integers from the prefill kernels' tensor-core forms (below).
 
 // Each warp stages the activations of the 256 elements it works on next, for the block's 16 rows, in its own
 // shared memory (16-byte loads, two rows a load; zeros past n_rows): Q8 codes with rows padded to 272 bytes (the
@@ -305,76 +305,9 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
 }
 
 // ---- K-quants on K8 activations (gemv.cu's gemv_q4k8_body / gemv_q6k8_body, the same integers and float steps) ----
-// Per super-block and C element the warp sums the sub-block-scaled integer dots of the 8 chunks (Q4_K) or 4 units
-// (Q6_K) exactly, as the GEMV's lane group does by shuffles, then takes the one float step k8_step. So each lane
-// carries one running sum per group and C element, and the groups meet in shared memory in the xor tree's pairing.
-
-struct G16StageK8 {
-    signed char x[16 * G16_LD];
-    float d[16]; // each row's scale of this super-block
-    int s[16 * 4]; // each row's 8 per-32 code sums as 4 pairs of int16 (|sum| <= 32 * 127)
-};
-
-// A lane's part of the K8 staging, fixed for the whole block: rows r0 + lane / 16 + 2m (m = 0 .. 7), 16 bytes at
-// 16 (lane % 16) of each 256-wide slice; bit m of `in` says whether that row exists.
-struct G16SrcK8 {
-    const signed char* x;
-    long long step;
-    unsigned in;
-};
-
-__device__ __forceinline__ G16SrcK8 g16_src_k8(const signed char* kq, int width, int r0, int n_rows) {
-    int lane = threadIdx.x & 31, r = r0 + (lane >> 4);
-    G16SrcK8 src{kq + (long long)r * width + 16 * (lane & 15), 2LL * width, 0u};
-#pragma unroll
-    for (int m = 0; m < 8; m++) src.in |= (r + 2 * m < n_rows ? 1u : 0u) << m;
-    return src;
-}
-
-__device__ __forceinline__ void g16_stage_k8(G16StageK8& st, const G16SrcK8& src, const float* kd, const int* ks,
-                                             int width, int sb, int r0, int n_rows) {
-    int lane = threadIdx.x & 31, nsb = width / 256;
-    __syncwarp();
-    const signed char* p = src.x + sb * 256;
-    signed char* d = st.x + (lane >> 4) * G16_LD + 16 * (lane & 15);
-#pragma unroll
-    for (int m = 0; m < 8; m++) {
-        int4 v = (src.in >> m) & 1u ? ldg16(p) : make_int4(0, 0, 0, 0);
-        *(int4*)(d + 2 * m * G16_LD) = v;
-        p += src.step;
-    }
-    int r = lane >> 1, h = lane & 1;
-    bool in = r0 + r < n_rows;
-    int4 sv = in ? *(const int4*)(ks + ((long long)(r0 + r) * nsb + sb) * 8 + 4 * h) : make_int4(0, 0, 0, 0);
-    int2 pairs = make_int2((int)__byte_perm(sv.x, sv.y, 0x5410), (int)__byte_perm(sv.z, sv.w, 0x5410));
-    *(int2*)(st.s + r * 4 + 2 * h) = pairs;
-    if (lane < 16) st.d[lane] = r0 + lane < n_rows ? kd[(long long)(r0 + lane) * nsb + sb] : 0.0f;
-    __syncwarp();
-}
-
-// Adds the per-group sums v[g][e] (group g of NG = 4 or 8, in smem) in the xor tree's pairing over the group bits
-// and stores C element e of this warp-thread. Called by warp 0 after the exchange.
-template <int NG>
-__device__ __forceinline__ float g16_group_tree(const float* ex, int e, int lane) {
-    float a[NG];
-#pragma unroll
-    for (int g = 0; g < NG; g++) a[g] = ex[(g * 4 + e) * 32 + lane];
-#pragma unroll
-    for (int half = NG / 2; half >= 1; half >>= 1)
-#pragma unroll
-        for (int g = 0; g < half; g++) a[g] = __fadd_rn(a[g], a[g + half]);
-    return a[0];
-}
-
-__device__ __forceinline__ void g16_store_one(float* out, float v, int e, int o0, int r0, int n_out, int n_rows,
-                                              int accumulate) {
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int r = r0 + g + 8 * (e >> 1), o = o0 + 2 * t + (e & 1);
-    if (r < n_rows && o < n_out) {
-        float* p = out + (long long)r * n_out + o;
-        *p = accumulate ? *p + v : v;
-    }
-}
+// Per super-block and C element the warp computes the exact integers the GEMV's lane group sums by shuffles, then
+// takes the one float step k8_step. So each lane carries one running sum per group and C element, and the groups
+// meet in shared memory in the xor tree's pairing.
 
 // Q4_K, K8 activations, 32 outputs a block: warp a replays the GEMV's group a (super-blocks a, a + 4, ...) for
 // all 32 outputs, pipelined like mmq.cu's prefill bodies: each super-block's activation codes, code sums, row
@@ -543,70 +476,163 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, con
     }
 }
 
-// Q6_K, K8 activations: warp w replays the GEMV's groups G = 2w and 2w + 1 (super-blocks G, G + 8, ...).
-// grid and block as gemv16_q4k8.
-extern "C" __global__ void __launch_bounds__(128) gemv16_q6k8(float* out, const u8* w, const signed char* kq,
-                                                              const float* kd, const int* ks, int width, int n_out,
-                                                              int n_rows, int accumulate) {
-    __shared__ __align__(16) G16StageK8 stage[4];
-    __shared__ float ex[8 * 4 * 32];
+// Q6_K, K8 activations, 32 outputs a block: warp w replays the GEMV's groups G = 2w and 2w + 1 (super-blocks G,
+// G + 8, ...) for all 32 outputs, one cp.async pipeline through both groups' super-blocks (as gemv16_q4k8; the
+// f16 d of each super-block, stored after all rows, is read one super-block ahead into a register). Per
+// super-block the integers of mmq_q6_k8_body (two m16n8k16 a sub-block, one scale per 16), which are the GEMV's
+// is; its k8_step; the eight groups added in the xor tree's pairing.
+// grid = (ceil(n_out / 32), ceil(n_rows / 16)), block = 128, dynamic shared memory B16_SMEM_Q6K.
+#define B6_STAGE (16 * MP_LDA + B16_OUT * MP_Q6 + 16 * 4) // codes, super-blocks, row scales
+#define B6_WARP (2 * B6_STAGE + 16 * B16_OUT * 4 + B16_OUT * 4) // + the scales as ints [piece][o], d [o]
+#define B16_SMEM_Q6K (4 * B6_WARP) // the groups' sums reuse the stages at the end
+extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q6k8(float* out, const u8* w, const signed char* kq,
+                                                                 const float* kd, const int* ks, int width,
+                                                                 int n_out, int n_rows, int accumulate) {
+    mp_check_smem(B16_SMEM_Q6K);
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
-    G16StageK8& st = stage[warp];
-    int o0 = blockIdx.x * 8, r0 = blockIdx.y * 16;
+    unsigned char* base = mp_smem + warp * B6_WARP;
+    int* sisc = (int*)(base + 2 * B6_STAGE); // [2 j + half][o]
+    float* sd = (float*)(sisc + 16 * B16_OUT);
+    int o0 = blockIdx.x * B16_OUT, r0 = blockIdx.y * 16;
     int nsb = width / 256;
-    const u8* wg = o0 + g < n_out ? w + (long long)(o0 + g) * nsb * 208 : nullptr;
-    const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208);
-    int oc[2] = {o0 + 2 * t, o0 + 2 * t + 1};
-    G16SrcK8 src = g16_src_k8(kq, width, r0, n_rows);
+    const u16* dw = (const u16*)(w + (long long)n_out * nsb * MP_Q6);
+    int od = min(o0 + lane, n_out - 1);
+    const signed char* xa = kq + (long long)(r0 + (lane >> 4)) * width + 16 * (lane & 15);
+    bool d_in = lane < 16 && r0 + lane < n_rows;
+    const float* dsrc = kd + (long long)(d_in ? r0 + lane : 0) * nsb;
+    // This warp's super-blocks: group G0 = 2 warp (G0, G0 + 8, ..: n0 of them), then group G0 + 1 (n1).
+    int G0 = 2 * warp;
+    int n0 = G0 < nsb ? (nsb - G0 + 7) / 8 : 0, n1 = G0 + 1 < nsb ? (nsb - G0 + 6) / 8 : 0;
+    auto sb_of = [&](int it) { return it < n0 ? G0 + 8 * it : G0 + 1 + 8 * (it - n0); };
+    auto issue = [&](int it) {
+        int sb = sb_of(it);
+        unsigned char* st = base + (it & 1) * B6_STAGE;
 #pragma unroll
-    for (int gg = 0; gg < 2; gg++) {
-        int G = 2 * warp + gg;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int sb = G; sb < nsb; sb += 8) {
-            g16_stage_k8(st, src, kd, ks, width, sb, r0, n_rows);
-            float d[2];
-            u32 scw[2][4];
+        for (int m = 0; m < 8; m++) {
+            int r = (lane >> 4) + 2 * m;
+            bool in = r0 + r < n_rows;
+            cp_async<16>(st + r * MP_LDA + 16 * (lane & 15), in ? xa + 2LL * m * width + sb * 256 : kq, in);
+        }
+        unsigned char* sw = st + 16 * MP_LDA;
 #pragma unroll
-            for (int cc = 0; cc < 2; cc++) {
-                bool in = oc[cc] < n_out;
-                int4 s4 = in ? ldg16(w + ((long long)oc[cc] * nsb + sb) * 208 + 192) : make_int4(0, 0, 0, 0);
-                d[cc] = in ? h2f(dd[(long long)oc[cc] * nsb + sb]) : 0.0f;
-                scw[cc][0] = (u32)s4.x;
-                scw[cc][1] = (u32)s4.y;
-                scw[cc][2] = (u32)s4.z;
-                scw[cc][3] = (u32)s4.w;
+        for (int k = 0; k < 13; k++) {
+            int u = lane + 32 * k, o = u / 13, c = u - 13 * o;
+            bool in = o0 + o < n_out;
+            cp_async<16>(sw + o * MP_Q6 + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * MP_Q6 + 16 * c,
+                         in);
+        }
+        if (lane < 16) cp_async<4>(sw + B16_OUT * MP_Q6 + 4 * lane, dsrc + sb, d_in);
+        cp_commit();
+    };
+    float acc0[4][4], acc1[4][4]; // groups G0 and G0 + 1
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc0[ni][e] = acc1[ni][e] = 0.0f;
+    int n_it = n0 + n1;
+    u16 d_next = 0;
+    if (n_it > 0) {
+        issue(0);
+        d_next = dw[(long long)od * nsb + sb_of(0)];
+    }
+    for (int it = 0; it < n_it; it++) {
+        u16 d_cur = d_next;
+        cp_wait_all();
+        __syncwarp(); // super-block it is in; every lane is done with it - 1 (its stage and the scales)
+        if (it + 1 < n_it) {
+            issue(it + 1);
+            d_next = dw[(long long)od * nsb + sb_of(it + 1)];
+        }
+        const signed char* sa = (const signed char*)(base + (it & 1) * B6_STAGE);
+        const u8* sw = (const u8*)sa + 16 * MP_LDA;
+        const float* sdx = (const float*)(sw + B16_OUT * MP_Q6);
+        // Lane o: output o's 16 scales as ints, and its d.
+#pragma unroll
+        for (int i = 0; i < 16; i++) sisc[i * B16_OUT + lane] = (signed char)sw[lane * MP_Q6 + 192 + i];
+        sd[lane] = o0 + lane < n_out ? h2f(d_cur) : 0.0f;
+        __syncwarp();
+        int isum[4][4];
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) isum[ni][e] = 0;
+#pragma unroll 1
+        for (int hk = 0; hk < 4; hk++) {
+            // ql[64 h + 32 kk ..] gives sub-blocks j = 4 h + kk (low nibbles) and j + 2 (high); their 2-bit highs
+            // are bits 2 kk and 2 kk + 4 of qh[32 h ..].
+            int h = hk >> 1, kk = hk & 1;
+            int raw[4][4]; // [ni][ql half 0, ql half 1, qh half 0, qh half 1]
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                int m = lane >> 3;
+                int off = m < 2 ? 64 * h + 32 * kk + 16 * m : 128 + 32 * h + 16 * (m - 2);
+                ldsm4(raw[ni], sw + (8 * ni + (lane & 7)) * MP_Q6 + off);
             }
-            const u8* p = wg ? wg + (long long)sb * 208 : nullptr;
-            int is[4] = {0, 0, 0, 0};
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                int h = u >> 1, c = u & 1;
-                u32 qa = p ? __ldg((const u32*)(p + 64 * h + 16 * c + 4 * t)) : 0u;
-                u32 qb = p ? __ldg((const u32*)(p + 64 * h + 32 + 16 * c + 4 * t)) : 0u;
-                u32 qh = p ? __ldg((const u32*)(p + 128 + 32 * h + 16 * c + 4 * t)) : 0u;
-                u32 nib[4] = {qa & 0x0F0F0F0Fu, qb & 0x0F0F0F0Fu, (qa >> 4) & 0x0F0F0F0Fu, (qb >> 4) & 0x0F0F0F0Fu};
+            for (int s = 0; s < 2; s++) {
+                int j = 4 * h + kk + 2 * s, sh = 2 * kk + 4 * s;
+                int a4[4];
+                ldsm4(a4, sa + ((lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + 32 * j + 16 * (lane >> 4));
 #pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    u32 v = nib[k] | (((qh >> (2 * k)) & 0x03030303u) << 4);
-                    int b = (int)__vsub4(v, 0x20202020u);
-                    int a0, a1, dot[4];
-                    g16_a(st.x, (4 * h + k) * 32 + 16 * c + 4 * t, a0, a1);
-                    mma_s8_16816(dot, a0, a1, b);
-                    int sbi = 8 * h + 2 * k + c;
+                for (int ni = 0; ni < 4; ni++) {
+                    int b[2];
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        int q = ((raw[ni][c] >> (4 * s)) & 0x0F0F0F0F) | (((raw[ni][2 + c] >> sh) & 0x03030303) << 4);
+                        b[c] = (int)((((u32)q | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
+                    }
+                    int2 slo = *(const int2*)(sisc + (2 * j) * B16_OUT + 8 * ni + 2 * t);
+                    int2 shi = *(const int2*)(sisc + (2 * j + 1) * B16_OUT + 8 * ni + 2 * t);
+                    int lo[4], hi[4];
+                    mma_s8_16816(lo, a4[0], a4[1], b[0]);
+                    mma_s8_16816(hi, a4[2], a4[3], b[1]);
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        is[e] += (int)(signed char)byte_of(scw[e & 1][sbi >> 2], sbi & 3) * dot[e];
+                        isum[ni][e] += ((e & 1) ? slo.y : slo.x) * lo[e] + ((e & 1) ? shi.y : shi.x) * hi[e];
                 }
             }
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[e] = __fadd_rn(acc[e], k8_step(d[e & 1], 0.0f, st.d[g + 8 * (e >> 1)], is[e], 0));
         }
+        if (it < n0) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) ex[(G * 4 + e) * 32 + lane] = acc[e];
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    acc0[ni][e] = __fadd_rn(acc0[ni][e], k8_step(sd[8 * ni + 2 * t + (e & 1)], 0.0f,
+                                                                 sdx[g + 8 * (e >> 1)], isum[ni][e], 0));
+        } else {
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    acc1[ni][e] = __fadd_rn(acc1[ni][e], k8_step(sd[8 * ni + 2 * t + (e & 1)], 0.0f,
+                                                                 sdx[g + 8 * (e >> 1)], isum[ni][e], 0));
+        }
     }
-    __syncthreads();
-    if (warp != 0) return;
+    __syncthreads(); // every warp is done with its stages: the groups' sums reuse them
+    float* ex = (float*)mp_smem; // [group][ni][e][lane]
 #pragma unroll
-    for (int e = 0; e < 4; e++) g16_store_one(out, g16_group_tree<8>(ex, e, lane), e, o0, r0, n_out, n_rows, accumulate);
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            ex[((G0 * 4 + ni) * 4 + e) * 32 + lane] = acc0[ni][e];
+            ex[(((G0 + 1) * 4 + ni) * 4 + e) * 32 + lane] = acc1[ni][e];
+        }
+    __syncthreads();
+    // Warp w stores n8 tile ni = w: the eight groups added as the GEMV's tree (pairs 4 apart, then 2, then 1).
+    int ni = warp;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float v[8];
+#pragma unroll
+        for (int gr = 0; gr < 8; gr++) v[gr] = ex[((gr * 4 + ni) * 4 + e) * 32 + lane];
+#pragma unroll
+        for (int half = 4; half >= 1; half >>= 1)
+#pragma unroll
+            for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
+        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
+        if (r < n_rows && o < n_out) {
+            float* po = out + (long long)r * n_out + o;
+            *po = accumulate ? *po + v[0] : v[0];
+        }
+    }
 }

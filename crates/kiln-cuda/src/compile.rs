@@ -27,7 +27,7 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
 
 /// Dynamic shared memory (bytes) of the kernels that take it: mmq.cu's pipelined prefill bodies (`MP_SMEM_Q4K`,
 /// `MP_SMEM_Q6K`, `MP_SMEM_Q8`: two stages of staged slices plus the decoded scales) and the prefill flash attention
-/// (`FA_SMEM`) and the Q4_K block kernel (`B16_SMEM_Q4K`). Those kernels trap when launched with less; every other
+/// (`FA_SMEM`) and the K8 block kernels (`B16_SMEM_Q4K`, `B16_SMEM_Q6K`). Those kernels trap when launched with less; every other
 /// kernel takes none.
 pub fn dynamic_smem(kernel: &str) -> u32 {
     const ACT: u32 = 64 * 272; // a stage's activation codes: 64 rows, padded rows of 272 bytes
@@ -47,6 +47,9 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
                 + 32 * 8)
                 + 4 * 4 * 4 * 32 * 4
         }
+        // gemv16.cu's B16_SMEM_Q6K: per warp two stages (16 rows' codes, 32 super-blocks, scales) and the scales as
+        // ints and d.
+        "gemv16_q6k8" => 4 * (2 * (16 * 272 + 32 * 208 + 16 * 4) + 16 * 32 * 4 + 32 * 4),
         // attention.cu's FA_SMEM: two stages of a K and a V tile (64 positions, rows of head_dim + 8 halves).
         "attn_flash_h64" => 2 * 2 * 64 * (64 + 8) * 2,
         "attn_flash_h128" => 2 * 2 * 64 * (128 + 8) * 2,

@@ -1436,7 +1436,8 @@ impl Device {
         match w.ty {
             GgmlType::Q4_K if k8 => Some(("gemv16_q4k8", 16, 32)),
             GgmlType::Q4_K => Some(("gemv16_q4k", 16, 8)),
-            GgmlType::Q6_K => Some((if k8 { "gemv16_q6k8" } else { "gemv16_q6k" }, 16, 8)),
+            GgmlType::Q6_K if k8 => Some(("gemv16_q6k8", 16, 32)),
+            GgmlType::Q6_K => Some(("gemv16_q6k", 16, 8)),
             GgmlType::Q8_0 => Some(("gemv16_q8_0", 16, 8)),
             _ => None,
         }
