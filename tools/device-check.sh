@@ -10,6 +10,7 @@
 # Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip its debug info to copy it over).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
 # Sections: STEPS="selftest sanitizer kernels parity bench moe dflash" (default all; kernels = per-kernel timings;
+# bits = logits bit-equal to another build's, REF_KILN=path, not in the default;
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
 # dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -110,6 +111,23 @@ if want parity; then
     parity llama-q4_k_m llama smollm2-135m q4_k_m
     parity qwen3-q4_k_m qwen3 0.6b q4_k_m
     parity qwen3-q8_0 qwen3 0.6b q8_0
+fi
+
+# 2b. The same bits as another build (STEPS=bits, REF_KILN=path/to/the/other/kiln): for a change that keeps every
+# bit by construction (a kernel rebuilt on the same integers and float order), a synth Qwen3 0.6B Q4_K_M is scored
+# on CUDA by both binaries in passes of 64 rows (the prefill kernels) and 16 rows (the block kernels), and the
+# logits compared: KL 0 and max |Δlogit| 0 expected.
+if want bits; then
+    [ -x "${REF_KILN:-}" ] || { say "bits: REF_KILN must name the other build's kiln binary"; exit 1; }
+    m="$WORK/qwen3-q4_k_m.gguf"
+    synth synth-qwen3-q4_k_m "$m" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
+    for b in 64 16; do
+        sc=(score -m "$m" -f "$WORK/text.txt" -c "$CTX" --chunks "$CHUNKS" --device cuda -b "$b")
+        step "bits-ref-b$b" "$REF_KILN" "${sc[@]}" --dump-logits "$WORK/bits-ref-b$b"
+        step "bits-b$b" "$KILN" "${sc[@]}" --ref-logits "$WORK/bits-ref-b$b"
+        say "bits, passes of $b rows:"
+        grep -iE "KL|max" "$OUT/bits-b$b.log" | head -n 3 | tee -a "$OUT/summary.txt"
+    done
 fi
 
 # 3. Speed. Byte counts for the roofline: `kiln info` gives each model's size.
