@@ -216,6 +216,24 @@ __device__ __forceinline__ void moe_gemv_body(int ty, float* out, const u8* w, l
 MOE_GEMV_KERNEL(moe_gemv, false)
 MOE_GEMV_KERNEL(moe_gemv_k8, true)
 
+// Gate and up in one launch (decode: one row a token): blocks [0, nb) compute expert matrix w0 into out0 and
+// [nb, 2 nb) w1 into out1, each output by moe_gemv's body, so with its bits. grid = (2 nb, 1, rows * k) with
+// nb = ceil(n_out / GV_WARPS), block = 128.
+#define MOE_GATE_UP_KERNEL(NAME, K8)                                                                             \
+    extern "C" __global__ void __launch_bounds__(128, 6)                                                        \
+        NAME(int ty0, float* out0, const u8* w0, long long bytes0, int ty1, float* out1, const u8* w1,          \
+             long long bytes1, const signed char* xq, const float* xd, const float* xs, const int* ids, int k,    \
+             int width, int n_out, int nb) {                                                                     \
+        int c = blockIdx.z, second = (int)blockIdx.x >= nb;                                                     \
+        long long xo = (long long)(c / k) * width;                                                              \
+        gemv_dispatch<1, K8>(second ? ty1 : ty0, second ? blockIdx.x - nb : blockIdx.x,                        \
+                             (second ? out1 : out0) + (long long)c * n_out,                                     \
+                             (second ? w1 : w0) + (long long)ids[c] * (second ? bytes1 : bytes0), xq + xo,       \
+                             xd + (K8 ? xo / 256 : xo / 32), xs + xo / 32, width, n_out, 1, 0);                 \
+    }
+MOE_GATE_UP_KERNEL(moe_gate_up, false)
+MOE_GATE_UP_KERNEL(moe_gate_up_k8, true)
+
 // Prefill: the expert matmuls over expert-grouped slots on the int8 tensor-core prefill kernel (mmq.cu): tile
 // blockIdx.z (moe_place with tile 64) multiplies its expert's matrix with up to 64 consecutive slots. Each output
 // is mmq's own sum over its row alone, so the grouping changes no result. xd/xs per 32 elements (kd per 256 for

@@ -58,12 +58,14 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 64] = [
+pub const KERNEL_NAMES: [&str; 66] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
     "moe_gemv",
     "moe_gemv_k8",
+    "moe_gate_up",
+    "moe_gate_up_k8",
     "moe_count",
     "moe_place",
     "moe_gemv_tiles",

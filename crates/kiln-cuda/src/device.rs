@@ -1032,8 +1032,51 @@ impl Device {
                 )
             };
         let xin: &DBuf = if grouped { xg } else { x };
-        expert(sg, gate, xin, false, ff)?;
-        expert(su, up, xin, false, ff)?;
+        // Decode (one row a token): gate and up in one launch when both are repacked and read the same activations.
+        let k8 = self.uses_k8(gate, n_rows);
+        if !grouped
+            && !reference
+            && self.opts.fused
+            && [gate, up]
+                .iter()
+                .all(|w| w.layout == Layout::Gemv && w.cols == d)
+            && self.uses_k8(up, n_rows) == k8
+        {
+            let (qp, dp, sp) = self.activations(x, n_rows * d, k8)?;
+            sg.invalidate();
+            su.invalidate();
+            let nb = ff.div_ceil(GV_WARPS);
+            let bytes = |w: &DWeight| (w.rows / n_exp * w.row_bytes) as i64;
+            self.launch(
+                if k8 { "moe_gate_up_k8" } else { "moe_gate_up" },
+                LaunchConfig {
+                    grid_dim: (2 * nb as u32, 1, n_choices as u32),
+                    block_dim: (32 * GV_WARPS as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                },
+                &[
+                    &self.gemv_type_id(gate, n_rows),
+                    &self.ptr(&sg.data),
+                    &self.ptr(&gate.data),
+                    &bytes(gate),
+                    &self.gemv_type_id(up, n_rows),
+                    &self.ptr(&su.data),
+                    &self.ptr(&up.data),
+                    &bytes(up),
+                    &qp,
+                    &dp,
+                    &sp,
+                    &ip,
+                    &(k as i32),
+                    &(d as i32),
+                    &(ff as i32),
+                    &(nb as i32),
+                ],
+            )?;
+        } else {
+            expert(sg, gate, xin, false, ff)?;
+            expert(su, up, xin, false, ff)?;
+        }
         self.swiglu(act, sg, su, n_choices * ff)?;
         expert(y, down, act, true, d)?;
         let (o, yp) = (self.ptr(&out.data), self.ptr(&y.data));
