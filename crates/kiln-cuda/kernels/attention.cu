@@ -468,6 +468,9 @@ __device__ __forceinline__ void fa_ldsm(u32 (&r)[4], const u16* p) {
 // tile order, whatever other rows share its block, so a sequence's prefill does not depend on the batch.
 // grid = (ceil(rows / 64), n_head), block = 128, dynamic shared memory FA_SMEM(HD). Writes out[row][head][dim].
 #define FA_SMEM(HD) (2 * 2 * FA_TILE * ((HD) + 8) * 2)
+#define FA_SMEM_H64 36864 // read by the host (compile.rs's dynamic_smem)
+#define FA_SMEM_H128 69632
+static_assert(FA_SMEM_H64 == FA_SMEM(64) && FA_SMEM_H128 == FA_SMEM(128), "FA_SMEM_H*: two stages of K and V tiles");
 template <int HD>
 __device__ __forceinline__ void attn_flash_body(float* out, const float* q, const void* kc, const void* vc,
                                                 const int* slots, const int* positions, int n_rows, int layer,

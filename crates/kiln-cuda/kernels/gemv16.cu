@@ -320,7 +320,8 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
 #define B16_STAGE (16 * MP_LDA + B16_OUT * MP_Q4 + 16 * 32 + 16 * 4) // codes, super-blocks, code sums, scales
 #define B16_DEC (8 * B16_OUT * 8 + B16_OUT * 8 + 16 * 16 + B16_OUT * 8) // {hi, lo}, packed mins and sums, d / dmin
 #define B16_WARP (2 * B16_STAGE + B16_DEC)
-#define B16_SMEM_Q4K (4 * B16_WARP + 4 * 4 * 4 * 32 * 4) // + the groups' sums [group][ni][e][lane]
+#define B16_SMEM_Q4K 95744 // read by the host (compile.rs's dynamic_smem)
+static_assert(B16_SMEM_Q4K == 4 * B16_WARP + 4 * 4 * 4 * 32 * 4, "B16_SMEM_Q4K: four warps' stages, + the groups' sums");
 extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, const u8* w, const signed char* kq,
                                                                  const float* kd, const int* ks, int width,
                                                                  int n_out, int n_rows, int accumulate) {
@@ -484,7 +485,8 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, con
 // grid = (ceil(n_out / 32), ceil(n_rows / 16)), block = 128, dynamic shared memory B16_SMEM_Q6K.
 #define B6_STAGE (16 * MP_LDA + B16_OUT * MP_Q6 + 16 * 4) // codes, super-blocks, row scales
 #define B6_WARP (2 * B6_STAGE + 16 * B16_OUT * 4 + B16_OUT * 4) // + the scales as ints [piece][o], d [o]
-#define B16_SMEM_Q6K (4 * B6_WARP) // the groups' sums reuse the stages at the end
+#define B16_SMEM_Q6K 97280 // read by the host; the groups' sums reuse the stages at the end
+static_assert(B16_SMEM_Q6K == 4 * B6_WARP, "B16_SMEM_Q6K: four warps' stages");
 extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q6k8(float* out, const u8* w, const signed char* kq,
                                                                  const float* kd, const int* ks, int width,
                                                                  int n_out, int n_rows, int accumulate) {

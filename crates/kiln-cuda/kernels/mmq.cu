@@ -292,11 +292,19 @@ __device__ __forceinline__ void mmq_body(float* out, const u8* w, const signed c
 
 extern __shared__ __align__(16) unsigned char mp_smem[];
 
-// Dynamic shared memory of each pipelined body (bytes); the host launches with the same numbers.
+// Dynamic shared memory of each pipelined body (bytes). The host reads these numbers from this source
+// (compile.rs's dynamic_smem); the static_asserts tie them to the layouts the bodies carve.
 #define MP_STAGE_A (MQ_BM * MP_LDA)
-#define MP_SMEM_Q4K (2 * (MP_STAGE_A + MQ_BN * MP_Q4 + MQ_BM * 4 + MQ_BM * 32) + 8 * MQ_BN * 8 + MQ_BN * 8 + MQ_BM * 16 + MQ_BN * 8)
-#define MP_SMEM_Q6K (2 * (MP_STAGE_A + MQ_BN * MP_Q6 + MQ_BM * 4) + 16 * MQ_BN * 4 + MQ_BN * 4)
-#define MP_SMEM_Q8 (2 * (MP_STAGE_A + MQ_BM * MP_XD * 4 + MQ_BN * MP_LDA + MQ_BN * 16) + 8 * MQ_BN * 4)
+#define MP_SMEM_Q4K 64000
+#define MP_SMEM_Q6K 66304
+#define MP_SMEM_Q8 79872
+static_assert(MP_SMEM_Q4K == 2 * (MP_STAGE_A + MQ_BN * MP_Q4 + MQ_BM * 4 + MQ_BM * 32) + 8 * MQ_BN * 8 + MQ_BN * 8 +
+                                 MQ_BM * 16 + MQ_BN * 8,
+              "MP_SMEM_Q4K: two stages (codes, super-blocks, row scales, code sums), {hi, lo}, mins, sums, d / dmin");
+static_assert(MP_SMEM_Q6K == 2 * (MP_STAGE_A + MQ_BN * MP_Q6 + MQ_BM * 4) + 16 * MQ_BN * 4 + MQ_BN * 4,
+              "MP_SMEM_Q6K: two stages (codes, super-blocks, row scales), scales as ints, d");
+static_assert(MP_SMEM_Q8 == 2 * (MP_STAGE_A + MQ_BM * MP_XD * 4 + MQ_BN * MP_LDA + MQ_BN * 16) + 8 * MQ_BN * 4,
+              "MP_SMEM_Q8: two stages (codes, their scales, weight codes, f16 d), d as floats");
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     u32 a;

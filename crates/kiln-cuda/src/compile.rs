@@ -25,36 +25,35 @@ pub const KERNEL_FILES: [(&str, &str); 8] = [
     ("attention.cu", include_str!("../kernels/attention.cu")),
 ];
 
-/// Dynamic shared memory (bytes) of the kernels that take it: mmq.cu's pipelined prefill bodies (`MP_SMEM_Q4K`,
-/// `MP_SMEM_Q6K`, `MP_SMEM_Q8`: two stages of staged slices plus the decoded scales) and the prefill flash attention
-/// (`FA_SMEM`) and the K8 block kernels (`B16_SMEM_Q4K`, `B16_SMEM_Q6K`). Those kernels trap when launched with less; every other
-/// kernel takes none.
+/// Dynamic shared memory (bytes) of the kernels that take it, read from the `#define` that sizes each in the kernel
+/// source (static_asserts there tie it to the layout): mmq.cu's pipelined prefill bodies, the K8 block kernels
+/// (gemv16.cu) and the prefill flash attention. Those kernels trap when launched with less; every other kernel
+/// takes none.
 pub fn dynamic_smem(kernel: &str) -> u32 {
-    const ACT: u32 = 64 * 272; // a stage's activation codes: 64 rows, padded rows of 272 bytes
-    match kernel {
-        "mmq_q4_k8" | "moe_mmq_q4_k8" => {
-            2 * (ACT + 64 * 144 + 64 * 4 + 64 * 32) + 8 * 64 * 8 + 64 * 8 + 64 * 16 + 64 * 8
-        }
-        "mmq_q6_k8" | "moe_mmq_q6_k8" => 2 * (ACT + 64 * 208 + 64 * 4) + 16 * 64 * 4 + 64 * 4,
-        "mmq_q8_0" | "moe_mmq_q8_0" => 2 * (ACT + 64 * 12 * 4 + 64 * 272 + 64 * 16) + 8 * 64 * 4,
-        // gemv16.cu's B16_SMEM_Q4K: per warp two stages (16 rows' codes, 32 super-blocks, code sums, scales) and
-        // the decoded scales; then the four groups' sums.
-        "gemv16_q4k8" => {
-            4 * (2 * (16 * 272 + 32 * 144 + 16 * 32 + 16 * 4)
-                + 8 * 32 * 8
-                + 32 * 8
-                + 16 * 16
-                + 32 * 8)
-                + 4 * 4 * 4 * 32 * 4
-        }
-        // gemv16.cu's B16_SMEM_Q6K: per warp two stages (16 rows' codes, 32 super-blocks, scales) and the scales as
-        // ints and d.
-        "gemv16_q6k8" => 4 * (2 * (16 * 272 + 32 * 208 + 16 * 4) + 16 * 32 * 4 + 32 * 4),
-        // attention.cu's FA_SMEM: two stages of a K and a V tile (64 positions, rows of head_dim + 8 halves).
-        "attn_flash_h64" => 2 * 2 * 64 * (64 + 8) * 2,
-        "attn_flash_h128" => 2 * 2 * 64 * (128 + 8) * 2,
-        _ => 0,
-    }
+    let name = match kernel {
+        "mmq_q4_k8" | "moe_mmq_q4_k8" => "MP_SMEM_Q4K",
+        "mmq_q6_k8" | "moe_mmq_q6_k8" => "MP_SMEM_Q6K",
+        "mmq_q8_0" | "moe_mmq_q8_0" => "MP_SMEM_Q8",
+        "gemv16_q4k8" => "B16_SMEM_Q4K",
+        "gemv16_q6k8" => "B16_SMEM_Q6K",
+        "attn_flash_h64" => "FA_SMEM_H64",
+        "attn_flash_h128" => "FA_SMEM_H128",
+        _ => return 0,
+    };
+    static SIZES: std::sync::OnceLock<std::collections::HashMap<String, u32>> =
+        std::sync::OnceLock::new();
+    let sizes = SIZES.get_or_init(|| {
+        KERNEL_FILES
+            .iter()
+            .flat_map(|(_, text)| text.lines())
+            .filter_map(|l| {
+                let mut w = l.strip_prefix("#define ")?.split_whitespace();
+                let (k, v) = (w.next()?, w.next()?.parse().ok()?);
+                Some((k.to_string(), v))
+            })
+            .collect()
+    });
+    sizes[name]
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
@@ -358,6 +357,19 @@ mod tests {
         assert_eq!(arch_name(9, 0), "sm_90a");
         assert_eq!(arch_name(8, 6), "sm_86");
         assert_eq!(arch_name(10, 0), "sm_100a");
+    }
+
+    #[test]
+    fn dynamic_shared_memory_sizes_come_from_the_source() {
+        assert_eq!(dynamic_smem("mmq_q4_k8"), 64000);
+        assert_eq!(dynamic_smem("moe_mmq_q8_0"), 79872);
+        assert_eq!(dynamic_smem("gemv16_q6k8"), 97280);
+        assert_eq!(dynamic_smem("attn_flash_h128"), 69632);
+        assert_eq!(dynamic_smem("gemv_r1"), 0);
+        // Every sized kernel exists and stays within the 227 KB a block may have on sm_90.
+        for k in KERNEL_NAMES {
+            assert!(dynamic_smem(k) <= 227 * 1024, "{k}");
+        }
     }
 
     #[test]
