@@ -309,6 +309,19 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
 // takes the one float step k8_step. So each lane carries one running sum per group and C element, and the groups
 // meet in shared memory in the xor tree's pairing.
 
+// A warp's copies of 16 activation rows x 256 bytes into st (row stride MP_LDA): this lane's rows lane / 16 + 2 m,
+// chunk lane % 16; `src` is that chunk of its first row; rows from `rows` on are zero-filled.
+__device__ __forceinline__ void b16_copy_act(unsigned char* st, const signed char* src, int width, int rows,
+                                             const signed char* base) {
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int m = 0; m < 8; m++) {
+        int r = (lane >> 4) + 2 * m;
+        bool in = r < rows;
+        cp_async<16>(st + r * MP_LDA + 16 * (lane & 15), in ? src + 2LL * m * width : base, in);
+    }
+}
+
 // Q4_K, K8 activations, 32 outputs a block: warp a replays the GEMV's group a (super-blocks a, a + 4, ...) for
 // all 32 outputs, pipelined like mmq.cu's prefill bodies: each super-block's activation codes, code sums, row
 // scales and the 32 outputs' raw super-blocks are copied into the warp's shared memory with cp.async, two in
@@ -347,12 +360,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, con
     auto issue = [&](int it) {
         int sb = a + 4 * it;
         unsigned char* st = base + (it & 1) * B16_STAGE;
-#pragma unroll
-        for (int m = 0; m < 8; m++) {
-            int r = (lane >> 4) + 2 * m;
-            bool in = r0 + r < n_rows;
-            cp_async<16>(st + r * MP_LDA + 16 * (lane & 15), in ? xa + 2LL * m * width + sb * 256 : kq, in);
-        }
+        b16_copy_act(st, xa + sb * 256, width, n_rows - r0, kq);
         unsigned char* sw = st + 16 * MP_LDA;
 #pragma unroll
         for (int k = 0; k < 9; k++) {
@@ -382,32 +390,15 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, con
         const int* sks = (const int*)(sw + B16_OUT * MP_Q4);
         const float* sdx = (const float*)(sks + 16 * 8);
         {
-            // Lane o decodes output o's scales (as {hi, lo}), packed mins, d and dmin.
-            const u32* h = (const u32*)(sw + lane * MP_Q4);
-            u32 h0 = h[0], s0 = h[1], s1 = h[2], s2 = h[3];
-            u32 mw[2] = {0u, 0u};
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                int scj, mj;
-                k4_sm(s0, s1, s2, j, scj, mj);
-                shl[j * B16_OUT + lane] = make_int2(scj >> 3, scj & 7);
-                mw[j >> 2] |= (u32)mj << (8 * (j & 3));
-            }
-            smin[2 * lane] = mw[0];
-            smin[2 * lane + 1] = mw[1];
+            // Lane o decodes output o's scales, packed mins, d and dmin; lane (row, half) packs the row's sums.
+            const u8* rec = sw + lane * MP_Q4;
+            smin[2 * lane] = mp_q4k_scales(rec, 0, shl + lane, B16_OUT);
+            smin[2 * lane + 1] = mp_q4k_scales(rec, 1, shl + lane, B16_OUT);
+            u32 h0 = *(const u32*)rec;
             sd[lane] = h2f((u16)(h0 & 0xFFFF));
             sdm[lane] = h2f((u16)(h0 >> 16));
-            // Lane (row, half) packs the row's code sums: half 0 the low 6 bits, half 1 the rest.
             int r = lane >> 1, hi = lane & 1;
-            u32 w0 = 0, w1 = 0;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int v0 = sks[8 * r + i], v1 = sks[8 * r + 4 + i];
-                w0 |= (u32)(hi ? (v0 >> 6) & 0xFF : v0 & 63) << (8 * i);
-                w1 |= (u32)(hi ? (v1 >> 6) & 0xFF : v1 & 63) << (8 * i);
-            }
-            ssum[4 * r + 2 * hi] = w0;
-            ssum[4 * r + 2 * hi + 1] = w1;
+            mp_pack_sums(sks + 8 * r, hi, ssum[4 * r + 2 * hi], ssum[4 * r + 2 * hi + 1]);
         }
         __syncwarp();
         int hs[4][4], ls[4][4];
@@ -418,15 +409,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, con
 #pragma unroll 1
         for (int p = 0; p < 4; p++) {
             int braw[4][2];
-#pragma unroll
-            for (int nq = 0; nq < 2; nq++) {
-                int r[4];
-                ldsm4(r, sw + (16 * nq + 8 * (lane >> 4) + (lane & 7)) * MP_Q4 + 16 + 32 * p + 16 * ((lane >> 3) & 1));
-                braw[2 * nq][0] = r[0];
-                braw[2 * nq][1] = r[1];
-                braw[2 * nq + 1][0] = r[2];
-                braw[2 * nq + 1][1] = r[3];
-            }
+            mp_q4k_raw(braw, sw, 0, p, lane);
 #pragma unroll
             for (int s = 0; s < 2; s++) {
                 int j = 2 * p + s;
@@ -509,12 +492,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q6k8(float* out, con
     auto issue = [&](int it) {
         int sb = sb_of(it);
         unsigned char* st = base + (it & 1) * B6_STAGE;
-#pragma unroll
-        for (int m = 0; m < 8; m++) {
-            int r = (lane >> 4) + 2 * m;
-            bool in = r0 + r < n_rows;
-            cp_async<16>(st + r * MP_LDA + 16 * (lane & 15), in ? xa + 2LL * m * width + sb * 256 : kq, in);
-        }
+        b16_copy_act(st, xa + sb * 256, width, n_rows - r0, kq);
         unsigned char* sw = st + 16 * MP_LDA;
 #pragma unroll
         for (int k = 0; k < 13; k++) {
@@ -560,29 +538,18 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q6k8(float* out, con
             for (int e = 0; e < 4; e++) isum[ni][e] = 0;
 #pragma unroll 1
         for (int hk = 0; hk < 4; hk++) {
-            // ql[64 h + 32 kk ..] gives sub-blocks j = 4 h + kk (low nibbles) and j + 2 (high); their 2-bit highs
-            // are bits 2 kk and 2 kk + 4 of qh[32 h ..].
             int h = hk >> 1, kk = hk & 1;
-            int raw[4][4]; // [ni][ql half 0, ql half 1, qh half 0, qh half 1]
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
-                int m = lane >> 3;
-                int off = m < 2 ? 64 * h + 32 * kk + 16 * m : 128 + 32 * h + 16 * (m - 2);
-                ldsm4(raw[ni], sw + (8 * ni + (lane & 7)) * MP_Q6 + off);
-            }
+            int raw[4][4];
+            mp_q6k_raw(raw, sw, 0, hk, lane);
 #pragma unroll
             for (int s = 0; s < 2; s++) {
-                int j = 4 * h + kk + 2 * s, sh = 2 * kk + 4 * s;
+                int j = 4 * h + kk + 2 * s;
                 int a4[4];
                 ldsm4(a4, sa + ((lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + 32 * j + 16 * (lane >> 4));
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
                     int b[2];
-#pragma unroll
-                    for (int c = 0; c < 2; c++) {
-                        int q = ((raw[ni][c] >> (4 * s)) & 0x0F0F0F0F) | (((raw[ni][2 + c] >> sh) & 0x03030303) << 4);
-                        b[c] = (int)((((u32)q | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
-                    }
+                    mp_q6k_b(b, raw[ni], kk, s);
                     int2 slo = *(const int2*)(sisc + (2 * j) * B16_OUT + 8 * ni + 2 * t);
                     int2 shi = *(const int2*)(sisc + (2 * j + 1) * B16_OUT + 8 * ni + 2 * t);
                     int lo[4], hi[4];

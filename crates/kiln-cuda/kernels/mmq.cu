@@ -391,6 +391,68 @@ __device__ __forceinline__ void mp_frag_a(int (&a)[2][4], const signed char* sa,
         ldsm4(a[mi], sa + (wm + 16 * mi + (lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + k + 16 * (lane >> 4));
 }
 
+// Q4_K scales of sub-blocks 4 jh .. 4 jh + 3 of the raw super-block `rec` in shared memory: each sub-block's
+// scale as {hi, lo} (sc = 8 hi + lo) into shl[j * stride], and the four 6-bit mins packed as bytes (returned).
+__device__ __forceinline__ u32 mp_q4k_scales(const u8* rec, int jh, int2* shl, int stride) {
+    const u32* h = (const u32*)rec;
+    u32 s0 = h[1], s1 = h[2], s2 = h[3], mw = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int j = 4 * jh + i, scj, mj;
+        k4_sm(s0, s1, s2, j, scj, mj);
+        shl[j * stride] = make_int2(scj >> 3, scj & 7);
+        mw |= (u32)mj << (8 * i);
+    }
+    return mw;
+}
+
+// A row's 8 sub-block code sums `v` (|S| <= 32 * 127) as mma A bytes: half 0 the low 6 bits (S_lo), half 1 the
+// rest (S_hi, S = 64 S_hi + S_lo), sub-blocks 0..3 in w0 and 4..7 in w1.
+__device__ __forceinline__ void mp_pack_sums(const int* v, int hi, u32& w0, u32& w1) {
+    w0 = w1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        w0 |= (u32)(hi ? (v[i] >> 6) & 0xFF : v[i] & 63) << (8 * i);
+        w1 |= (u32)(hi ? (v[4 + i] >> 6) & 0xFF : v[4 + i] & 63) << (8 * i);
+    }
+}
+
+// Raw Q4_K quant words of sub-block pair p for the 32 outputs from `row0` (super-blocks of MP_Q4 bytes in shared
+// memory): braw[ni][half], this lane's 4 bytes of elements 16 half + 4 t .. of output row0 + 8 ni + g; low
+// nibbles are sub-block 2 p, high nibbles 2 p + 1.
+__device__ __forceinline__ void mp_q4k_raw(int (&braw)[4][2], const u8* sw, int row0, int p, int lane) {
+#pragma unroll
+    for (int nq = 0; nq < 2; nq++) {
+        int r[4];
+        ldsm4(r, sw + (row0 + 16 * nq + 8 * (lane >> 4) + (lane & 7)) * MP_Q4 + 16 + 32 * p + 16 * ((lane >> 3) & 1));
+        braw[2 * nq][0] = r[0];
+        braw[2 * nq][1] = r[1];
+        braw[2 * nq + 1][0] = r[2];
+        braw[2 * nq + 1][1] = r[3];
+    }
+}
+
+// Raw Q6_K words of unit hk = 2 h + kk for the 32 outputs from `row0` (MP_Q6-byte super-blocks in shared memory):
+// raw[ni] = {ql half 0, ql half 1, qh half 0, qh half 1}; ql[64 h + 32 kk ..] gives sub-blocks 4 h + kk (low
+// nibbles) and 4 h + kk + 2 (high), with 2-bit highs at bits 2 kk and 2 kk + 4 of qh[32 h ..].
+__device__ __forceinline__ void mp_q6k_raw(int (&raw)[4][4], const u8* sw, int row0, int hk, int lane) {
+    int h = hk >> 1, kk = hk & 1, m = lane >> 3;
+    int off = m < 2 ? 64 * h + 32 * kk + 16 * m : 128 + 32 * h + 16 * (m - 2);
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) ldsm4(raw[ni], sw + (row0 + 8 * ni + (lane & 7)) * MP_Q6 + off);
+}
+
+// The two mma B words (elements 4 t .. and 16 + 4 t ..) of sub-block 4 h + kk + 2 s from one output's raw words:
+// 6-bit codes 0..63 to quants -32..31, byte-wise (the high bit set first stops borrows).
+__device__ __forceinline__ void mp_q6k_b(int (&b)[2], const int (&raw)[4], int kk, int s) {
+    int sh = 2 * kk + 4 * s;
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+        int q = ((raw[c] >> (4 * s)) & 0x0F0F0F0F) | (((raw[2 + c] >> sh) & 0x03030303) << 4);
+        b[c] = (int)((((u32)q | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
+    }
+}
+
 // out[r * n_out + o] (+)= W[o] . x[r] for Q4_K weights on K8 activations (kq codes, kd scale per 256, ks code sums
 // per 32). Rows, grid and block as mmq_body. Both integer sums of a super-block run on the tensor cores:
 // - isum = sum_j sc_j dot_j with the 6-bit scale split as sc_j = 8 hi_j + lo_j (hi, lo <= 7): the codes times hi_j
@@ -442,35 +504,16 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
         const u8* sw = (const u8*)sa + MP_STAGE_A;
         const float* sdx = (const float*)(sw + MQ_BN * MP_Q4);
         {
-            // Thread (o, half) decodes sub-blocks 4 half .. + 3 of output o: their scale halves and packed mins.
+            // Thread (o, half) decodes sub-blocks 4 half .. + 3 of output o; thread (row, half) packs the row's sums.
             int o = tid & 63, hf = tid >> 6;
-            const u32* h = (const u32*)(sw + o * MP_Q4);
-            u32 h0 = h[0], s0 = h[1], s1 = h[2], s2 = h[3];
-            u32 mw = 0;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int j = 4 * hf + i, scj, mj;
-                k4_sm(s0, s1, s2, j, scj, mj);
-                shl[j * MQ_BN + o] = make_int2(scj >> 3, scj & 7);
-                mw |= (u32)mj << (8 * i);
-            }
-            smin[2 * o + hf] = mw;
+            smin[2 * o + hf] = mp_q4k_scales(sw + o * MP_Q4, hf, shl + o, MQ_BN);
             if (hf == 0) {
+                u32 h0 = *(const u32*)(sw + o * MP_Q4);
                 sd[o] = h2f((u16)(h0 & 0xFFFF));
                 sdm[o] = h2f((u16)(h0 >> 16));
             }
-            // Thread (row, half) packs the row's sub-block code sums: half 0 the low 6 bits, half 1 the rest.
             int r = tid >> 1, hi = tid & 1;
-            const int* sj = (const int*)(sdx + MQ_BM) + 8 * r;
-            u32 w0 = 0, w1 = 0;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int v0 = sj[i], v1 = sj[4 + i];
-                w0 |= (u32)(hi ? (v0 >> 6) & 0xFF : v0 & 63) << (8 * i);
-                w1 |= (u32)(hi ? (v1 >> 6) & 0xFF : v1 & 63) << (8 * i);
-            }
-            ssum[4 * r + 2 * hi] = w0;
-            ssum[4 * r + 2 * hi + 1] = w1;
+            mp_pack_sums((const int*)(sdx + MQ_BM) + 8 * r, hi, ssum[4 * r + 2 * hi], ssum[4 * r + 2 * hi + 1]);
         }
         __syncthreads();
         int hs[2][4][4], ls[2][4][4]; // sum_j hi_j dot_j, sum_j lo_j dot_j
@@ -482,18 +525,8 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
                 for (int e = 0; e < 4; e++) hs[mi][ni][e] = ls[mi][ni][e] = 0;
 #pragma unroll 1
         for (int p = 0; p < 4; p++) {
-            // Quant bytes 32 p .. + 31 hold sub-blocks 2 p (low nibbles) and 2 p + 1 (high) of each output.
             int braw[4][2];
-#pragma unroll
-            for (int nq = 0; nq < 2; nq++) {
-                int r[4];
-                ldsm4(r, sw + (wn + 16 * nq + 8 * (lane >> 4) + (lane & 7)) * MP_Q4 + 16 + 32 * p +
-                             16 * ((lane >> 3) & 1));
-                braw[2 * nq][0] = r[0];
-                braw[2 * nq][1] = r[1];
-                braw[2 * nq + 1][0] = r[2];
-                braw[2 * nq + 1][1] = r[3];
-            }
+            mp_q4k_raw(braw, sw, wn, p, lane);
 #pragma unroll
             for (int s = 0; s < 2; s++) {
                 int j = 2 * p + s;
@@ -596,30 +629,18 @@ __device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const si
                 for (int e = 0; e < 4; e++) isum[mi][ni][e] = 0;
 #pragma unroll 1
         for (int hk = 0; hk < 4; hk++) {
-            // ql[64 h + 32 kk ..] gives sub-blocks j = 4 h + kk (low nibbles) and j + 2 (high); their 2-bit highs
-            // are bits 2 kk and 2 kk + 4 of qh[32 h ..].
             int h = hk >> 1, kk = hk & 1;
-            int raw[4][4]; // [ni][ql half 0, ql half 1, qh half 0, qh half 1]
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
-                int m = lane >> 3;
-                int off = m < 2 ? 64 * h + 32 * kk + 16 * m : 128 + 32 * h + 16 * (m - 2);
-                ldsm4(raw[ni], sw + (wn + 8 * ni + (lane & 7)) * MP_Q6 + off);
-            }
+            int raw[4][4];
+            mp_q6k_raw(raw, sw, wn, hk, lane);
 #pragma unroll
             for (int s = 0; s < 2; s++) {
-                int j = 4 * h + kk + 2 * s, sh = 2 * kk + 4 * s;
+                int j = 4 * h + kk + 2 * s;
                 int a[2][4];
                 mp_frag_a(a, sa, wm, 32 * j, lane);
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
                     int b[2];
-#pragma unroll
-                    for (int c = 0; c < 2; c++) {
-                        int q = ((raw[ni][c] >> (4 * s)) & 0x0F0F0F0F) | (((raw[ni][2 + c] >> sh) & 0x03030303) << 4);
-                        // Codes 0..63 to quants -32..31, byte-wise (the high bit set first stops borrows).
-                        b[c] = (int)((((u32)q | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
-                    }
+                    mp_q6k_b(b, raw[ni], kk, s);
                     int2 slo = *(const int2*)(sisc + (2 * j) * MQ_BN + wn + 8 * ni + 2 * t);
                     int2 shi = *(const int2*)(sisc + (2 * j + 1) * MQ_BN + wn + 8 * ni + 2 * t);
 #pragma unroll
