@@ -322,6 +322,19 @@ __device__ __forceinline__ void b16_copy_act(unsigned char* st, const signed cha
     }
 }
 
+// A warp's copies of the raw super-blocks `sb` (REC bytes each) of outputs o0 .. o0 + 31 into sw (row stride REC),
+// consecutive lanes on consecutive 16-byte chunks; zeros past n_out.
+template <int REC>
+__device__ __forceinline__ void b16_copy_super(unsigned char* sw, const u8* w, int sb, int nsb, int o0, int n_out) {
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < REC / 16; k++) {
+        int u = lane + 32 * k, o = u / (REC / 16), c = u - (REC / 16) * o;
+        bool in = o0 + o < n_out;
+        cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c, in);
+    }
+}
+
 // Q4_K, K8 activations, 32 outputs a block: warp a replays the GEMV's group a (super-blocks a, a + 4, ...) for
 // all 32 outputs, pipelined like mmq.cu's prefill bodies: each super-block's activation codes, code sums, row
 // scales and the 32 outputs' raw super-blocks are copied into the warp's shared memory with cp.async, two in
@@ -362,13 +375,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, con
         unsigned char* st = base + (it & 1) * B16_STAGE;
         b16_copy_act(st, xa + sb * 256, width, n_rows - r0, kq);
         unsigned char* sw = st + 16 * MP_LDA;
-#pragma unroll
-        for (int k = 0; k < 9; k++) {
-            int u = lane + 32 * k, o = u / 9, c = u - 9 * o;
-            bool in = o0 + o < n_out;
-            cp_async<16>(sw + o * MP_Q4 + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * MP_Q4 + 16 * c,
-                         in);
-        }
+        b16_copy_super<MP_Q4>(sw, w, sb, nsb, o0, n_out);
         unsigned char* sx = sw + B16_OUT * MP_Q4;
         cp_async<16>(sx + 32 * (lane >> 1) + 16 * (lane & 1), ksrc + 8 * sb, s_in);
         if (lane < 16) cp_async<4>(sx + 16 * 32 + 4 * lane, dsrc + sb, d_in);
@@ -494,13 +501,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q6k8(float* out, con
         unsigned char* st = base + (it & 1) * B6_STAGE;
         b16_copy_act(st, xa + sb * 256, width, n_rows - r0, kq);
         unsigned char* sw = st + 16 * MP_LDA;
-#pragma unroll
-        for (int k = 0; k < 13; k++) {
-            int u = lane + 32 * k, o = u / 13, c = u - 13 * o;
-            bool in = o0 + o < n_out;
-            cp_async<16>(sw + o * MP_Q6 + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * MP_Q6 + 16 * c,
-                         in);
-        }
+        b16_copy_super<MP_Q6>(sw, w, sb, nsb, o0, n_out);
         if (lane < 16) cp_async<4>(sw + B16_OUT * MP_Q6 + 4 * lane, dsrc + sb, d_in);
         cp_commit();
     };
