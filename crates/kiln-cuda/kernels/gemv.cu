@@ -344,22 +344,23 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
     int nsb = width / 256;
     const u8* row = w + (long long)o * nsb * 144;
     int i = lane & 7, j0 = 2 * (i >> 1), half = (i & 1) * 16;
-    unsigned gmask = 0xFFu << (lane & 24); // this lane's group of 8
-    for (int sb0 = lane >> 3; sb0 < nsb; sb0 += 4 * GV_U) {
+    // The warp walks the super-blocks together, 4 GV_U at a time (group a takes base + a + 4 u), and a lane whose
+    // super-block is past the row reads the last one and drops its result: every lane reaches every shuffle, so
+    // they are whole-warp shuffles (xor 1, 2, 4 stay inside a group) without divergence handling.
+    for (int base = 0; base < nsb; base += 4 * GV_U) {
         int4 hdr[GV_U], qv[GV_U];
 #pragma unroll
         for (int u = 0; u < GV_U; u++) {
-            int sb = sb0 + 4 * u;
-            if (sb < nsb) {
-                const u8* sbp = row + (long long)sb * 144;
-                hdr[u] = ldg16(sbp);
-                qv[u] = ldg16(sbp + 16 + 16 * i);
-            }
+            const u8* sbp = row + (long long)min(base + (lane >> 3) + 4 * u, nsb - 1) * 144;
+            hdr[u] = ldg16(sbp);
+            qv[u] = ldg16(sbp + 16 + 16 * i);
         }
 #pragma unroll
         for (int u = 0; u < GV_U; u++) {
-            int sb = sb0 + 4 * u;
-            if (sb >= nsb) break;
+            if (base + 4 * u >= nsb) break; // no group has a super-block here (warp-uniform)
+            int sb = base + (lane >> 3) + 4 * u;
+            bool valid = sb < nsb;
+            sb = min(sb, nsb - 1);
             float d = h2f((u16)(hdr[u].x & 0xFFFF)), dmin = h2f((u16)((u32)hdr[u].x >> 16));
             int sc0, m0, sc1, m1;
             k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0, sc0, m0);
@@ -376,14 +377,14 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
                     // Group sums of is and im in 4 shuffles, not 6: a lane pair swaps what the other lacks (the
                     // odd lane's im is 0), then even lanes carry is and odd lanes im up the tree, and the pair
                     // swaps the totals. Integer sums: exact in any order.
-                    int t = (half ? im : is) + __shfl_xor_sync(gmask, half ? is : im, 1);
-                    t += __shfl_xor_sync(gmask, t, 2);
-                    t += __shfl_xor_sync(gmask, t, 4);
-                    int u = __shfl_xor_sync(gmask, t, 1);
-                    is = half ? u : t;
-                    im = half ? t : u;
+                    int t = (half ? im : is) + __shfl_xor_sync(0xffffffffu, half ? is : im, 1);
+                    t += __shfl_xor_sync(0xffffffffu, t, 2);
+                    t += __shfl_xor_sync(0xffffffffu, t, 4);
+                    int u2 = __shfl_xor_sync(0xffffffffu, t, 1);
+                    is = half ? u2 : t;
+                    im = half ? t : u2;
                     float dx = kd[(long long)(r0 + r) * nsb + sb];
-                    acc[r] = __fadd_rn(acc[r], k8_step(d, dmin, dx, is, im));
+                    if (valid) acc[r] = __fadd_rn(acc[r], k8_step(d, dmin, dx, is, im));
                 }
             }
         }
@@ -405,24 +406,23 @@ __device__ __forceinline__ void gemv_q6k8_body(int blk, float* out, const u8* w,
     const u16* dd = (const u16*)(w + (long long)n_out * nsb * 208) + (long long)o * nsb;
     int unit = lane & 3;
     int h = unit >> 1, c = unit & 1;
-    unsigned gmask = 0xFu << (lane & 28); // this lane's group of 4
-    for (int sb0 = lane >> 2; sb0 < nsb; sb0 += 8 * GV_U6) {
+    // As gemv_q4k8_body: the warp walks the super-blocks together, so the group shuffles are whole-warp ones.
+    for (int base = 0; base < nsb; base += 8 * GV_U6) {
         int4 qa_[GV_U6], qb_[GV_U6], qh_[GV_U6], sc_[GV_U6];
 #pragma unroll
         for (int u = 0; u < GV_U6; u++) {
-            int sb = sb0 + 8 * u;
-            if (sb < nsb) {
-                const u8* sbp = row + (long long)sb * 208;
-                qa_[u] = ldg16(sbp + 64 * h + 16 * c);
-                qb_[u] = ldg16(sbp + 64 * h + 32 + 16 * c);
-                qh_[u] = ldg16(sbp + 128 + 32 * h + 16 * c);
-                sc_[u] = ldg16(sbp + 192);
-            }
+            const u8* sbp = row + (long long)min(base + (lane >> 2) + 8 * u, nsb - 1) * 208;
+            qa_[u] = ldg16(sbp + 64 * h + 16 * c);
+            qb_[u] = ldg16(sbp + 64 * h + 32 + 16 * c);
+            qh_[u] = ldg16(sbp + 128 + 32 * h + 16 * c);
+            sc_[u] = ldg16(sbp + 192);
         }
 #pragma unroll
         for (int u = 0; u < GV_U6; u++) {
-            int sb = sb0 + 8 * u;
-            if (sb >= nsb) break;
+            if (base + 8 * u >= nsb) break; // no group has a super-block here (warp-uniform)
+            int sb = base + (lane >> 2) + 8 * u;
+            bool valid = sb < nsb;
+            sb = min(sb, nsb - 1);
             int4 qa = qa_[u], qb = qb_[u], qh = qh_[u], scv = sc_[u];
             float d = h2f(dd[sb]);
             u32 sw0 = (u32)(h ? scv.z : scv.x), sw1 = (u32)(h ? scv.w : scv.y);
@@ -437,10 +437,10 @@ __device__ __forceinline__ void gemv_q6k8_body(int blk, float* out, const u8* w,
                     int is = 0;
 #pragma unroll
                     for (int k = 0; k < 4; k++) is += s[k] * dot16(q[k], ldg16(xr + 32 * k), 0);
-                    is += __shfl_xor_sync(gmask, is, 1);
-                    is += __shfl_xor_sync(gmask, is, 2);
+                    is += __shfl_xor_sync(0xffffffffu, is, 1);
+                    is += __shfl_xor_sync(0xffffffffu, is, 2);
                     float dx = kd[(long long)(r0 + r) * nsb + sb];
-                    acc[r] = __fadd_rn(acc[r], k8_step(d, 0.0f, dx, is, 0));
+                    if (valid) acc[r] = __fadd_rn(acc[r], k8_step(d, 0.0f, dx, is, 0));
                 }
             }
         }
