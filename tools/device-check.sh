@@ -116,7 +116,7 @@ fi
 # 2b. The same bits as another build (STEPS=bits, REF_KILN=path/to/the/other/kiln): for a change that keeps every
 # bit by construction (a kernel rebuilt on the same integers and float order), a synth Qwen3 0.6B Q4_K_M is scored
 # on CUDA by both binaries in passes of 64 rows (the prefill kernels) and 16 rows (the block kernels), and the
-# logits compared: KL 0 and max |Δlogit| 0 expected.
+# logits compared: KL 0 and max |Δlogit| 0 expected; then both builds' per-kernel timings.
 if want bits; then
     [ -x "${REF_KILN:-}" ] || { say "bits: REF_KILN must name the other build's kiln binary"; exit 1; }
     m="$WORK/qwen3-q4_k_m.gguf"
@@ -127,6 +127,14 @@ if want bits; then
         step "bits-b$b" "$KILN" "${sc[@]}" --ref-logits "$WORK/bits-ref-b$b"
         say "bits, passes of $b rows:"
         grep -iE "KL|max" "$OUT/bits-b$b.log" | head -n 3 | tee -a "$OUT/summary.txt"
+    done
+    # The per-kernel timings of both builds, one after the other on the same card.
+    for who in ref this; do
+        bin=$KILN
+        [ "$who" = ref ] && bin=$REF_KILN
+        step "bits-kernels-$who" "$bin" selftest --device cuda --bench
+        say "kernel timings ($who build):"
+        grep -E "^\| (gemv|mmq|attention|moe)" "$OUT/bits-kernels-$who.log" | tee -a "$OUT/summary.txt"
     done
 fi
 
