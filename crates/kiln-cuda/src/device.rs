@@ -129,7 +129,8 @@ pub struct Device {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
-    funcs: HashMap<&'static str, CudaFunction>,
+    /// Every kernel, with the dynamic shared memory its launches take (set as its limit at load).
+    funcs: HashMap<&'static str, (CudaFunction, u32)>,
     opts: Options,
     meta: Mutex<Meta>,
     /// Attention scratch (split partials or scores), grown only outside graph capture.
@@ -440,7 +441,7 @@ impl Device {
                     "allowing kernel {k} {smem} bytes of shared memory"
                 )))?;
             }
-            funcs.insert(k, f);
+            funcs.insert(k, (f, smem));
         }
         // A created stream, not the legacy default one: only those can be captured into graphs.
         let stream = ctx.new_stream().map_err(drv("stream creation"))?;
@@ -493,7 +494,7 @@ impl Device {
         self.opts
     }
 
-    fn f(&self, name: &'static str) -> &CudaFunction {
+    fn f(&self, name: &'static str) -> &(CudaFunction, u32) {
         // Every name in KERNEL_NAMES was loaded in `open`; callers only use those names.
         &self.funcs[name]
     }
@@ -1192,9 +1193,9 @@ impl Device {
     }
 
     fn launch(&self, name: &'static str, cfg: LaunchConfig, args: &[&dyn Arg]) -> Result<()> {
-        let f = self.f(name);
+        let (f, smem) = self.f(name);
         let cfg = LaunchConfig {
-            shared_mem_bytes: crate::compile::dynamic_smem(name),
+            shared_mem_bytes: *smem,
             ..cfg
         };
         let mut b = self.stream.launch_builder(f);
