@@ -9,6 +9,7 @@ __device__ __forceinline__ float kv_load(const void* c, int f16, long long i) {
 extern "C" __global__ void kv_append(void* kc, void* vc, const float* k, const float* v, const int* slots,
                                      const int* positions, int layer, int n_slots, int slot_ctx, int kv_dim,
                                      int f16) {
+    wait_prior_kernel();
     int r = blockIdx.x;
     long long dst = (((long long)layer * n_slots + slots[r]) * slot_ctx + positions[r]) * kv_dim;
     long long src = (long long)r * kv_dim;
@@ -37,6 +38,7 @@ extern "C" __global__ void attn_decode(float* out, const float* q, const void* k
                                        const int* slots, const int* positions, int layer, int n_slots,
                                        int slot_ctx, int n_head, int n_head_kv, int head_dim, float scale,
                                        int f16, int n_vis) {
+    wait_prior_kernel();
     __shared__ float sh[32];
     __shared__ float qs[512];
     int h = blockIdx.x, r = blockIdx.y;
@@ -89,6 +91,7 @@ extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, c
                                                            int n_slots, int slot_ctx, int n_head, int n_head_kv,
                                                            int head_dim, float eps, float theta, float freq_scale,
                                                            int neox, int f16) {
+    wait_prior_kernel();
     __shared__ float hb[256];
     int r = blockIdx.x, hh = blockIdx.y, lane = threadIdx.x;
     int kv_dim = n_head_kv * head_dim, half = head_dim / 2;
@@ -338,6 +341,7 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                               \
         float* ws, const float* q, const void* kc, const void* vc, const int* slots, const int* positions,      \
         int layer, int n_slots, int slot_ctx, int n_head, int n_head_kv, float scale, int n_splits, int n_vis) { \
+        wait_prior_kernel();                                                                                    \
         attn_split_body<G, HD>(ws, q, kc, vc, slots, positions, layer, n_slots, slot_ctx, n_head, n_head_kv,    \
                                scale, n_splits, n_vis);                                                        \
     }
@@ -387,6 +391,7 @@ __device__ float group_sum(float v, float* sh, int gw) {
 extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd,
                                       int* ks, const float* ws, const int* positions, int n_head, int head_dim,
                                       int n_splits, int n_vis) {
+    wait_prior_kernel();
     __shared__ float f[MERGE_MAX_HEADS][256], sh[32], sk[8];
     int hl = threadIdx.x / head_dim, e = threadIdx.x % head_dim;
     int h = blockIdx.x * (blockDim.x / head_dim) + hl, r = blockIdx.y;
@@ -657,6 +662,7 @@ __device__ __forceinline__ void attn_flash_body(float* out, const float* q, cons
                                                            const void* vc, const int* slots, const int* positions, \
                                                            int n_rows, int layer, int n_slots, int slot_ctx,       \
                                                            int n_head, int n_head_kv, float scale) {               \
+        wait_prior_kernel();                                                                                       \
         attn_flash_body<HD>(out, q, kc, vc, slots, positions, n_rows, layer, n_slots, slot_ctx, n_head,            \
                             n_head_kv, scale);                                                                     \
     }

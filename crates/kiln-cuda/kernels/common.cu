@@ -67,3 +67,15 @@ __device__ float block_max(float v, float* sh) {
     __syncthreads();
     return t;
 }
+
+// Programmatic dependent launch (sm_90+, host option `pdl`): a kernel may be launched while the one before it in
+// the stream is still running, so it waits here, before its first global memory access, until that kernel has
+// finished and its writes are visible; then it lets the next kernel launch, whose blocks take free multiprocessors
+// and wait in turn. Every kernel calls this first (a unit test checks): a kernel that skipped the wait could read
+// stale data, and one launched early without it would break the chain for the kernels after it.
+__device__ __forceinline__ void wait_prior_kernel() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}

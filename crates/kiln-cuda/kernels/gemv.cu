@@ -479,7 +479,8 @@ __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const
 #define GEMV_KERNEL(NAME, R, MINB, K8)                                                                          \
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                    \
         NAME(int ty, float* out, const u8* w, const signed char* xq, const float* xd, const float* xs, int width, \
-             int n_out, int n_rows, int accumulate) {                                                          \
+             int n_out, int n_rows, int accumulate) {                                                         \
+        wait_prior_kernel();                                                                                  \
         gemv_dispatch<R, K8>(ty, blockIdx.x, out, w, xq, xd, xs, width, n_out, n_rows, accumulate);           \
     }
 GEMV_KERNEL(gemv_r1, 1, 8, false)
@@ -494,6 +495,7 @@ GEMV_KERNEL(gemv_k8_r8, 8, 4, true)
         NAME(const signed char* xq, const float* xd, const float* xs, int width, int n_rows, int b1, int b2,     \
              int ty0, float* out0, const u8* w0, int n0, int ty1, float* out1, const u8* w1, int n1, int ty2,     \
              float* out2, const u8* w2, int n2) {                                                              \
+        wait_prior_kernel();                                                                                   \
         int b = blockIdx.x;                                                                                    \
         int ty = b < b1 ? ty0 : b < b2 ? ty1 : ty2;                                                            \
         float* out = b < b1 ? out0 : b < b2 ? out1 : out2;                                                     \

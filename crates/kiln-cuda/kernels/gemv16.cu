@@ -105,6 +105,7 @@ __device__ __forceinline__ void g16_q4k_weights(const u8* wg, const u8* const* w
 extern "C" __global__ void __launch_bounds__(128) gemv16_q4k(float* out, const u8* w, const signed char* xq,
                                                              const float* xd, const float* xs, int width,
                                                              int n_out, int n_rows, int accumulate) {
+    wait_prior_kernel();
     __shared__ float red[G16_RED];
     __shared__ __align__(16) G16Stage stage[4];
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, a = threadIdx.x >> 5;
@@ -183,6 +184,7 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q4k(float* out, const u
 extern "C" __global__ void __launch_bounds__(128) gemv16_q6k(float* out, const u8* w, const signed char* xq,
                                                              const float* xd, const float* xs, int width,
                                                              int n_out, int n_rows, int accumulate) {
+    wait_prior_kernel();
     __shared__ float red[G16_RED];
     __shared__ __align__(16) G16Stage stage[4];
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
@@ -263,6 +265,7 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q6k(float* out, const u
 extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const u8* w, const signed char* xq,
                                                               const float* xd, const float* xs, int width,
                                                               int n_out, int n_rows, int accumulate) {
+    wait_prior_kernel();
     __shared__ float red[G16_RED];
     __shared__ __align__(16) G16Stage stage[4];
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
@@ -351,6 +354,7 @@ static_assert(B16_SMEM_Q4K == 4 * B16_WARP + 4 * 4 * 4 * 32 * 4, "B16_SMEM_Q4K: 
 extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, const u8* w, const signed char* kq,
                                                                  const float* kd, const int* ks, int width,
                                                                  int n_out, int n_rows, int accumulate) {
+    wait_prior_kernel();
     mp_check_smem(B16_SMEM_Q4K);
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, a = threadIdx.x >> 5;
     unsigned char* base = mp_smem + a * B16_WARP;
@@ -480,6 +484,7 @@ static_assert(B16_SMEM_Q6K == 4 * B6_WARP, "B16_SMEM_Q6K: four warps' stages");
 extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q6k8(float* out, const u8* w, const signed char* kq,
                                                                  const float* kd, const int* ks, int width,
                                                                  int n_out, int n_rows, int accumulate) {
+    wait_prior_kernel();
     mp_check_smem(B16_SMEM_Q6K);
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
     unsigned char* base = mp_smem + warp * B6_WARP;

@@ -751,12 +751,14 @@ __device__ __forceinline__ void mmq_q8_0_body(float* out, const u8* w, const sig
 #define MP_KERNEL(NAME, BODY)                                                                                   \
     extern "C" __global__ void __launch_bounds__(128, 3) NAME(float* out, const u8* w, const signed char* xq,   \
                                                               const float* xd, const float* xs, int width,       \
-                                                              int n_out, int n_rows, int accumulate) {          \
+                                                              int n_out, int n_rows, int accumulate) {         \
+        wait_prior_kernel();                                                                                   \
         BODY(out, w, xq, xd, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);                            \
     }
 extern "C" __global__ void __launch_bounds__(128, 3) mmq_q4_k8(float* out, const u8* w, const signed char* kq,
                                                                const float* kd, const int* ks, int width, int n_out,
                                                                int n_rows, int accumulate) {
+    wait_prior_kernel();
     mmq_q4_k8_body(out, w, kq, kd, ks, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);
 }
 MP_KERNEL(mmq_q6_k8, mmq_q6_k8_body)
@@ -765,7 +767,8 @@ MP_KERNEL(mmq_q8_0, mmq_q8_0_body)
 #define MMQ_KERNEL(NAME, TY)                                                                                    \
     extern "C" __global__ void __launch_bounds__(128) NAME(float* out, const u8* w, const signed char* xq,      \
                                                            const float* xd, const float* xs, int width,          \
-                                                           int n_out, int n_rows, int accumulate) {             \
+                                                           int n_out, int n_rows, int accumulate) {            \
+        wait_prior_kernel();                                                                                   \
         mmq_body<TY>(out, w, xq, xd, xs, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);                \
     }
 MMQ_KERNEL(mmq_q4_k, T_Q4_K)

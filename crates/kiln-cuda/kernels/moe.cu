@@ -4,6 +4,7 @@
 // Per row (one warp): softmax over the router logits, the k largest (ties to the lower index), weights
 // renormalised to sum to one when `norm`, then sorted by expert index. ids/wts are rows x k.
 extern "C" __global__ void moe_route(int* ids, float* wts, const float* logits, int n_exp, int k, int norm) {
+    wait_prior_kernel();
     int r = blockIdx.x, lane = threadIdx.x;
     const float* lr = logits + (long long)r * n_exp;
     float mx = __int_as_float(0xff800000);
@@ -69,6 +70,7 @@ extern "C" __global__ void moe_route(int* ids, float* wts, const float* logits, 
 extern "C" __global__ void moe_matmul(float* out, const u8* w, long long expert_bytes, long long row_bytes, int ty,
                                       const signed char* xq, const float* xd, const float* xs, const float* xf,
                                       int ref, const int* ids, int k, int x_per_choice, int width, int n_out) {
+    wait_prior_kernel();
     __shared__ float sh[32];
     int o = blockIdx.x, c = blockIdx.y;
     int a = x_per_choice ? c : c / k;
@@ -99,6 +101,7 @@ extern "C" __global__ void moe_matmul(float* out, const u8* w, long long expert_
 // itself, or slot_of[choice] when the expert outputs are in expert-grouped order.
 extern "C" __global__ void moe_combine(float* out, const float* y, const float* wts, const int* slot_of, int k,
                                        int width) {
+    wait_prior_kernel();
     int r = blockIdx.x;
     for (int i = threadIdx.x; i < width; i += blockDim.x) {
         float acc = 0.0f;
@@ -113,6 +116,7 @@ extern "C" __global__ void moe_combine(float* out, const float* y, const float* 
 // Grouping the n choices by expert, in two passes of one block per expert (deterministic, no atomics):
 // moe_count: counts[e] = the choices of expert e.
 extern "C" __global__ void moe_count(int* counts, const int* ids, int n) {
+    wait_prior_kernel();
     int e = blockIdx.x, c = 0;
     for (int c0 = 0; c0 < n; c0 += blockDim.x) {
         int i = c0 + threadIdx.x;
@@ -126,6 +130,7 @@ extern "C" __global__ void moe_count(int* counts, const int* ids, int n) {
 // (expert, first slot, rows), expert by expert, their count in tiles[0]. grid = n_exp, block = 256.
 extern "C" __global__ void moe_place(int* slot_of, int* src_row, int* tiles, const int* counts, const int* ids,
                                      int n, int k, int n_exp, int tile) {
+    wait_prior_kernel();
     __shared__ int warp_hits[32];
     __shared__ int base, tile_base;
     int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -188,6 +193,7 @@ __device__ __forceinline__ void moe_gemv_tiles_body(int ty, float* out, const u8
     extern "C" __global__ void __launch_bounds__(128, 3)                                                        \
         NAME(int ty, float* out, const u8* w, long long expert_bytes, const signed char* xq, const float* xd,   \
              const float* xs, const int* tiles, int width, int n_out) {                                         \
+        wait_prior_kernel();                                                                                    \
         moe_gemv_tiles_body<K8>(ty, out, w, expert_bytes, xq, xd, xs, tiles, width, n_out);                     \
     }
 MOE_TILES_KERNEL(moe_gemv_tiles, false)
@@ -210,7 +216,8 @@ __device__ __forceinline__ void moe_gemv_body(int ty, float* out, const u8* w, l
 #define MOE_GEMV_KERNEL(NAME, K8)                                                                                \
     extern "C" __global__ void __launch_bounds__(128, 6)                                                        \
         NAME(int ty, float* out, const u8* w, long long expert_bytes, const signed char* xq, const float* xd,   \
-             const float* xs, const int* ids, int k, int x_per_choice, int width, int n_out) {                  \
+             const float* xs, const int* ids, int k, int x_per_choice, int width, int n_out) {                 \
+        wait_prior_kernel();                                                                                   \
         moe_gemv_body<K8>(ty, out, w, expert_bytes, xq, xd, xs, ids, k, x_per_choice, width, n_out);           \
     }
 MOE_GEMV_KERNEL(moe_gemv, false)
@@ -223,7 +230,8 @@ MOE_GEMV_KERNEL(moe_gemv_k8, true)
     extern "C" __global__ void __launch_bounds__(128, 6)                                                        \
         NAME(int ty0, float* out0, const u8* w0, long long bytes0, int ty1, float* out1, const u8* w1,          \
              long long bytes1, const signed char* xq, const float* xd, const float* xs, const int* ids, int k,    \
-             int width, int n_out, int nb) {                                                                     \
+             int width, int n_out, int nb) {                                                                    \
+        wait_prior_kernel();                                                                                    \
         int c = blockIdx.z, second = (int)blockIdx.x >= nb;                                                     \
         long long xo = (long long)(c / k) * width;                                                              \
         gemv_dispatch<1, K8>(second ? ty1 : ty0, second ? blockIdx.x - nb : blockIdx.x,                        \
@@ -247,7 +255,8 @@ MOE_GATE_UP_KERNEL(moe_gate_up_k8, true)
     long long s0 = tt[1];                                                                                        \
     const u8* we = w + (long long)tt[0] * expert_bytes;
 #define MOE_MMQ_KERNEL(NAME, TY)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(128) NAME(MOE_MMQ_ARGS) {                                      \
+    extern "C" __global__ void __launch_bounds__(128) NAME(MOE_MMQ_ARGS) {                                       \
+        wait_prior_kernel();                                                                                     \
         MOE_MMQ_TILE                                                                                             \
         mmq_body<TY>(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / 32), xs + s0 * (width / 32),     \
                      width, n_out, tt[2], 0, 0);                                                                 \
@@ -258,13 +267,15 @@ MOE_MMQ_KERNEL(moe_mmq_q6_k, T_Q6_K)
 // The pipelined bodies (mmq.cu; dynamic shared memory): Q8_0 on per-32 activations, the K-quants on K8 (Q4_K
 // also reads the K8 code sums, passed as xs).
 #define MOE_MP_KERNEL(NAME, BODY, XD)                                                                            \
-    extern "C" __global__ void __launch_bounds__(128, 3) NAME(MOE_MMQ_ARGS) {                                   \
+    extern "C" __global__ void __launch_bounds__(128, 3) NAME(MOE_MMQ_ARGS) {                                    \
+        wait_prior_kernel();                                                                                     \
         MOE_MMQ_TILE                                                                                             \
         BODY(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / XD), width, n_out, tt[2], 0, 0);         \
     }
 MOE_MP_KERNEL(moe_mmq_q8_0, mmq_q8_0_body, 32)
 MOE_MP_KERNEL(moe_mmq_q6_k8, mmq_q6_k8_body, 256)
 extern "C" __global__ void __launch_bounds__(128, 3) moe_mmq_q4_k8(MOE_MMQ_ARGS) {
+    wait_prior_kernel();
     MOE_MMQ_TILE
     mmq_q4_k8_body(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / 256), (const int*)xs + s0 * (width / 32),
                    width, n_out, tt[2], 0, 0);

@@ -2,6 +2,7 @@
 
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w. out may equal x (QK-norm in place). grid.x = rows.
 extern "C" __global__ void rms_norm(float* out, const float* x, const float* w, int width, float eps) {
+    wait_prior_kernel();
     __shared__ float sh[32];
     long long base = (long long)blockIdx.x * width;
     float ss = 0.0f;
@@ -14,6 +15,7 @@ extern "C" __global__ void rms_norm(float* out, const float* x, const float* w, 
 // Rotates n_heads heads of head_dim in row blockIdx.x at positions[row]. neox: pairs (i, i + d/2), else (2i, 2i+1).
 extern "C" __global__ void rope(float* x, const int* positions, int n_heads, int head_dim, float theta,
                                 float freq_scale, int neox) {
+    wait_prior_kernel();
     int r = blockIdx.x;
     int half = head_dim / 2;
     float p = (float)positions[r] * freq_scale;
@@ -33,6 +35,7 @@ extern "C" __global__ void rope(float* x, const int* positions, int n_heads, int
 }
 
 extern "C" __global__ void swiglu(float* out, const float* gate, const float* up, long long n) {
+    wait_prior_kernel();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         float g = gate[i];
@@ -41,12 +44,14 @@ extern "C" __global__ void swiglu(float* out, const float* gate, const float* up
 }
 
 extern "C" __global__ void add_inplace(float* x, const float* y, long long n) {
+    wait_prior_kernel();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
 }
 
 // out[r] = x[rows[r]] (grid.x = output rows).
 extern "C" __global__ void gather_rows(float* out, const float* x, const int* rows, int width) {
+    wait_prior_kernel();
     long long src = (long long)rows[blockIdx.x] * width, dst = (long long)blockIdx.x * width;
     for (int i = threadIdx.x; i < width; i += blockDim.x) out[dst + i] = x[src + i];
 }
@@ -54,6 +59,7 @@ extern "C" __global__ void gather_rows(float* out, const float* x, const int* ro
 // Index of the largest value of each row (lowest on ties, NaN never chosen): the engine's greedy_argmax.
 // grid.x = rows.
 extern "C" __global__ void argmax_rows(int* out, const float* x, int width) {
+    wait_prior_kernel();
     __shared__ float sv[1024];
     __shared__ int si[1024];
     const float* row = x + (long long)blockIdx.x * width;
@@ -84,6 +90,7 @@ extern "C" __global__ void argmax_rows(int* out, const float* x, int width) {
 }
 
 extern "C" __global__ void copy_f32(float* dst, const float* src, long long n) {
+    wait_prior_kernel();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = src[i];
 }
@@ -144,6 +151,7 @@ __device__ __forceinline__ void k8_write(float y, const float* group, signed cha
 extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signed char* xq, float* xd, float* xs,
                                                                 signed char* kq, float* kd, int* ks, const float* x,
                                                                 const float* w, int width, float eps) {
+    wait_prior_kernel();
     __shared__ float sh[32], sk[RN_PER * 32];
     long long base = (long long)blockIdx.x * width;
     bool whole = gridDim.y == 1;
@@ -197,6 +205,7 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signe
 // 32, 256 threads a block; with kq non-null (n % 256 == 0: a block is all in or all out) also the K8 shadow.
 extern "C" __global__ void swiglu_q8(float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd,
                                      int* ks, const float* gate, const float* up, long long n) {
+    wait_prior_kernel();
     __shared__ float sk[32];
     long long blk = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (blk * 32 >= n) return;
@@ -215,6 +224,7 @@ extern "C" __global__ void swiglu_q8(float* out, signed char* xq, float* xd, flo
 
 // Q8 blocks of n elements (n % 32 == 0), one warp per block (the standalone form of the fused writers).
 extern "C" __global__ void quantize_q8_warp(signed char* xq, float* xd, float* xs, const float* x, long long n) {
+    wait_prior_kernel();
     long long blk = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (blk * 32 >= n) return;
     q8_warp(x[blk * 32 + (threadIdx.x & 31)], xq, xd, xs, blk);

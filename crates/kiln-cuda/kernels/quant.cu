@@ -227,6 +227,7 @@ __device__ __forceinline__ bool is_float_type(int ty) {
 // out[r * width + i] = dequantized row tokens[r] of the table (grid.x = rows, any block size).
 extern "C" __global__ void embed_rows(float* out, const u8* w, long long row_bytes, int ty, const u32* tokens,
                                       int width) {
+    wait_prior_kernel();
     int r = blockIdx.x;
     const u8* row = w + (long long)tokens[r] * row_bytes;
     float* o = out + (long long)r * width;
@@ -245,6 +246,7 @@ extern "C" __global__ void embed_rows(float* out, const u8* w, long long row_byt
 // Q8 activation blocks: xq (rows x width int8), xd and xs (rows x width/32 floats). grid.x = rows.
 // Rounds half away from zero (roundf), like ggml's reference quantize_row_q8_1.
 extern "C" __global__ void quantize_q8(signed char* xq, float* xd, float* xs, const float* x, int width) {
+    wait_prior_kernel();
     int r = blockIdx.x;
     int nb = width / 32;
     const float* xr = x + (long long)r * width;
@@ -268,6 +270,7 @@ extern "C" __global__ void quantize_q8(signed char* xq, float* xd, float* xs, co
 extern "C" __global__ void matmul_q8(float* out, const u8* w, long long row_bytes, int ty, const signed char* xq,
                                      const float* xd, const float* xs, int width, int n_out, int n_rows,
                                      int accumulate) {
+    wait_prior_kernel();
     __shared__ float sh[32];
     int o = blockIdx.x;
     int r0 = blockIdx.y * MM_ROWS;
@@ -294,6 +297,7 @@ extern "C" __global__ void matmul_q8(float* out, const u8* w, long long row_byte
 // The same for F32/F16/BF16 weights on f32 activations (no activation quantization; any width).
 extern "C" __global__ void matmul_f(float* out, const u8* w, long long row_bytes, int ty, const float* x, int width,
                                     int n_out, int n_rows, int accumulate) {
+    wait_prior_kernel();
     __shared__ float sh[32];
     int o = blockIdx.x;
     int r0 = blockIdx.y * MM_ROWS;
@@ -312,6 +316,7 @@ extern "C" __global__ void matmul_f(float* out, const u8* w, long long row_bytes
 // activations (the CUDA side of KILN_NO_QUANT_ACT). Same grid as matmul_q8.
 extern "C" __global__ void matmul_deq(float* out, const u8* w, long long row_bytes, int ty, const float* x, int width,
                                       int n_out, int n_rows, int accumulate) {
+    wait_prior_kernel();
     __shared__ float sh[32];
     int o = blockIdx.x;
     int r0 = blockIdx.y * MM_ROWS;
@@ -338,6 +343,7 @@ extern "C" __global__ void matmul_deq(float* out, const u8* w, long long row_byt
 // the codes of every 32. One warp per 256 elements (8 a lane); n a multiple of 256. grid = ceil(n / 256 / 8),
 // block = 256.
 extern "C" __global__ void quantize_k8(signed char* kq, float* kd, int* ks, const float* x, long long n) {
+    wait_prior_kernel();
     long long blk = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (blk * 256 >= n) return;
     int lane = threadIdx.x & 31;

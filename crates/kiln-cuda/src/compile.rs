@@ -420,6 +420,25 @@ mod tests {
     }
 
     #[test]
+    fn every_kernel_waits_for_the_previous_one_first() {
+        // Kernels are launched early (programmatic dependent launch): each must wait before any other statement.
+        let src = kernel_source();
+        let mut kernels = 0;
+        for (at, _) in src.match_indices("__global__") {
+            let body = &src[at + src[at..].find('{').unwrap() + 1..];
+            let first = body
+                .trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
+                .split(';')
+                .next()
+                .unwrap();
+            let name = src[at..].split('(').next().unwrap();
+            assert_eq!(first, "wait_prior_kernel()", "{name}");
+            kernels += 1;
+        }
+        assert!(kernels >= 40, "{kernels} kernels found");
+    }
+
+    #[test]
     fn source_needs_no_headers() {
         assert!(!kernel_source().contains("#include"));
     }

@@ -90,6 +90,7 @@ impl CudaBackend {
             prefill_k8: flags.cuda_prefill_k8,
             moe_group: flags.cuda_moe_group,
             graphs: flags.cuda_graph,
+            pdl: flags.cuda_pdl,
             reference: !flags.quant_act,
         };
         let dev = Device::open(ordinal, opts).map_err(dev_err)?;

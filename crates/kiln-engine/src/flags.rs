@@ -106,6 +106,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_PDL",
+        disables: "CUDA (sm_90+): programmatic dependent launch, each kernel launched while the one before it \
+                   runs and waiting for it on the device; launched after it instead (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_GRAPH",
         disables: "CUDA: each forward pass captured once as a CUDA graph and replayed; kernels launched one by one",
         default_on: true,
@@ -131,6 +137,8 @@ pub struct Flags {
     pub cuda_split_kv: bool,
     /// CUDA: forward passes replayed as CUDA graphs.
     pub cuda_graph: bool,
+    /// CUDA: programmatic dependent launch.
+    pub cuda_pdl: bool,
     /// CUDA: int8 tensor-core matmul for prefill passes.
     pub cuda_prefill_mma: bool,
     /// CUDA: int8 tensor-core kernel for blocks of decode/verify rows.
@@ -161,6 +169,7 @@ impl Default for Flags {
             cuda_fuse: true,
             cuda_split_kv: true,
             cuda_graph: true,
+            cuda_pdl: true,
             cuda_prefill_mma: true,
             cuda_block_mma: true,
             cuda_flash_attn: true,
@@ -185,6 +194,7 @@ impl Flags {
             cuda_fuse: false,
             cuda_split_kv: false,
             cuda_graph: false,
+            cuda_pdl: false,
             cuda_prefill_mma: false,
             cuda_block_mma: false,
             cuda_flash_attn: false,
@@ -237,6 +247,7 @@ impl Flags {
                 "KILN_NO_CUDA_FUSE" => flags.cuda_fuse = !disabled,
                 "KILN_NO_CUDA_SPLIT_KV" => flags.cuda_split_kv = !disabled,
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,
+                "KILN_NO_CUDA_PDL" => flags.cuda_pdl = !disabled,
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
                 "KILN_NO_CUDA_FLASH_ATTN" => flags.cuda_flash_attn = !disabled,

@@ -38,6 +38,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         k8: false,
         prefill_k8: false,
         moe_group: false,
+        pdl: false,
         reference: true,
     };
     let mut failed = 0;
