@@ -492,7 +492,8 @@ GEMV_KERNEL(gemv_k8_r8, 8, 4, true)
 // weight 0, [b1, b2) weight 1, [b2, grid.x) weight 2. Each output's bits are those of the single launch.
 #define GEMV3_KERNEL(NAME, R, MINB, K8)                                                                         \
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                    \
-        NAME(const signed char* xq, const float* xd, const float* xs, int width, int n_rows, int b1, int b2,     \
+        NAME(const signed char* xq, const float* xd, const float* xs, int width, int n_rows, int accumulate,    \
+             int b1, int b2,                                                                                    \
              int ty0, float* out0, const u8* w0, int n0, int ty1, float* out1, const u8* w1, int n1, int ty2,     \
              float* out2, const u8* w2, int n2) {                                                              \
         wait_prior_kernel();                                                                                   \
@@ -501,7 +502,8 @@ GEMV_KERNEL(gemv_k8_r8, 8, 4, true)
         float* out = b < b1 ? out0 : b < b2 ? out1 : out2;                                                     \
         const u8* w = b < b1 ? w0 : b < b2 ? w1 : w2;                                                          \
         int n = b < b1 ? n0 : b < b2 ? n1 : n2;                                                                \
-        gemv_dispatch<R, K8>(ty, b < b1 ? b : b < b2 ? b - b1 : b - b2, out, w, xq, xd, xs, width, n, n_rows, 0); \
+        gemv_dispatch<R, K8>(ty, b < b1 ? b : b < b2 ? b - b1 : b - b2, out, w, xq, xd, xs, width, n, n_rows,   \
+                             accumulate);                                                                      \
     }
 GEMV3_KERNEL(gemv3_r1, 1, 8, false)
 GEMV3_KERNEL(gemv3_r8, 8, 4, false)

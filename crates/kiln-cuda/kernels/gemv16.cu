@@ -344,18 +344,15 @@ __device__ __forceinline__ void b16_copy_super(unsigned char* sw, const u8* w, i
 // flight; fragments by ldmatrix; the integers as mmq_q4_k8_body (scales split 8 hi + lo into two m16n8k32 chains,
 // the min term from the code sums split into int8 halves), which are the GEMV's is and im exactly; then the
 // GEMV's float step k8_step per super-block in ascending order and the groups added in the xor tree's pairing.
-// grid = (ceil(n_out / 32), ceil(n_rows / 16)), block = 128, dynamic shared memory B16_SMEM_Q4K.
+// Output tile bx (outputs 32 bx ..), rows 16 blockIdx.y ..; 128 threads, dynamic shared memory B16_SMEM_Q4K.
 #define B16_OUT 32
 #define B16_STAGE (16 * MP_LDA + B16_OUT * MP_Q4 + 16 * 32 + 16 * 4) // codes, super-blocks, code sums, scales
 #define B16_DEC (8 * B16_OUT * 8 + B16_OUT * 8 + 16 * 16 + B16_OUT * 8) // {hi, lo}, packed mins and sums, d / dmin
 #define B16_WARP (2 * B16_STAGE + B16_DEC)
-#define B16_SMEM_Q4K 95744 // read by the host (compile.rs's dynamic_smem)
+#define B16_SMEM_Q4K 95744 // this body's need; its kernel (gemv16_k8, below) takes B16_SMEM_K8
 static_assert(B16_SMEM_Q4K == 4 * B16_WARP + 4 * 4 * 4 * 32 * 4, "B16_SMEM_Q4K: four warps' stages, + the groups' sums");
-extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, const u8* w, const signed char* kq,
-                                                                 const float* kd, const int* ks, int width,
-                                                                 int n_out, int n_rows, int accumulate) {
-    wait_prior_kernel();
-    mp_check_smem(B16_SMEM_Q4K);
+__device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
+                                         const int* ks, int width, int n_out, int n_rows, int accumulate) {
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, a = threadIdx.x >> 5;
     unsigned char* base = mp_smem + a * B16_WARP;
     int2* shl = (int2*)(base + 2 * B16_STAGE); // [j][o]: {hi, lo} of sc_j
@@ -364,7 +361,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, con
     float* sd = (float*)(ssum + 4 * 16);
     float* sdm = sd + B16_OUT;
     float* ex = (float*)(mp_smem + 4 * B16_WARP);
-    int o0 = blockIdx.x * B16_OUT, r0 = blockIdx.y * 16;
+    int o0 = bx * B16_OUT, r0 = blockIdx.y * 16;
     int nsb = width / 256, nb = width / 32;
     // This lane's sources, computed once: activation rows lane / 16 + 2 m (16-byte chunk lane % 16), the code
     // sums of row lane / 2 (half lane % 2), the scale of row lane (lanes < 16).
@@ -476,21 +473,18 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q4k8(float* out, con
 // f16 d of each super-block, stored after all rows, is read one super-block ahead into a register). Per
 // super-block the integers of mmq_q6_k8_body (two m16n8k16 a sub-block, one scale per 16), which are the GEMV's
 // is; its k8_step; the eight groups added in the xor tree's pairing.
-// grid = (ceil(n_out / 32), ceil(n_rows / 16)), block = 128, dynamic shared memory B16_SMEM_Q6K.
+// Output tile bx, rows 16 blockIdx.y ..; 128 threads, dynamic shared memory B16_SMEM_Q6K.
 #define B6_STAGE (16 * MP_LDA + B16_OUT * MP_Q6 + 16 * 4) // codes, super-blocks, row scales
 #define B6_WARP (2 * B6_STAGE + 16 * B16_OUT * 4 + B16_OUT * 4) // + the scales as ints [piece][o], d [o]
-#define B16_SMEM_Q6K 97280 // read by the host; the groups' sums reuse the stages at the end
+#define B16_SMEM_Q6K 97280 // the groups' sums reuse the stages at the end
 static_assert(B16_SMEM_Q6K == 4 * B6_WARP, "B16_SMEM_Q6K: four warps' stages");
-extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q6k8(float* out, const u8* w, const signed char* kq,
-                                                                 const float* kd, const int* ks, int width,
-                                                                 int n_out, int n_rows, int accumulate) {
-    wait_prior_kernel();
-    mp_check_smem(B16_SMEM_Q6K);
+__device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
+                                         int width, int n_out, int n_rows, int accumulate) {
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
     unsigned char* base = mp_smem + warp * B6_WARP;
     int* sisc = (int*)(base + 2 * B6_STAGE); // [2 j + half][o]
     float* sd = (float*)(sisc + 16 * B16_OUT);
-    int o0 = blockIdx.x * B16_OUT, r0 = blockIdx.y * 16;
+    int o0 = bx * B16_OUT, r0 = blockIdx.y * 16;
     int nsb = width / 256;
     const u16* dw = (const u16*)(w + (long long)n_out * nsb * MP_Q6);
     int od = min(o0 + lane, n_out - 1);
@@ -610,4 +604,28 @@ extern "C" __global__ void __launch_bounds__(128, 2) gemv16_q6k8(float* out, con
             *po = accumulate ? *po + v[0] : v[0];
         }
     }
+}
+
+// The K8 block kernel: up to three weights that read the same activations (Q/K/V, gate/up; Q4_K and Q6_K may
+// mix) in one launch, as gemv3_* does for the GEMV: blocks [0, b1) compute weight 0, [b1, b2) weight 1,
+// [b2, grid.x) weight 2, each a 32-output tile of its weight (pseudo type id K8_Q4_K or K8_Q6_K). A small weight
+// (K/V) then shares the wave of a large one instead of leaving most multiprocessors idle in its own launch.
+// Each output has the bits of the weight alone. grid = (total tiles, ceil(n_rows / 16)), block = 128.
+#define B16_SMEM_K8 97280 // read by the host (compile.rs's dynamic_smem): the larger of the two bodies'
+static_assert(B16_SMEM_K8 >= B16_SMEM_Q4K && B16_SMEM_K8 >= B16_SMEM_Q6K, "B16_SMEM_K8: both bodies fit");
+extern "C" __global__ void __launch_bounds__(128, 2) gemv16_k8(const signed char* kq, const float* kd, const int* ks,
+                                                               int width, int n_rows, int accumulate, int b1, int b2,
+                                                               int ty0, float* out0, const u8* w0, int n0, int ty1,
+                                                               float* out1, const u8* w1, int n1, int ty2,
+                                                               float* out2, const u8* w2, int n2) {
+    wait_prior_kernel();
+    mp_check_smem(B16_SMEM_K8);
+    int b = blockIdx.x;
+    int ty = b < b1 ? ty0 : b < b2 ? ty1 : ty2;
+    float* out = b < b1 ? out0 : b < b2 ? out1 : out2;
+    const u8* w = b < b1 ? w0 : b < b2 ? w1 : w2;
+    int n = b < b1 ? n0 : b < b2 ? n1 : n2;
+    int bx = b < b1 ? b : b < b2 ? b - b1 : b - b2;
+    if (ty == K8_Q4_K) b16_q4k8(bx, out, w, kq, kd, ks, width, n, n_rows, accumulate);
+    else if (ty == K8_Q6_K) b16_q6k8(bx, out, w, kq, kd, width, n, n_rows, accumulate);
 }

@@ -1446,6 +1446,18 @@ impl Device {
         let (qp, dp, sp) = self.activations(x, n_rows * w.cols, self.uses_k8(w, n_rows))?;
         let ty = self.gemv_type_id(w, n_rows);
         if let Some((kernel, tile_rows, tile_outs)) = self.tensor_core_kernel(w, n_rows) {
+            if kernel == "gemv16_k8" {
+                let job = (ty, o, wp, w.rows);
+                return self.launch_jobs(
+                    kernel,
+                    &[job],
+                    (qp, dp, sp),
+                    w.cols,
+                    n_rows,
+                    accumulate,
+                    (tile_rows, tile_outs),
+                );
+            }
             return self.launch(
                 kernel,
                 LaunchConfig {
@@ -1512,9 +1524,9 @@ impl Device {
         }
         let k8 = self.uses_k8(w, n_rows);
         match w.ty {
-            GgmlType::Q4_K if k8 => Some(("gemv16_q4k8", 16, 32)),
+            GgmlType::Q4_K if k8 => Some(("gemv16_k8", 16, 32)),
             GgmlType::Q4_K => Some(("gemv16_q4k", 16, 8)),
-            GgmlType::Q6_K if k8 => Some(("gemv16_q6k8", 16, 32)),
+            GgmlType::Q6_K if k8 => Some(("gemv16_k8", 16, 32)),
             GgmlType::Q6_K => Some(("gemv16_q6k", 16, 8)),
             GgmlType::Q8_0 => Some(("gemv16_q8_0", 16, 8)),
             _ => None,
@@ -1548,11 +1560,30 @@ impl Device {
         n_rows: usize,
     ) -> Result<()> {
         let cols = ws.first().map(|w| w.cols).unwrap_or(0);
+        // One launch: the GEMV's job kernel when no weight takes a tensor-core kernel, the K8 block kernel's
+        // when every weight takes that one.
+        let kernels: Vec<_> = ws
+            .iter()
+            .map(|w| self.tensor_core_kernel(w, n_rows))
+            .collect();
+        let (kernel, tile) = match kernels.as_slice() {
+            [None, ..] if kernels.iter().all(|k| k.is_none()) => (
+                match (self.uses_k8(ws[0], n_rows), n_rows == 1) {
+                    (false, true) => "gemv3_r1",
+                    (false, false) => "gemv3_r8",
+                    (true, true) => "gemv3_k8_r1",
+                    (true, false) => "gemv3_k8_r8",
+                },
+                (GV_ROWS, GV_WARPS),
+            ),
+            [Some(("gemv16_k8", r, o)), ..] if kernels.iter().all(|k| *k == kernels[0]) => {
+                ("gemv16_k8", (*r, *o))
+            }
+            _ => ("", (0, 0)),
+        };
         let one_launch = self.opts.fused
             && !self.opts.reference
-            && ws
-                .iter()
-                .all(|w| self.tensor_core_kernel(w, n_rows).is_none())
+            && !kernel.is_empty()
             && (2..=3).contains(&ws.len())
             && outs.len() == ws.len()
             && ws
@@ -1579,36 +1610,52 @@ impl Device {
             return Ok(());
         }
         // One activation format for all (checked above).
-        let (qp, dp, sp) = self.activations(x, n_rows * cols, self.uses_k8(ws[0], n_rows))?;
-        // Blocks per weight, and the job list padded with an empty third job.
-        let blocks: Vec<usize> = ws.iter().map(|w| w.rows.div_ceil(GV_WARPS)).collect();
+        let act = self.activations(x, n_rows * cols, self.uses_k8(ws[0], n_rows))?;
+        let jobs: Vec<_> = ws
+            .iter()
+            .zip(outs.iter())
+            .map(|(w, o)| {
+                (
+                    self.gemv_type_id(w, n_rows),
+                    self.ptr(&o.data),
+                    self.ptr(&w.data),
+                    w.rows,
+                )
+            })
+            .collect();
+        self.launch_jobs(kernel, &jobs, act, cols, n_rows, false, tile)
+    }
+
+    /// Launches a job kernel (`gemv3_*`, `gemv16_k8`) over up to three weights `(type id, out, weight, rows)`
+    /// that read the same activations: each weight's tiles of `tile.1` outputs, one after the other along
+    /// grid x (its first tile at `b1` / `b2`), activation rows in tiles of `tile.0` along grid y.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_jobs(
+        &self,
+        kernel: &'static str,
+        jobs: &[(i32, u64, u64, usize)],
+        (qp, dp, sp): (u64, u64, u64),
+        cols: usize,
+        n_rows: usize,
+        accumulate: bool,
+        (tile_rows, tile_outs): (usize, usize),
+    ) -> Result<()> {
+        let blocks: Vec<usize> = jobs.iter().map(|j| j.3.div_ceil(tile_outs)).collect();
         let b1 = blocks[0] as i32;
-        let b2 = (blocks[0] + blocks[1]) as i32;
+        let b2 = (blocks[0] + blocks.get(1).copied().unwrap_or(0)) as i32;
         let total: usize = blocks.iter().sum();
         let job = |i: usize| -> (i32, u64, u64, i32) {
-            match ws.get(i) {
-                Some(w) => (
-                    self.gemv_type_id(w, n_rows),
-                    self.ptr(&outs[i].data),
-                    self.ptr(&w.data),
-                    w.rows as i32,
-                ),
-                None => (0, 0, 0, 0),
-            }
+            jobs.get(i)
+                .map_or((0, 0, 0, 0), |&(t, o, w, n)| (t, o, w, n as i32))
         };
         let (t0, o0, w0, n0) = job(0);
         let (t1, o1, w1, n1) = job(1);
         let (t2, o2, w2, n2) = job(2);
         self.launch(
-            match (self.uses_k8(ws[0], n_rows), n_rows == 1) {
-                (false, true) => "gemv3_r1",
-                (false, false) => "gemv3_r8",
-                (true, true) => "gemv3_k8_r1",
-                (true, false) => "gemv3_k8_r8",
-            },
+            kernel,
             LaunchConfig {
-                grid_dim: (total as u32, n_rows.div_ceil(GV_ROWS) as u32, 1),
-                block_dim: (32 * GV_WARPS as u32, 1, 1),
+                grid_dim: (total as u32, n_rows.div_ceil(tile_rows) as u32, 1),
+                block_dim: (128, 1, 1),
                 shared_mem_bytes: 0,
             },
             &[
@@ -1617,6 +1664,7 @@ impl Device {
                 &sp,
                 &(cols as i32),
                 &(n_rows as i32),
+                &(accumulate as i32),
                 &b1,
                 &b2,
                 &t0,

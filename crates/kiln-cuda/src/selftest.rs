@@ -809,37 +809,52 @@ fn moe_case(
     Ok(())
 }
 
-/// Q/K/V-style matmuls of three weights (three types, odd row counts) in one call give each output the bits of
-/// its own matmul.
+/// Q/K/V-style matmuls of three weights (mixed types, odd output counts) in one call give every output row the
+/// bits of that row alone through its own matmul: one row (the GEMV's job kernel), 11 and 20 rows (Q4_K/Q6_K:
+/// the K8 block kernel's jobs, partial tiles of outputs and rows; with Q8_0: one matmul per weight).
 fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
-    let (cols, n) = (512usize, 11usize);
-    let mut ws = Vec::new();
-    for (ty, rows) in [
-        (GgmlType::Q4_K, 37usize),
-        (GgmlType::Q6_K, 20),
-        (GgmlType::Q8_0, 5),
+    use GgmlType::{Q4_K, Q6_K, Q8_0};
+    let cols = 512usize;
+    for (types, n) in [
+        ([Q4_K, Q6_K, Q8_0], 11usize),
+        ([Q4_K, Q6_K, Q4_K], 1),
+        ([Q4_K, Q6_K, Q4_K], 11),
+        ([Q6_K, Q4_K, Q4_K], 20),
     ] {
-        let wq = random_weight(rng, ty, rows, cols)?;
-        ws.push(dev.upload_weight("test.many", ty, cols, rows, &wq, true)?);
+        let rows = [37usize, 20, 5];
+        let mut ws = Vec::new();
+        for (&ty, &r) in types.iter().zip(&rows) {
+            let wq = random_weight(rng, ty, r, cols)?;
+            ws.push(dev.upload_weight("test.many", ty, cols, r, &wq, true)?);
+        }
+        let xh = rng.vec(n * cols);
+        let x = dev.upload(&xh)?;
+        let (mut a, mut b, mut c) = (
+            dev.alloc(n * rows[0])?,
+            dev.alloc(n * rows[1])?,
+            dev.alloc(n * rows[2])?,
+        );
+        let refs: Vec<&crate::DWeight> = ws.iter().collect();
+        dev.matmul_many(&mut [&mut a, &mut b, &mut c], &refs, &x, n)?;
+        let mut err = 0.0;
+        for (got, w) in [&a, &b, &c].into_iter().zip(&ws) {
+            let mut g = vec![0f32; n * w.rows];
+            dev.read(got, &mut g)?;
+            for r in 0..n {
+                let xr = dev.upload(&xh[r * cols..(r + 1) * cols])?;
+                let mut single = dev.alloc(w.rows)?;
+                dev.matmul(&mut single, w, &xr, 1, false)?;
+                let mut s = vec![0f32; w.rows];
+                dev.read(&single, &mut s)?;
+                err += bits_differ(&g[r * w.rows..(r + 1) * w.rows], &s);
+            }
+        }
+        checks.push(Check {
+            name: format!("matmul_many ({types:?}, {n} rows) == each row alone"),
+            err,
+            tol: 0.0,
+        });
     }
-    let x = dev.upload(&rng.vec(n * cols))?;
-    let (mut a, mut b, mut c) = (dev.alloc(n * 37)?, dev.alloc(n * 20)?, dev.alloc(n * 5)?);
-    let refs: Vec<&crate::DWeight> = ws.iter().collect();
-    dev.matmul_many(&mut [&mut a, &mut b, &mut c], &refs, &x, n)?;
-    let mut err = 0.0;
-    for (got, w) in [&a, &b, &c].into_iter().zip(&ws) {
-        let mut single = dev.alloc(n * w.rows)?;
-        dev.matmul(&mut single, w, &x, n, false)?;
-        let (mut g, mut s) = (vec![0f32; n * w.rows], vec![0f32; n * w.rows]);
-        dev.read(got, &mut g)?;
-        dev.read(&single, &mut s)?;
-        err += bits_differ(&g, &s);
-    }
-    checks.push(Check {
-        name: "matmul_many (Q4_K, Q6_K, Q8_0) == single matmuls".into(),
-        err,
-        tol: 0.0,
-    });
     Ok(())
 }
 
