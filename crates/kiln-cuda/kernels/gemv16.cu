@@ -9,10 +9,10 @@
 // disjoint parts of the weight row at once; the 32 lane sums of every C element then meet in shared memory and
 // are added in the xor tree's pairing (lane L with L + 16, + 8, + 4, + 2, + 1). Integer dots are exact and every
 // float operation is the same explicitly rounded one, so the bits match; the self-test checks it (a row alone
-// through gemv_r1 against the same row in a block here). Activation fragments come straight from global memory
-// (the block's 16 rows stay in L1 and L2: every block reads them).
-// The K8 kernels (gemv16_q4k8, gemv16_q6k8: the decode path's default for K-quant models) are built differently:
-// 32 outputs a block, cp.async-pipelined, their integers from the prefill kernels' tensor-core forms (below).
+// through gemv_r1 against the same row in a block here). The per-32 Q4_K/Q6_K kernels stage each step's
+// activations per warp; the Q8_0 kernel copies the next step's while this one multiplies (cp.async).
+// The K8 kernel (gemv16_k8, bodies b16_q4k8 / b16_q6k8: the decode path's default for K-quant models) is built
+// differently: 32 outputs a block, cp.async-pipelined, its integers from the prefill kernels' tensor-core forms.
 
 // Each warp stages the activations of the 256 elements it works on next, for the block's 16 rows, in its own
 // shared memory (16-byte loads, two rows a load; zeros past n_rows): Q8 codes with rows padded to 272 bytes (the
@@ -259,59 +259,6 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q6k(float* out, const u
     g16_finish(red, acc, out, o0, r0, n_out, n_rows, accumulate);
 }
 
-// Q8_0. GEMV lane L takes blocks L, L + 32, L + 64, ...: warp w replays L = 8w .. 8w + 7, walking its blocks 8
-// at a time (blocks 8w + 32k .. 8w + 32k + 7 are 256 consecutive elements; each lane's sum still adds its own
-// blocks in order). grid and block as gemv16_q4k.
-extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const u8* w, const signed char* xq,
-                                                              const float* xd, const float* xs, int width,
-                                                              int n_out, int n_rows, int accumulate) {
-    wait_prior_kernel();
-    __shared__ float red[G16_RED];
-    __shared__ __align__(16) G16Stage stage[4];
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
-    G16Stage& st = stage[warp];
-    int o0 = blockIdx.x * 8, r0 = blockIdx.y * 16;
-    int nb = width / 32; // a multiple of 8
-    const u8* wg = o0 + g < n_out ? w + (long long)(o0 + g) * nb * 32 : nullptr;
-    const u16* dd = (const u16*)(w + (long long)n_out * nb * 32);
-    int oc[2] = {o0 + 2 * t, o0 + 2 * t + 1};
-    float acc[8][4];
-#pragma unroll
-    for (int l = 0; l < 8; l++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[l][e] = 0.0f;
-    for (int b0 = 8 * warp; b0 < nb; b0 += 32) {
-        g16_stage(st, xq, xd, xs, width, (long long)b0 * 32, r0, n_rows);
-        u32 q[8][2];
-#pragma unroll
-        for (int l = 0; l < 8; l++)
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) q[l][hh] = wg ? __ldg((const u32*)(wg + (b0 + l) * 32 + 16 * hh + 4 * t)) : 0u;
-#pragma unroll
-        for (int l = 0; l < 8; l++) {
-            // The block's two 16-element halves chained in the mma: its exact dot.
-            int dot[4], a0, a1;
-            g16_a(st.x, 32 * l + 4 * t, a0, a1);
-            mma_s8_16816(dot, a0, a1, (int)q[l][0]);
-            g16_a(st.x, 32 * l + 16 + 4 * t, a0, a1);
-            mma_s8_16816_acc(dot, a0, a1, (int)q[l][1]);
-            float d[2], dx[2];
-#pragma unroll
-            for (int cc = 0; cc < 2; cc++) d[cc] = oc[cc] < n_out ? h2f(dd[(long long)oc[cc] * nb + b0 + l]) : 0.0f;
-#pragma unroll
-            for (int rh = 0; rh < 2; rh++) dx[rh] = st.d[(g + 8 * rh) * G16_XS + l];
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[l][e] = __fadd_rn(acc[l][e], q8_term(dot[e], dx[e >> 1], d[e & 1]));
-        }
-    }
-    g16_finish(red, acc, out, o0, r0, n_out, n_rows, accumulate);
-}
-
-// ---- K-quants on K8 activations (gemv.cu's gemv_q4k8_body / gemv_q6k8_body, the same integers and float steps) ----
-// Per super-block and C element the warp computes the exact integers the GEMV's lane group sums by shuffles, then
-// takes the one float step k8_step. So each lane carries one running sum per group and C element, and the groups
-// meet in shared memory in the xor tree's pairing.
-
 // A warp's copies of 16 activation rows x 256 bytes into st (row stride MP_LDA): this lane's rows lane / 16 + 2 m,
 // chunk lane % 16; `src` is that chunk of its first row; rows from `rows` on are zero-filled.
 __device__ __forceinline__ void b16_copy_act(unsigned char* st, const signed char* src, int width, int rows,
@@ -324,6 +271,108 @@ __device__ __forceinline__ void b16_copy_act(unsigned char* st, const signed cha
         cp_async<16>(st + r * MP_LDA + 16 * (lane & 15), in ? src + 2LL * m * width : base, in);
     }
 }
+
+// Q8_0. GEMV lane L takes blocks L, L + 32, L + 64, ...: warp w replays L = 8w .. 8w + 7, walking its blocks 8
+// at a time (blocks 8w + 32k .. 8w + 32k + 7 are 256 consecutive elements; each lane's sum still adds its own
+// blocks in order). A block's exact dot is one m16n8k32 with its 32 elements permuted alike in A and B (lane t
+// takes elements 8t .. 8t + 7 where the mma's layout says 4t .. 4t + 3 and 16 + 4t ..: the integer sum is the
+// same), so a lane's B words for a block are one 8-byte load. Pipelined: while a step multiplies, the next one's
+// activation codes and scales are copied into the warp's other buffer (cp.async) and its weight words and the
+// 8 outputs' scales (one 16-byte load per output) are loaded into registers.
+// grid = (ceil(n_out / 8), ceil(n_rows / 16)), block = 128.
+#define Q8B_XS 12                            // row stride (floats) of the staged activation scales: distinct banks
+#define Q8B_STAGE (16 * MP_LDA + 16 * Q8B_XS * 4) // codes [16][MP_LDA], scales [16][Q8B_XS]
+static_assert(4 * 2 * Q8B_STAGE >= G16_RED * 4, "the lane sums reuse the stages");
+extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const u8* w, const signed char* xq,
+                                                              const float* xd, const float* xs, int width,
+                                                              int n_out, int n_rows, int accumulate) {
+    wait_prior_kernel();
+    (void)xs;
+    __shared__ __align__(16) unsigned char smem[4 * 2 * Q8B_STAGE];
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    unsigned char* base = smem + warp * 2 * Q8B_STAGE;
+    int o0 = blockIdx.x * 8, r0 = blockIdx.y * 16;
+    int nb = width / 32; // a multiple of 8
+    bool g_in = o0 + g < n_out;
+    const u8* wg = w + (long long)(g_in ? o0 + g : 0) * nb * 32 + 8 * t;
+    const u16* dg = (const u16*)(w + (long long)n_out * nb * 32) + (long long)(g_in ? o0 + g : 0) * nb;
+    // Activation sources: rows lane / 16 + 2 m (codes, chunk lane % 16), scales of row lane / 2 (half lane % 2).
+    const signed char* xa = xq + (long long)(r0 + (lane >> 4)) * width + 16 * (lane & 15);
+    bool s_in = r0 + (lane >> 1) < n_rows;
+    const float* dsrc = xd + (long long)(s_in ? r0 + (lane >> 1) : 0) * nb + 4 * (lane & 1);
+    int n_it = 8 * warp < nb ? (nb - 8 * warp + 31) / 32 : 0; // steps: blocks b0 = 8 warp + 32 it ..
+    auto issue = [&](int it) {
+        int b0 = 8 * warp + 32 * it;
+        unsigned char* st = base + (it & 1) * Q8B_STAGE;
+        b16_copy_act(st, xa + b0 * 32, width, n_rows - r0, xq);
+        cp_async<16>(st + 16 * MP_LDA + (lane >> 1) * Q8B_XS * 4 + 16 * (lane & 1), dsrc + b0, s_in);
+        cp_commit();
+    };
+    // This lane's weight words (output o0 + g, elements 8t .. 8t + 7 of each block) and output o0 + g's scales.
+    auto load_w = [&](int it, uint2 (&q)[8], int4& dv) {
+        int b0 = 8 * warp + 32 * it;
+#pragma unroll
+        for (int l = 0; l < 8; l++) q[l] = g_in ? __ldg((const uint2*)(wg + (long long)(b0 + l) * 32)) : make_uint2(0, 0);
+        dv = g_in ? ldg16(dg + b0) : make_int4(0, 0, 0, 0);
+    };
+    float acc[8][4];
+#pragma unroll
+    for (int l = 0; l < 8; l++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[l][e] = 0.0f;
+    uint2 qn[8];
+    int4 dn = make_int4(0, 0, 0, 0);
+    if (n_it > 0) {
+        issue(0);
+        load_w(0, qn, dn);
+    }
+    for (int it = 0; it < n_it; it++) {
+        uint2 q[8];
+#pragma unroll
+        for (int l = 0; l < 8; l++) q[l] = qn[l];
+        int4 dv = dn;
+        cp_wait_all();
+        __syncwarp(); // step it is in; every lane is done with step it - 1's buffer
+        if (it + 1 < n_it) {
+            issue(it + 1);
+            load_w(it + 1, qn, dn);
+        }
+        const unsigned char* sa = base + (it & 1) * Q8B_STAGE;
+        const float* sdx = (const float*)(sa + 16 * MP_LDA);
+        // The C columns' outputs 2t, 2t + 1: their scale words from the lanes that loaded them.
+        int dw[2][4];
+#pragma unroll
+        for (int cc = 0; cc < 2; cc++) {
+            int src = 4 * (2 * t + cc);
+            dw[cc][0] = __shfl_sync(0xffffffffu, dv.x, src);
+            dw[cc][1] = __shfl_sync(0xffffffffu, dv.y, src);
+            dw[cc][2] = __shfl_sync(0xffffffffu, dv.z, src);
+            dw[cc][3] = __shfl_sync(0xffffffffu, dv.w, src);
+        }
+#pragma unroll
+        for (int l = 0; l < 8; l++) {
+            const unsigned char* pa = sa + g * MP_LDA + 32 * l + 8 * t;
+            int2 lo = *(const int2*)pa, hi = *(const int2*)(pa + 8 * MP_LDA);
+            int a[4] = {lo.x, hi.x, lo.y, hi.y};
+            int dot[4] = {0, 0, 0, 0};
+            mma_s8_16832(dot, a, (int)q[l].x, (int)q[l].y);
+            float d[2], dx[2];
+#pragma unroll
+            for (int cc = 0; cc < 2; cc++) d[cc] = h2f((u16)((u32)dw[cc][l >> 1] >> (16 * (l & 1))));
+#pragma unroll
+            for (int rh = 0; rh < 2; rh++) dx[rh] = sdx[(g + 8 * rh) * Q8B_XS + l];
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[l][e] = __fadd_rn(acc[l][e], q8_term(dot[e], dx[e >> 1], d[e & 1]));
+        }
+    }
+    __syncthreads(); // every warp is done with its buffers: the lane sums reuse them
+    g16_finish((float*)smem, acc, out, o0, r0, n_out, n_rows, accumulate);
+}
+
+// ---- K-quants on K8 activations (gemv.cu's gemv_q4k8_body / gemv_q6k8_body, the same integers and float steps) ----
+// Per super-block and C element the warp computes the exact integers the GEMV's lane group sums by shuffles, then
+// takes the one float step k8_step. So each lane carries one running sum per group and C element, and the groups
+// meet in shared memory in the xor tree's pairing.
 
 // A warp's copies of the raw super-blocks `sb` (REC bytes each) of outputs o0 .. o0 + 31 into sw (row stride REC),
 // consecutive lanes on consecutive 16-byte chunks; zeros past n_out.
