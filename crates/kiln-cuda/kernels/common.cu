@@ -79,3 +79,23 @@ __device__ __forceinline__ void wait_prior_kernel() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+
+// Launches over up to three weights that read the same activations (Q/K/V, gate/up: gemv3_*, gemv16_k8, the
+// prefill matmuls): blocks [0, b1) along grid x take weight 0, [b1, b2) weight 1, the rest weight 2. `tile` is
+// the block's output tile within its weight; each output's bits are those of a launch over its weight alone.
+#define JOB_ARGS                                                                                                \
+    int b1, int b2, int ty0, float *out0, const u8 *w0, int n0, int ty1, float *out1, const u8 *w1, int n1,     \
+        int ty2, float *out2, const u8 *w2, int n2
+#define JOB_PICK pick_job(blockIdx.x, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2)
+struct Job {
+    int ty;
+    float* out;
+    const u8* w;
+    int n_out, tile;
+};
+__device__ __forceinline__ Job pick_job(int b, JOB_ARGS) {
+    if (b < b1) return Job{ty0, out0, w0, n0, b};
+    if (b < b2) return Job{ty1, out1, w1, n1, b - b1};
+    return Job{ty2, out2, w2, n2, b - b2};
+}
+

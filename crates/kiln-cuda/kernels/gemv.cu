@@ -488,22 +488,14 @@ GEMV_KERNEL(gemv_r8, 8, 4, false)
 GEMV_KERNEL(gemv_k8_r1, 1, 8, true)
 GEMV_KERNEL(gemv_k8_r8, 8, 4, true)
 
-// Up to three weights that read the same activations (Q/K/V, gate/up) in one launch: blocks [0, b1) compute
-// weight 0, [b1, b2) weight 1, [b2, grid.x) weight 2. Each output's bits are those of the single launch.
+// Up to three weights that read the same activations (Q/K/V, gate/up) in one launch (JOB_ARGS, common.cu).
 #define GEMV3_KERNEL(NAME, R, MINB, K8)                                                                         \
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                    \
         NAME(const signed char* xq, const float* xd, const float* xs, int width, int n_rows, int accumulate,    \
-             int b1, int b2,                                                                                    \
-             int ty0, float* out0, const u8* w0, int n0, int ty1, float* out1, const u8* w1, int n1, int ty2,     \
-             float* out2, const u8* w2, int n2) {                                                              \
+             JOB_ARGS) {                                                                                        \
         wait_prior_kernel();                                                                                   \
-        int b = blockIdx.x;                                                                                    \
-        int ty = b < b1 ? ty0 : b < b2 ? ty1 : ty2;                                                            \
-        float* out = b < b1 ? out0 : b < b2 ? out1 : out2;                                                     \
-        const u8* w = b < b1 ? w0 : b < b2 ? w1 : w2;                                                          \
-        int n = b < b1 ? n0 : b < b2 ? n1 : n2;                                                                \
-        gemv_dispatch<R, K8>(ty, b < b1 ? b : b < b2 ? b - b1 : b - b2, out, w, xq, xd, xs, width, n, n_rows,   \
-                             accumulate);                                                                      \
+        Job j = JOB_PICK;                                                                                      \
+        gemv_dispatch<R, K8>(j.ty, j.tile, j.out, j.w, xq, xd, xs, width, j.n_out, n_rows, accumulate);        \
     }
 GEMV3_KERNEL(gemv3_r1, 1, 8, false)
 GEMV3_KERNEL(gemv3_r8, 8, 4, false)

@@ -656,25 +656,17 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
 }
 
 // The K8 block kernel: up to three weights that read the same activations (Q/K/V, gate/up; Q4_K and Q6_K may
-// mix) in one launch, as gemv3_* does for the GEMV: blocks [0, b1) compute weight 0, [b1, b2) weight 1,
-// [b2, grid.x) weight 2, each a 32-output tile of its weight (pseudo type id K8_Q4_K or K8_Q6_K). A small weight
+// mix) in one launch (JOB_ARGS, common.cu), each block a 32-output tile of its weight (pseudo type id K8_Q4_K or
+// K8_Q6_K). A small weight
 // (K/V) then shares the wave of a large one instead of leaving most multiprocessors idle in its own launch.
 // Each output has the bits of the weight alone. grid = (total tiles, ceil(n_rows / 16)), block = 128.
 #define B16_SMEM_K8 97280 // read by the host (compile.rs's dynamic_smem): the larger of the two bodies'
 static_assert(B16_SMEM_K8 >= B16_SMEM_Q4K && B16_SMEM_K8 >= B16_SMEM_Q6K, "B16_SMEM_K8: both bodies fit");
 extern "C" __global__ void __launch_bounds__(128, 2) gemv16_k8(const signed char* kq, const float* kd, const int* ks,
-                                                               int width, int n_rows, int accumulate, int b1, int b2,
-                                                               int ty0, float* out0, const u8* w0, int n0, int ty1,
-                                                               float* out1, const u8* w1, int n1, int ty2,
-                                                               float* out2, const u8* w2, int n2) {
+                                                               int width, int n_rows, int accumulate, JOB_ARGS) {
     wait_prior_kernel();
     mp_check_smem(B16_SMEM_K8);
-    int b = blockIdx.x;
-    int ty = b < b1 ? ty0 : b < b2 ? ty1 : ty2;
-    float* out = b < b1 ? out0 : b < b2 ? out1 : out2;
-    const u8* w = b < b1 ? w0 : b < b2 ? w1 : w2;
-    int n = b < b1 ? n0 : b < b2 ? n1 : n2;
-    int bx = b < b1 ? b : b < b2 ? b - b1 : b - b2;
-    if (ty == K8_Q4_K) b16_q4k8(bx, out, w, kq, kd, ks, width, n, n_rows, accumulate);
-    else if (ty == K8_Q6_K) b16_q6k8(bx, out, w, kq, kd, width, n, n_rows, accumulate);
+    Job j = JOB_PICK;
+    if (j.ty == K8_Q4_K) b16_q4k8(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate);
+    else if (j.ty == K8_Q6_K) b16_q6k8(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate);
 }

@@ -464,7 +464,7 @@ __device__ __forceinline__ void mp_q6k_b(int (&b)[2], const int (&raw)[4], int k
 // acc += dx (d isum - dmin imin) in 5 roundings, ascending super-blocks.
 __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const signed char* kq, const float* kd,
                                                const int* ks, int width, int n_out, int n_rows, int accumulate,
-                                               int r0) {
+                                               int r0, int o0) {
     mp_check_smem(MP_SMEM_Q4K);
     // A stage: activation codes [64][MP_LDA], raw super-blocks [64][MP_Q4], row scales [64], code sums [64][8].
     const int stage = MP_STAGE_A + MQ_BN * MP_Q4 + MQ_BM * 4 + MQ_BM * 32;
@@ -475,7 +475,6 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
     float* sdm = sd + MQ_BN;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int g = lane >> 2, t = lane & 3;
-    int o0 = blockIdx.x * MQ_BN;
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
     int nsb = width / MQ_K, nb = width / 32;
     // Each thread's sources, computed once; slice sb adds its offset.
@@ -577,14 +576,13 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
 // out[r * n_out + o] (+)= W[o] . x[r] for Q6_K weights on K8 activations (Q6_K has no min term). As mmq_q4_k8_body;
 // the f16 d of each output's super-block (stored after all rows) is read a slice ahead into a register.
 __device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const signed char* kq, const float* kd,
-                                               int width, int n_out, int n_rows, int accumulate, int r0) {
+                                               int width, int n_out, int n_rows, int accumulate, int r0, int o0) {
     mp_check_smem(MP_SMEM_Q6K);
     const int stage = MP_STAGE_A + MQ_BN * MP_Q6 + MQ_BM * 4;
     int* sisc = (int*)(mp_smem + 2 * stage); // [2 j + half][o]
     float* sd = (float*)(sisc + 16 * MQ_BN);
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int g = lane >> 2, t = lane & 3;
-    int o0 = blockIdx.x * MQ_BN;
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
     int nsb = width / MQ_K;
     const u16* dw = (const u16*)(w + (long long)n_out * nsb * MP_Q6);
@@ -671,13 +669,12 @@ __device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const si
 // out[r * n_out + o] (+)= W[o] . x[r] for Q8_0 weights (codes per output, then the f16 d of every block after all
 // rows) on per-32 activations (xq codes, xd scales; Q8_0 has no offset, so the sums are not read).
 __device__ __forceinline__ void mmq_q8_0_body(float* out, const u8* w, const signed char* xq, const float* xd,
-                                              int width, int n_out, int n_rows, int accumulate, int r0) {
+                                              int width, int n_out, int n_rows, int accumulate, int r0, int o0) {
     mp_check_smem(MP_SMEM_Q8);
     const int stage = MP_STAGE_A + MQ_BM * MP_XD * 4 + MQ_BN * MP_LDA + MQ_BN * 16;
     float* sdw = (float*)(mp_smem + 2 * stage); // [block][o]
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int g = lane >> 2, t = lane & 3;
-    int o0 = blockIdx.x * MQ_BN;
     int wm = 32 * (warp >> 1), wn = 32 * (warp & 1);
     int nsb = width / MQ_K, nb = width / 32;
     const u8* dw = w + (long long)n_out * nb * 32;
@@ -747,22 +744,23 @@ __device__ __forceinline__ void mmq_q8_0_body(float* out, const u8* w, const sig
     mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
 }
 
-// `ks` (the K8 code sums) keeps the argument list of the other prefill kernels.
-#define MP_KERNEL(NAME, BODY)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(128, 3) NAME(float* out, const u8* w, const signed char* xq,   \
-                                                              const float* xd, const float* xs, int width,       \
-                                                              int n_out, int n_rows, int accumulate) {         \
+// The pipelined prefill kernels take up to three weights of their type that read the same activations in one
+// launch (JOB_ARGS, common.cu: Q/K/V, gate/up), each block a 64 x 64 tile of its weight; the small K/V then share
+// the waves of Q. `ks` (the K8 code sums, as xs) is read by Q4_K only.
+#define MP_KERNEL(NAME, CALL)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(128, 3) NAME(const signed char* xq, const float* xd,          \
+                                                              const float* xs, int width, int n_rows,            \
+                                                              int accumulate, JOB_ARGS) {                        \
         wait_prior_kernel();                                                                                   \
-        BODY(out, w, xq, xd, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);                            \
+        Job j = JOB_PICK;                                                                                      \
+        CALL;                                                                                                  \
     }
-extern "C" __global__ void __launch_bounds__(128, 3) mmq_q4_k8(float* out, const u8* w, const signed char* kq,
-                                                               const float* kd, const int* ks, int width, int n_out,
-                                                               int n_rows, int accumulate) {
-    wait_prior_kernel();
-    mmq_q4_k8_body(out, w, kq, kd, ks, width, n_out, n_rows, accumulate, blockIdx.y * MQ_BM);
-}
-MP_KERNEL(mmq_q6_k8, mmq_q6_k8_body)
-MP_KERNEL(mmq_q8_0, mmq_q8_0_body)
+MP_KERNEL(mmq_q4_k8, mmq_q4_k8_body(j.out, j.w, xq, xd, (const int*)xs, width, j.n_out, n_rows, accumulate,
+                                    blockIdx.y * MQ_BM, j.tile * MQ_BN))
+MP_KERNEL(mmq_q6_k8, mmq_q6_k8_body(j.out, j.w, xq, xd, width, j.n_out, n_rows, accumulate, blockIdx.y * MQ_BM,
+                                    j.tile * MQ_BN))
+MP_KERNEL(mmq_q8_0, mmq_q8_0_body(j.out, j.w, xq, xd, width, j.n_out, n_rows, accumulate, blockIdx.y * MQ_BM,
+                                  j.tile * MQ_BN))
 
 #define MMQ_KERNEL(NAME, TY)                                                                                    \
     extern "C" __global__ void __launch_bounds__(128) NAME(float* out, const u8* w, const signed char* xq,      \

@@ -270,7 +270,8 @@ MOE_MMQ_KERNEL(moe_mmq_q6_k, T_Q6_K)
     extern "C" __global__ void __launch_bounds__(128, 3) NAME(MOE_MMQ_ARGS) {                                    \
         wait_prior_kernel();                                                                                     \
         MOE_MMQ_TILE                                                                                             \
-        BODY(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / XD), width, n_out, tt[2], 0, 0);         \
+        BODY(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / XD), width, n_out, tt[2], 0, 0,          \
+             blockIdx.x * MQ_BN);                                                                              \
     }
 MOE_MP_KERNEL(moe_mmq_q8_0, mmq_q8_0_body, 32)
 MOE_MP_KERNEL(moe_mmq_q6_k8, mmq_q6_k8_body, 256)
@@ -278,5 +279,5 @@ extern "C" __global__ void __launch_bounds__(128, 3) moe_mmq_q4_k8(MOE_MMQ_ARGS)
     wait_prior_kernel();
     MOE_MMQ_TILE
     mmq_q4_k8_body(out + s0 * n_out, we, xq + s0 * width, xd + s0 * (width / 256), (const int*)xs + s0 * (width / 32),
-                   width, n_out, tt[2], 0, 0);
+                   width, n_out, tt[2], 0, 0, blockIdx.x * MQ_BN);
 }

@@ -1446,7 +1446,7 @@ impl Device {
         let (qp, dp, sp) = self.activations(x, n_rows * w.cols, self.uses_k8(w, n_rows))?;
         let ty = self.gemv_type_id(w, n_rows);
         if let Some((kernel, tile_rows, tile_outs)) = self.tensor_core_kernel(w, n_rows) {
-            if kernel == "gemv16_k8" {
+            if takes_jobs(kernel) {
                 let job = (ty, o, wp, w.rows);
                 return self.launch_jobs(
                     kernel,
@@ -1560,8 +1560,8 @@ impl Device {
         n_rows: usize,
     ) -> Result<()> {
         let cols = ws.first().map(|w| w.cols).unwrap_or(0);
-        // One launch: the GEMV's job kernel when no weight takes a tensor-core kernel, the K8 block kernel's
-        // when every weight takes that one.
+        // One launch: the GEMV's job kernel when no weight takes a tensor-core kernel, else a job kernel all of
+        // them take (the K8 block kernel, a pipelined prefill kernel).
         let kernels: Vec<_> = ws
             .iter()
             .map(|w| self.tensor_core_kernel(w, n_rows))
@@ -1576,8 +1576,10 @@ impl Device {
                 },
                 (GV_ROWS, GV_WARPS),
             ),
-            [Some(("gemv16_k8", r, o)), ..] if kernels.iter().all(|k| *k == kernels[0]) => {
-                ("gemv16_k8", (*r, *o))
+            [Some((name, r, o)), ..]
+                if takes_jobs(name) && kernels.iter().all(|k| *k == kernels[0]) =>
+            {
+                (*name, (*r, *o))
             }
             _ => ("", (0, 0)),
         };
@@ -1626,7 +1628,7 @@ impl Device {
         self.launch_jobs(kernel, &jobs, act, cols, n_rows, false, tile)
     }
 
-    /// Launches a job kernel (`gemv3_*`, `gemv16_k8`) over up to three weights `(type id, out, weight, rows)`
+    /// Launches a job kernel (`gemv3_*`, [`takes_jobs`]) over up to three weights `(type id, out, weight, rows)`
     /// that read the same activations: each weight's tiles of `tile.1` outputs, one after the other along
     /// grid x (its first tile at `b1` / `b2`), activation rows in tiles of `tile.0` along grid y.
     #[allow(clippy::too_many_arguments)]
@@ -2321,6 +2323,11 @@ impl Device {
         }
         Ok(())
     }
+}
+
+/// Tensor-core kernels that take up to three weights a launch (JOB_ARGS in common.cu).
+fn takes_jobs(kernel: &str) -> bool {
+    matches!(kernel, "gemv16_k8" | "mmq_q4_k8" | "mmq_q6_k8" | "mmq_q8_0")
 }
 
 /// The split-KV attention kernel for `group` query heads per KV head of `head_dim` (`attn_split_g<G>_h<D>` in

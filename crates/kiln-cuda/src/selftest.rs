@@ -810,18 +810,24 @@ fn moe_case(
 }
 
 /// Q/K/V-style matmuls of three weights (mixed types, odd output counts) in one call give every output row the
-/// bits of that row alone through its own matmul: one row (the GEMV's job kernel), 11 and 20 rows (Q4_K/Q6_K:
-/// the K8 block kernel's jobs, partial tiles of outputs and rows; with Q8_0: one matmul per weight).
+/// bits of that row through its own matmul: one row (the GEMV's job kernel), 11 and 20 rows (Q4_K/Q6_K: the K8
+/// block kernel's jobs, partial tiles of outputs and rows; with Q8_0: one matmul per weight) against each row
+/// alone; 70 rows of a prefill pass (the prefill kernel's jobs, three weights of one type) against each weight
+/// on all rows alone (the prefill kernel's rows are independent of each other).
 fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
     use GgmlType::{Q4_K, Q6_K, Q8_0};
     let cols = 512usize;
-    for (types, n) in [
-        ([Q4_K, Q6_K, Q8_0], 11usize),
-        ([Q4_K, Q6_K, Q4_K], 1),
-        ([Q4_K, Q6_K, Q4_K], 11),
-        ([Q6_K, Q4_K, Q4_K], 20),
+    for (types, n, prefill) in [
+        ([Q4_K, Q6_K, Q8_0], 11usize, false),
+        ([Q4_K, Q6_K, Q4_K], 1, false),
+        ([Q4_K, Q6_K, Q4_K], 11, false),
+        ([Q6_K, Q4_K, Q4_K], 20, false),
+        ([Q4_K, Q4_K, Q4_K], 70, true),
+        ([Q6_K, Q6_K, Q6_K], 70, true),
+        ([Q8_0, Q8_0, Q8_0], 70, true),
     ] {
-        let rows = [37usize, 20, 5];
+        dev.set_pass(&[], &[], &[], prefill)?;
+        let rows = [133usize, 20, 70];
         let mut ws = Vec::new();
         for (&ty, &r) in types.iter().zip(&rows) {
             let wq = random_weight(rng, ty, r, cols)?;
@@ -840,21 +846,36 @@ fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
         for (got, w) in [&a, &b, &c].into_iter().zip(&ws) {
             let mut g = vec![0f32; n * w.rows];
             dev.read(got, &mut g)?;
-            for r in 0..n {
-                let xr = dev.upload(&xh[r * cols..(r + 1) * cols])?;
-                let mut single = dev.alloc(w.rows)?;
-                dev.matmul(&mut single, w, &xr, 1, false)?;
-                let mut s = vec![0f32; w.rows];
+            // Rows alone, or (prefill) all rows through this weight alone.
+            let parts: Vec<(usize, usize)> = if prefill {
+                vec![(0, n)]
+            } else {
+                (0..n).map(|r| (r, 1)).collect()
+            };
+            for (r, m) in parts {
+                let xr = dev.upload(&xh[r * cols..(r + m) * cols])?;
+                let mut single = dev.alloc(m * w.rows)?;
+                dev.matmul(&mut single, w, &xr, m, false)?;
+                let mut s = vec![0f32; m * w.rows];
                 dev.read(&single, &mut s)?;
-                err += bits_differ(&g[r * w.rows..(r + 1) * w.rows], &s);
+                err += bits_differ(&g[r * w.rows..(r + m) * w.rows], &s);
             }
         }
         checks.push(Check {
-            name: format!("matmul_many ({types:?}, {n} rows) == each row alone"),
+            name: format!(
+                "matmul_many ({types:?}, {n} rows{}) == {}",
+                if prefill { ", prefill" } else { "" },
+                if prefill {
+                    "each weight alone"
+                } else {
+                    "each row alone"
+                }
+            ),
             err,
             tol: 0.0,
         });
     }
+    dev.set_pass(&[], &[], &[], false)?;
     Ok(())
 }
 
