@@ -1549,9 +1549,11 @@ impl Device {
         }
     }
 
-    /// `outs[i][r] = ws[i] · x[r]` for two or three weights reading the same activations (Q/K/V, gate/up): one
-    /// launch when every weight is repacked for the GEMV kernels (fused ops on), else one matmul each. Each output
-    /// has the bits of its own [`Device::matmul`].
+    /// `outs[i][r] = ws[i] · x[r]` for weights reading the same activations (Q/K/V, gate/up). With the fused ops
+    /// on, the weights that take the same job kernel share one launch (up to three a launch): the GEMV's when they
+    /// take no tensor-core kernel, else the K8 block kernel or a pipelined prefill kernel (so Q and K share one
+    /// even where V has another type); any other weight gets its own matmul. Each output has the bits of its
+    /// own [`Device::matmul`].
     pub fn matmul_many(
         &self,
         outs: &mut [&mut DBuf],
@@ -1560,72 +1562,82 @@ impl Device {
         n_rows: usize,
     ) -> Result<()> {
         let cols = ws.first().map(|w| w.cols).unwrap_or(0);
-        // One launch: the GEMV's job kernel when no weight takes a tensor-core kernel, else a job kernel all of
-        // them take (the K8 block kernel, a pipelined prefill kernel).
-        let kernels: Vec<_> = ws
-            .iter()
-            .map(|w| self.tensor_core_kernel(w, n_rows))
-            .collect();
-        let (kernel, tile) = match kernels.as_slice() {
-            [None, ..] if kernels.iter().all(|k| k.is_none()) => (
-                match (self.uses_k8(ws[0], n_rows), n_rows == 1) {
-                    (false, true) => "gemv3_r1",
-                    (false, false) => "gemv3_r8",
-                    (true, true) => "gemv3_k8_r1",
-                    (true, false) => "gemv3_k8_r8",
-                },
-                (GV_ROWS, GV_WARPS),
-            ),
-            [Some((name, r, o)), ..]
-                if takes_jobs(name) && kernels.iter().all(|k| *k == kernels[0]) =>
-            {
-                (*name, (*r, *o))
-            }
-            _ => ("", (0, 0)),
-        };
-        let one_launch = self.opts.fused
+        let joinable = self.opts.fused
             && !self.opts.reference
-            && !kernel.is_empty()
-            && (2..=3).contains(&ws.len())
             && outs.len() == ws.len()
             && ws
                 .iter()
-                .all(|w| w.layout == Layout::Gemv && w.cols == cols)
-            && ws
-                .iter()
-                .all(|w| self.uses_k8(w, n_rows) == self.uses_k8(ws[0], n_rows));
-        if !one_launch {
-            for (o, w) in outs.iter_mut().zip(ws) {
-                self.matmul(o, w, x, n_rows, false)?;
+                .all(|w| w.layout == Layout::Gemv && w.cols == cols);
+        // Each weight's job kernel and tile (rows, outputs), if it has one.
+        let job_kernel = |w: &DWeight| -> Option<(&'static str, (usize, usize))> {
+            if !joinable {
+                return None;
             }
-            return Ok(());
+            match self.tensor_core_kernel(w, n_rows) {
+                None => Some((
+                    match (self.uses_k8(w, n_rows), n_rows == 1) {
+                        (false, true) => "gemv3_r1",
+                        (false, false) => "gemv3_r8",
+                        (true, true) => "gemv3_k8_r1",
+                        (true, false) => "gemv3_k8_r8",
+                    },
+                    (GV_ROWS, GV_WARPS),
+                )),
+                Some((k, r, o)) if takes_jobs(k) => Some((k, (r, o))),
+                Some(_) => None,
+            }
+        };
+        let kinds: Vec<_> = ws.iter().map(|w| job_kernel(w)).collect();
+        let mut done = vec![false; ws.len()];
+        for i in 0..ws.len() {
+            if done[i] {
+                continue;
+            }
+            let group: Vec<usize> = match kinds[i] {
+                Some(_) => (i..ws.len())
+                    .filter(|&j| !done[j] && kinds[j] == kinds[i])
+                    .take(3)
+                    .collect(),
+                None => vec![i],
+            };
+            for &j in &group {
+                done[j] = true;
+            }
+            let (kernel, tile) = match kinds[i] {
+                Some(k) if group.len() > 1 => k,
+                _ => {
+                    self.matmul(outs[i], ws[i], x, n_rows, false)?;
+                    continue;
+                }
+            };
+            for &j in &group {
+                let (o, w) = (&outs[j], ws[j]);
+                self.check(
+                    "matmul",
+                    x.len() >= n_rows * cols && o.len() >= n_rows * w.rows,
+                    || format!("'{}' [{} x {}] on {n_rows} rows", w.name, w.rows, w.cols),
+                )?;
+                o.invalidate();
+            }
+            if n_rows == 0 {
+                continue;
+            }
+            // One activation format for the group (its kernel's name says which).
+            let act = self.activations(x, n_rows * cols, self.uses_k8(ws[i], n_rows))?;
+            let jobs: Vec<_> = group
+                .iter()
+                .map(|&j| {
+                    (
+                        self.gemv_type_id(ws[j], n_rows),
+                        self.ptr(&outs[j].data),
+                        self.ptr(&ws[j].data),
+                        ws[j].rows,
+                    )
+                })
+                .collect();
+            self.launch_jobs(kernel, &jobs, act, cols, n_rows, false, tile)?;
         }
-        for (o, w) in outs.iter().zip(ws) {
-            self.check(
-                "matmul",
-                x.len() >= n_rows * cols && o.len() >= n_rows * w.rows,
-                || format!("'{}' [{} x {}] on {n_rows} rows", w.name, w.rows, w.cols),
-            )?;
-            o.invalidate();
-        }
-        if n_rows == 0 {
-            return Ok(());
-        }
-        // One activation format for all (checked above).
-        let act = self.activations(x, n_rows * cols, self.uses_k8(ws[0], n_rows))?;
-        let jobs: Vec<_> = ws
-            .iter()
-            .zip(outs.iter())
-            .map(|(w, o)| {
-                (
-                    self.gemv_type_id(w, n_rows),
-                    self.ptr(&o.data),
-                    self.ptr(&w.data),
-                    w.rows,
-                )
-            })
-            .collect();
-        self.launch_jobs(kernel, &jobs, act, cols, n_rows, false, tile)
+        Ok(())
     }
 
     /// Launches a job kernel (`gemv3_*`, [`takes_jobs`]) over up to three weights `(type id, out, weight, rows)`

@@ -812,8 +812,9 @@ fn moe_case(
 /// Q/K/V-style matmuls of three weights (mixed types, odd output counts) in one call give every output row the
 /// bits of that row through its own matmul: one row (the GEMV's job kernel), 11 and 20 rows (Q4_K/Q6_K: the K8
 /// block kernel's jobs, partial tiles of outputs and rows; with Q8_0: one matmul per weight) against each row
-/// alone; 70 rows of a prefill pass (the prefill kernel's jobs, three weights of one type) against each weight
-/// on all rows alone (the prefill kernel's rows are independent of each other).
+/// alone; 70 rows of a prefill pass (the prefill kernel's jobs: three weights of one type, or the first and last
+/// in one launch and the other alone) against each weight on all rows alone (the prefill kernel's rows are
+/// independent of each other).
 fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
     use GgmlType::{Q4_K, Q6_K, Q8_0};
     let cols = 512usize;
@@ -823,6 +824,7 @@ fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
         ([Q4_K, Q6_K, Q4_K], 11, false),
         ([Q6_K, Q4_K, Q4_K], 20, false),
         ([Q4_K, Q4_K, Q4_K], 70, true),
+        ([Q4_K, Q6_K, Q4_K], 70, true),
         ([Q6_K, Q6_K, Q6_K], 70, true),
         ([Q8_0, Q8_0, Q8_0], 70, true),
     ] {
