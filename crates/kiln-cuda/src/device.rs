@@ -140,6 +140,8 @@ pub struct Device {
     opts: Options,
     /// `opts.pdl` on a GPU that has it (compute capability 9.0 or later).
     pdl: bool,
+    /// Streaming multiprocessors (block kernel tile choice).
+    sms: usize,
     meta: Mutex<Meta>,
     /// Attention scratch (split partials or scores), grown only outside graph capture.
     ws: Mutex<CudaSlice<f32>>,
@@ -423,6 +425,10 @@ impl Device {
         // SAFETY: no other stream touches these buffers.
         unsafe { ctx.disable_event_tracking() };
         let name = ctx.name().map_err(drv("device name"))?;
+        let sms = ctx
+            .attribute(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(drv("multiprocessor count"))?
+            .max(1) as usize;
         let (major, minor) = ctx
             .compute_capability()
             .map_err(drv("compute capability"))?;
@@ -476,6 +482,7 @@ impl Device {
             funcs,
             opts,
             pdl: opts.pdl && major >= 9,
+            sms,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
             argmax_out: Mutex::new(argmax_out),
@@ -496,6 +503,11 @@ impl Device {
     /// Bytes of weights uploaded so far (the device memory they take).
     pub fn weight_bytes(&self) -> u64 {
         self.weight_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Streaming multiprocessors of the GPU.
+    pub fn multiprocessors(&self) -> usize {
+        self.sms
     }
 
     /// The fast paths in use.
@@ -1523,10 +1535,16 @@ impl Device {
             return None;
         }
         let k8 = self.uses_k8(w, n_rows);
+        // The K8 block kernel in 16-output tiles when 32-output ones would not fill the GPU twice (its blocks
+        // are latency-bound: more, shorter blocks finish sooner); same bits either way.
+        let k8_kernel = if w.rows.div_ceil(32) < 2 * self.sms {
+            ("gemv16_k8_n16", 16, 16)
+        } else {
+            ("gemv16_k8", 16, 32)
+        };
         match w.ty {
-            GgmlType::Q4_K if k8 => Some(("gemv16_k8", 16, 32)),
+            GgmlType::Q4_K | GgmlType::Q6_K if k8 => Some(k8_kernel),
             GgmlType::Q4_K => Some(("gemv16_q4k", 16, 8)),
-            GgmlType::Q6_K if k8 => Some(("gemv16_k8", 16, 32)),
             GgmlType::Q6_K => Some(("gemv16_q6k", 16, 8)),
             GgmlType::Q8_0 => Some(("gemv16_q8_0", 16, 8)),
             _ => None,
@@ -2339,7 +2357,10 @@ impl Device {
 
 /// Tensor-core kernels that take up to three weights a launch (JOB_ARGS in common.cu).
 fn takes_jobs(kernel: &str) -> bool {
-    matches!(kernel, "gemv16_k8" | "mmq_q4_k8" | "mmq_q6_k8" | "mmq_q8_0")
+    matches!(
+        kernel,
+        "gemv16_k8" | "gemv16_k8_n16" | "mmq_q4_k8" | "mmq_q6_k8" | "mmq_q8_0"
+    )
 }
 
 /// The split-KV attention kernel for `group` query heads per KV head of `head_dim` (`attn_split_g<G>_h<D>` in
