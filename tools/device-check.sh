@@ -114,19 +114,21 @@ if want parity; then
 fi
 
 # 2b. The same bits as another build (STEPS=bits, REF_KILN=path/to/the/other/kiln): for a change that keeps every
-# bit by construction (a kernel rebuilt on the same integers and float order), a synth Qwen3 0.6B Q4_K_M is scored
-# on CUDA by both binaries in passes of 64 rows (the prefill kernels) and 16 rows (the block kernels), and the
-# logits compared: KL 0 and max |Δlogit| 0 expected; then both builds' per-kernel timings.
+# bit by construction (a kernel rebuilt on the same integers and float order), synth Qwen3 0.6B Q4_K_M and Q8_0 are
+# scored on CUDA by both binaries in passes of 64 rows (the prefill kernels) and 16 rows (the block kernels), and
+# the logits compared: KL 0 expected; then both builds' per-kernel timings.
 if want bits; then
     [ -x "${REF_KILN:-}" ] || { say "bits: REF_KILN must name the other build's kiln binary"; exit 1; }
-    m="$WORK/qwen3-q4_k_m.gguf"
-    synth synth-qwen3-q4_k_m "$m" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
-    for b in 64 16; do
-        sc=(score -m "$m" -f "$WORK/text.txt" -c "$CTX" --chunks "$CHUNKS" --device cuda -b "$b")
-        step "bits-ref-b$b" "$REF_KILN" "${sc[@]}" --dump-logits "$WORK/bits-ref-b$b"
-        step "bits-b$b" "$KILN" "${sc[@]}" --ref-logits "$WORK/bits-ref-b$b"
-        say "bits, passes of $b rows:"
-        grep -iE "KL|max" "$OUT/bits-b$b.log" | head -n 3 | tee -a "$OUT/summary.txt"
+    for quant in q4_k_m q8_0; do
+        m="$WORK/qwen3-$quant.gguf"
+        synth "synth-qwen3-$quant" "$m" --arch qwen3 --preset 0.6b --quant "$quant" "${tok[@]}"
+        for b in 64 16; do
+            sc=(score -m "$m" -f "$WORK/text.txt" -c "$CTX" --chunks "$CHUNKS" --device cuda -b "$b")
+            step "bits-ref-$quant-b$b" "$REF_KILN" "${sc[@]}" --dump-logits "$WORK/bits-ref-$quant-b$b"
+            step "bits-$quant-b$b" "$KILN" "${sc[@]}" --ref-logits "$WORK/bits-ref-$quant-b$b"
+            say "bits, $quant, passes of $b rows:"
+            grep -iE "KL" "$OUT/bits-$quant-b$b.log" | head -n 2 | tee -a "$OUT/summary.txt"
+        done
     done
     # The per-kernel timings of both builds, one after the other on the same card.
     for who in ref this; do
