@@ -389,6 +389,32 @@ __device__ __forceinline__ void b16_copy_super(unsigned char* sw, const u8* w, i
     }
 }
 
+// The end of a K8 block kernel body: warp w stores its C elements k = NI w .. NI w + NI - 1 (n8 tile k / 4,
+// element k % 4; NO = 32: tile w) of the block's 16 rows x 8 NI outputs, adding the NG groups' sums in `ex`
+// ([group][ni][e][lane]) in the GEMV's xor-tree pairing: groups NG / 2 apart, then NG / 4, ... (4 groups:
+// (g0 + g2) + (g1 + g3)).
+template <int NG, int NI>
+__device__ __forceinline__ void b16_store_groups(const float* ex, int w, float* out, int o0, int r0, int n_out,
+                                                 int n_rows, int accumulate) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int q = 0; q < NI; q++) {
+        int ni = (NI * w + q) >> 2, e = (NI * w + q) & 3;
+        float v[NG];
+#pragma unroll
+        for (int gr = 0; gr < NG; gr++) v[gr] = ex[((gr * NI + ni) * 4 + e) * 32 + lane];
+#pragma unroll
+        for (int half = NG / 2; half >= 1; half >>= 1)
+#pragma unroll
+            for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
+        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
+        if (r < n_rows && o < n_out) {
+            float* po = out + (long long)r * n_out + o;
+            *po = accumulate ? *po + v[0] : v[0];
+        }
+    }
+}
+
 // Q4_K, K8 activations, NO (32 or 16) outputs a block: warp a replays the GEMV's group a (super-blocks a, a + 4,
 // ...) for all NO outputs, pipelined like mmq.cu's prefill bodies: each super-block's activation codes, code sums, row
 // scales and the 32 outputs' raw super-blocks are copied into the warp's shared memory with cp.async, two in
@@ -506,25 +532,11 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
 #pragma unroll
         for (int e = 0; e < 4; e++) ex[((a * NI + ni) * 4 + e) * 32 + lane] = acc[ni][e];
     __syncthreads();
-    // Warp a stores C elements k = NI a .. NI a + NI - 1 (n8 tile k / 4, element k % 4; NO = 32: tile a): the four
-    // groups added as the GEMV's tree, (g0 + g2) + (g1 + g3).
-#pragma unroll
-    for (int q = 0; q < NI; q++) {
-        int ni = (NI * a + q) >> 2, e = (NI * a + q) & 3;
-        float v[4];
-#pragma unroll
-        for (int gr = 0; gr < 4; gr++) v[gr] = ex[((gr * NI + ni) * 4 + e) * 32 + lane];
-        float sum = __fadd_rn(__fadd_rn(v[0], v[2]), __fadd_rn(v[1], v[3]));
-        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
-        if (r < n_rows && o < n_out) {
-            float* po = out + (long long)r * n_out + o;
-            *po = accumulate ? *po + sum : sum;
-        }
-    }
+    b16_store_groups<4, NI>(ex, a, out, o0, r0, n_out, n_rows, accumulate);
 }
 
 // Q6_K, K8 activations, NO outputs a block: warp w replays the GEMV's groups G = 2w and 2w + 1 (super-blocks G,
-// G + 8, ...) for all NO outputs, one cp.async pipeline through both groups' super-blocks (as gemv16_q4k8; the
+// G + 8, ...) for all NO outputs, one cp.async pipeline through both groups' super-blocks (as b16_q4k8; the
 // f16 d of each super-block, stored after all rows, is read one super-block ahead into a register). Per
 // super-block the integers of mmq_q6_k8_body (two m16n8k16 a sub-block, one scale per 16), which are the GEMV's
 // is; its k8_step; the eight groups added in the xor tree's pairing.
@@ -646,24 +658,7 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
             ex[(((G0 + 1) * NI + ni) * 4 + e) * 32 + lane] = acc1[ni][e];
         }
     __syncthreads();
-    // Warp w stores C elements k = NI w .. NI w + NI - 1 (n8 tile k / 4, element k % 4; NO = 32: tile w): the
-    // eight groups added as the GEMV's tree (pairs 4 apart, then 2, then 1).
-#pragma unroll
-    for (int q = 0; q < NI; q++) {
-        int ni = (NI * warp + q) >> 2, e = (NI * warp + q) & 3;
-        float v[8];
-#pragma unroll
-        for (int gr = 0; gr < 8; gr++) v[gr] = ex[((gr * NI + ni) * 4 + e) * 32 + lane];
-#pragma unroll
-        for (int half = 4; half >= 1; half >>= 1)
-#pragma unroll
-            for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
-        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
-        if (r < n_rows && o < n_out) {
-            float* po = out + (long long)r * n_out + o;
-            *po = accumulate ? *po + v[0] : v[0];
-        }
-    }
+    b16_store_groups<8, NI>(ex, warp, out, o0, r0, n_out, n_rows, accumulate);
 }
 
 // The K8 block kernel: up to three weights that read the same activations (Q/K/V, gate/up; Q4_K and Q6_K may
