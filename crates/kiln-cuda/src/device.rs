@@ -65,6 +65,9 @@ pub struct Options {
     /// Int8 tensor cores for other passes' matmuls of [`G16_MIN_ROWS`] rows or more on Q4_K/Q6_K/Q8_0
     /// (gemv16.cu, bit-identical to the GEMV).
     pub block_mma: bool,
+    /// With `block_mma`: the K8 block kernel in 16-output tiles (`gemv16_k8_n16`) for weights with fewer than
+    /// two GPU-fulls of 32-output tiles; else 32-output tiles for all (same bits).
+    pub block_n16: bool,
     /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
     /// step per super-block; else per-32 Q8 blocks with a float step per 32 weights.
@@ -96,6 +99,7 @@ impl Default for Options {
             graphs: true,
             prefill_mma: true,
             block_mma: true,
+            block_n16: true,
             k8: true,
             prefill_k8: true,
             flash_attn: true,
@@ -1537,7 +1541,7 @@ impl Device {
         let k8 = self.uses_k8(w, n_rows);
         // The K8 block kernel in 16-output tiles when 32-output ones would not fill the GPU twice (its blocks
         // are latency-bound: more, shorter blocks finish sooner); same bits either way.
-        let k8_kernel = if w.rows.div_ceil(32) < 2 * self.sms {
+        let k8_kernel = if self.opts.block_n16 && w.rows.div_ceil(32) < 2 * self.sms {
             ("gemv16_k8_n16", 16, 16)
         } else {
             ("gemv16_k8", 16, 32)
