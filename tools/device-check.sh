@@ -165,8 +165,6 @@ if want bench; then
         --ab KILN_NO_CUDA_PREFILL_K8=1
     step ab-KILN_NO_CUDA_BLOCK_MMA "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 \
         --ab KILN_NO_CUDA_BLOCK_MMA=1
-    step ab-KILN_NO_CUDA_BLOCK_N16 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 \
-        --ab KILN_NO_CUDA_BLOCK_N16=1
     step ab-KILN_NO_CUDA_K8 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 128 -r 2 \
         --ab KILN_NO_CUDA_K8=1
     step ab-KILN_NO_CUDA_FLASH_ATTN "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 4096 -b 512 -n 0 -r 2 \
@@ -174,7 +172,7 @@ if want bench; then
     say "bench (CUDA):"
     for f in bench-tg bench-block16 bench-pp ab-KILN_NO_CUDA_GRAPH ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
         ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_PREFILL_K8 \
-        ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_N16 \
+        ab-KILN_NO_CUDA_BLOCK_MMA \
         ab-KILN_NO_CUDA_K8 ab-KILN_NO_CUDA_FLASH_ATTN; do
         grep -E "^\||ratio|median" "$OUT/$f.log" 2>/dev/null | tee -a "$OUT/summary.txt"
     done

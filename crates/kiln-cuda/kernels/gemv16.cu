@@ -374,71 +374,43 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
 // takes the one float step k8_step. So each lane carries one running sum per group and C element, and the groups
 // meet in shared memory in the xor tree's pairing.
 
-// A warp's copies of the raw super-blocks `sb` (REC bytes each) of outputs o0 .. o0 + NO - 1 into sw (row stride
-// REC), consecutive lanes on consecutive 16-byte chunks; zeros past n_out.
-template <int REC, int NO>
+// A warp's copies of the raw super-blocks `sb` (REC bytes each) of outputs o0 .. o0 + 31 into sw (row stride REC),
+// consecutive lanes on consecutive 16-byte chunks; zeros past n_out.
+template <int REC>
 __device__ __forceinline__ void b16_copy_super(unsigned char* sw, const u8* w, int sb, int nsb, int o0, int n_out) {
-    constexpr int CHUNKS = NO * REC / 16;
     int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int k = 0; k < (CHUNKS + 31) / 32; k++) {
+    for (int k = 0; k < REC / 16; k++) {
         int u = lane + 32 * k, o = u / (REC / 16), c = u - (REC / 16) * o;
         bool in = o0 + o < n_out;
-        if (CHUNKS % 32 == 0 || u < CHUNKS)
-            cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c, in);
+        cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c, in);
     }
 }
 
-// The end of a K8 block kernel body: warp w stores its C elements k = NI w .. NI w + NI - 1 (n8 tile k / 4,
-// element k % 4; NO = 32: tile w) of the block's 16 rows x 8 NI outputs, adding the NG groups' sums in `ex`
-// ([group][ni][e][lane]) in the GEMV's xor-tree pairing: groups NG / 2 apart, then NG / 4, ... (4 groups:
-// (g0 + g2) + (g1 + g3)).
-template <int NG, int NI>
-__device__ __forceinline__ void b16_store_groups(const float* ex, int w, float* out, int o0, int r0, int n_out,
-                                                 int n_rows, int accumulate) {
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int q = 0; q < NI; q++) {
-        int ni = (NI * w + q) >> 2, e = (NI * w + q) & 3;
-        float v[NG];
-#pragma unroll
-        for (int gr = 0; gr < NG; gr++) v[gr] = ex[((gr * NI + ni) * 4 + e) * 32 + lane];
-#pragma unroll
-        for (int half = NG / 2; half >= 1; half >>= 1)
-#pragma unroll
-            for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
-        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
-        if (r < n_rows && o < n_out) {
-            float* po = out + (long long)r * n_out + o;
-            *po = accumulate ? *po + v[0] : v[0];
-        }
-    }
-}
-
-// Q4_K, K8 activations, NO (32 or 16) outputs a block: warp a replays the GEMV's group a (super-blocks a, a + 4,
-// ...) for all NO outputs, pipelined like mmq.cu's prefill bodies: each super-block's activation codes, code sums, row
+// Q4_K, K8 activations, 32 outputs a block: warp a replays the GEMV's group a (super-blocks a, a + 4, ...) for
+// all 32 outputs, pipelined like mmq.cu's prefill bodies: each super-block's activation codes, code sums, row
 // scales and the 32 outputs' raw super-blocks are copied into the warp's shared memory with cp.async, two in
 // flight; fragments by ldmatrix; the integers as mmq_q4_k8_body (scales split 8 hi + lo into two m16n8k32 chains,
 // the min term from the code sums split into int8 halves), which are the GEMV's is and im exactly; then the
 // GEMV's float step k8_step per super-block in ascending order and the groups added in the xor tree's pairing.
-// Output tile bx (outputs NO bx ..), rows 16 blockIdx.y ..; 128 threads, dynamic shared memory B16_SMEM_Q4K(NO).
-#define B16_STAGE(NO) (16 * MP_LDA + (NO) * MP_Q4 + 16 * 32 + 16 * 4) // codes, super-blocks, code sums, scales
-#define B16_DEC(NO) (8 * (NO) * 8 + (NO) * 8 + 16 * 16 + (NO) * 8)     // {hi, lo}, packed mins and sums, d / dmin
-#define B16_WARP(NO) (2 * B16_STAGE(NO) + B16_DEC(NO))
-#define B16_SMEM_Q4K(NO) (4 * B16_WARP(NO) + 4 * ((NO) / 8) * 4 * 32 * 4) // four warps' stages, + the groups' sums
-template <int NO>
+// Output tile bx (outputs 32 bx ..), rows 16 blockIdx.y ..; 128 threads, dynamic shared memory B16_SMEM_Q4K.
+#define B16_OUT 32
+#define B16_STAGE (16 * MP_LDA + B16_OUT * MP_Q4 + 16 * 32 + 16 * 4) // codes, super-blocks, code sums, scales
+#define B16_DEC (8 * B16_OUT * 8 + B16_OUT * 8 + 16 * 16 + B16_OUT * 8) // {hi, lo}, packed mins and sums, d / dmin
+#define B16_WARP (2 * B16_STAGE + B16_DEC)
+#define B16_SMEM_Q4K 95744 // this body's need; its kernel (gemv16_k8, below) takes B16_SMEM_K8
+static_assert(B16_SMEM_Q4K == 4 * B16_WARP + 4 * 4 * 4 * 32 * 4, "B16_SMEM_Q4K: four warps' stages, + the groups' sums");
 __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
                                          const int* ks, int width, int n_out, int n_rows, int accumulate) {
-    constexpr int NI = NO / 8; // n8 tiles
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, a = threadIdx.x >> 5;
-    unsigned char* base = mp_smem + a * B16_WARP(NO);
-    int2* shl = (int2*)(base + 2 * B16_STAGE(NO)); // [j][o]: {hi, lo} of sc_j
-    u32* smin = (u32*)(shl + 8 * NO);              // [o][2]: m_0..3, m_4..7 as bytes
-    u32* ssum = smin + 2 * NO;                     // [r][4]: S_lo 0..3, S_lo 4..7, S_hi 0..3, S_hi 4..7 as bytes
+    unsigned char* base = mp_smem + a * B16_WARP;
+    int2* shl = (int2*)(base + 2 * B16_STAGE); // [j][o]: {hi, lo} of sc_j
+    u32* smin = (u32*)(shl + 8 * B16_OUT);     // [o][2]: m_0..3, m_4..7 as bytes
+    u32* ssum = smin + 2 * B16_OUT;            // [r][4]: S_lo 0..3, S_lo 4..7, S_hi 0..3, S_hi 4..7 as bytes
     float* sd = (float*)(ssum + 4 * 16);
-    float* sdm = sd + NO;
-    float* ex = (float*)(mp_smem + 4 * B16_WARP(NO));
-    int o0 = bx * NO, r0 = blockIdx.y * 16;
+    float* sdm = sd + B16_OUT;
+    float* ex = (float*)(mp_smem + 4 * B16_WARP);
+    int o0 = bx * B16_OUT, r0 = blockIdx.y * 16;
     int nsb = width / 256, nb = width / 32;
     // This lane's sources, computed once: activation rows lane / 16 + 2 m (16-byte chunk lane % 16), the code
     // sums of row lane / 2 (half lane % 2), the scale of row lane (lanes < 16).
@@ -450,18 +422,18 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
     // Copies of this group's it-th super-block (sb = a + 4 it) into stage it % 2.
     auto issue = [&](int it) {
         int sb = a + 4 * it;
-        unsigned char* st = base + (it & 1) * B16_STAGE(NO);
+        unsigned char* st = base + (it & 1) * B16_STAGE;
         b16_copy_act(st, xa + sb * 256, width, n_rows - r0, kq);
         unsigned char* sw = st + 16 * MP_LDA;
-        b16_copy_super<MP_Q4, NO>(sw, w, sb, nsb, o0, n_out);
-        unsigned char* sx = sw + NO * MP_Q4;
+        b16_copy_super<MP_Q4>(sw, w, sb, nsb, o0, n_out);
+        unsigned char* sx = sw + B16_OUT * MP_Q4;
         cp_async<16>(sx + 32 * (lane >> 1) + 16 * (lane & 1), ksrc + 8 * sb, s_in);
         if (lane < 16) cp_async<4>(sx + 16 * 32 + 4 * lane, dsrc + sb, d_in);
         cp_commit();
     };
-    float acc[NI][4];
+    float acc[4][4];
 #pragma unroll
-    for (int ni = 0; ni < NI; ni++)
+    for (int ni = 0; ni < 4; ni++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[ni][e] = 0.0f;
     int n_it = a < nsb ? (nsb - a + 3) / 4 : 0;
@@ -470,33 +442,30 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
         cp_wait_all();
         __syncwarp(); // super-block it is in; every lane is done with it - 1 (its stage and the decoded scales)
         if (it + 1 < n_it) issue(it + 1);
-        const signed char* sa = (const signed char*)(base + (it & 1) * B16_STAGE(NO));
+        const signed char* sa = (const signed char*)(base + (it & 1) * B16_STAGE);
         const u8* sw = (const u8*)sa + 16 * MP_LDA;
-        const int* sks = (const int*)(sw + NO * MP_Q4);
+        const int* sks = (const int*)(sw + B16_OUT * MP_Q4);
         const float* sdx = (const float*)(sks + 16 * 8);
         {
-            // Lane o < NO decodes output o's scales, packed mins, d and dmin; lane (row, half) packs the row's
-            // sums.
-            if (NO == 32 || lane < NO) {
-                const u8* rec = sw + lane * MP_Q4;
-                smin[2 * lane] = mp_q4k_scales(rec, 0, shl + lane, NO);
-                smin[2 * lane + 1] = mp_q4k_scales(rec, 1, shl + lane, NO);
-                u32 h0 = *(const u32*)rec;
-                sd[lane] = h2f((u16)(h0 & 0xFFFF));
-                sdm[lane] = h2f((u16)(h0 >> 16));
-            }
+            // Lane o decodes output o's scales, packed mins, d and dmin; lane (row, half) packs the row's sums.
+            const u8* rec = sw + lane * MP_Q4;
+            smin[2 * lane] = mp_q4k_scales(rec, 0, shl + lane, B16_OUT);
+            smin[2 * lane + 1] = mp_q4k_scales(rec, 1, shl + lane, B16_OUT);
+            u32 h0 = *(const u32*)rec;
+            sd[lane] = h2f((u16)(h0 & 0xFFFF));
+            sdm[lane] = h2f((u16)(h0 >> 16));
             int r = lane >> 1, hi = lane & 1;
             mp_pack_sums(sks + 8 * r, hi, ssum[4 * r + 2 * hi], ssum[4 * r + 2 * hi + 1]);
         }
         __syncwarp();
-        int hs[NI][4], ls[NI][4];
+        int hs[4][4], ls[4][4];
 #pragma unroll
-        for (int ni = 0; ni < NI; ni++)
+        for (int ni = 0; ni < 4; ni++)
 #pragma unroll
             for (int e = 0; e < 4; e++) hs[ni][e] = ls[ni][e] = 0;
 #pragma unroll 1
         for (int p = 0; p < 4; p++) {
-            int braw[NI][2];
+            int braw[4][2];
             mp_q4k_raw(braw, sw, 0, p, lane);
 #pragma unroll
             for (int s = 0; s < 2; s++) {
@@ -504,8 +473,8 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
                 int a4[4];
                 ldsm4(a4, sa + ((lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + 32 * j + 16 * (lane >> 4));
 #pragma unroll
-                for (int ni = 0; ni < NI; ni++) {
-                    int2 hl = shl[j * NO + 8 * ni + g];
+                for (int ni = 0; ni < 4; ni++) {
+                    int2 hl = shl[j * B16_OUT + 8 * ni + g];
                     int b0 = (braw[ni][0] >> (4 * s)) & 0x0F0F0F0F, b1 = (braw[ni][1] >> (4 * s)) & 0x0F0F0F0F;
                     mma_s8_16832(hs[ni], a4, b0 * hl.x, b1 * hl.x);
                     mma_s8_16832(ls[ni], a4, b0 * hl.y, b1 * hl.y);
@@ -514,7 +483,7 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
         }
         int as0 = (int)ssum[4 * g + t], as1 = (int)ssum[4 * (g + 8) + t];
 #pragma unroll
-        for (int ni = 0; ni < NI; ni++) {
+        for (int ni = 0; ni < 4; ni++) {
             int mw = (int)smin[2 * (8 * ni + g) + (t & 1)];
             int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
             mma_s8_16816_acc(c_lo, as0, as1, t < 2 ? mw : 0);
@@ -528,32 +497,43 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
         }
     }
 #pragma unroll
-    for (int ni = 0; ni < NI; ni++)
+    for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) ex[((a * NI + ni) * 4 + e) * 32 + lane] = acc[ni][e];
+        for (int e = 0; e < 4; e++) ex[((a * 4 + ni) * 4 + e) * 32 + lane] = acc[ni][e];
     __syncthreads();
-    b16_store_groups<4, NI>(ex, a, out, o0, r0, n_out, n_rows, accumulate);
+    // Warp a stores n8 tile ni = a: the four groups added as the GEMV's tree, (g0 + g2) + (g1 + g3).
+    int ni = a;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float v[4];
+#pragma unroll
+        for (int gr = 0; gr < 4; gr++) v[gr] = ex[((gr * 4 + ni) * 4 + e) * 32 + lane];
+        float sum = __fadd_rn(__fadd_rn(v[0], v[2]), __fadd_rn(v[1], v[3]));
+        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
+        if (r < n_rows && o < n_out) {
+            float* po = out + (long long)r * n_out + o;
+            *po = accumulate ? *po + sum : sum;
+        }
+    }
 }
 
-// Q6_K, K8 activations, NO outputs a block: warp w replays the GEMV's groups G = 2w and 2w + 1 (super-blocks G,
-// G + 8, ...) for all NO outputs, one cp.async pipeline through both groups' super-blocks (as b16_q4k8; the
+// Q6_K, K8 activations, 32 outputs a block: warp w replays the GEMV's groups G = 2w and 2w + 1 (super-blocks G,
+// G + 8, ...) for all 32 outputs, one cp.async pipeline through both groups' super-blocks (as gemv16_q4k8; the
 // f16 d of each super-block, stored after all rows, is read one super-block ahead into a register). Per
 // super-block the integers of mmq_q6_k8_body (two m16n8k16 a sub-block, one scale per 16), which are the GEMV's
 // is; its k8_step; the eight groups added in the xor tree's pairing.
-// Output tile bx, rows 16 blockIdx.y ..; 128 threads, dynamic shared memory B16_SMEM_Q6K(NO).
-#define B6_STAGE(NO) (16 * MP_LDA + (NO) * MP_Q6 + 16 * 4)              // codes, super-blocks, row scales
-#define B6_WARP(NO) (2 * B6_STAGE(NO) + 16 * (NO) * 4 + (NO) * 4)       // + the scales as ints [piece][o], d [o]
-#define B16_SMEM_Q6K(NO) (4 * B6_WARP(NO)) // four warps' stages; the groups' sums reuse them at the end
-static_assert(8 * 4 * 4 * 32 * 4 <= B16_SMEM_Q6K(32) && 8 * 2 * 4 * 32 * 4 <= B16_SMEM_Q6K(16), "Q6_K group sums");
-template <int NO>
+// Output tile bx, rows 16 blockIdx.y ..; 128 threads, dynamic shared memory B16_SMEM_Q6K.
+#define B6_STAGE (16 * MP_LDA + B16_OUT * MP_Q6 + 16 * 4) // codes, super-blocks, row scales
+#define B6_WARP (2 * B6_STAGE + 16 * B16_OUT * 4 + B16_OUT * 4) // + the scales as ints [piece][o], d [o]
+#define B16_SMEM_Q6K 97280 // the groups' sums reuse the stages at the end
+static_assert(B16_SMEM_Q6K == 4 * B6_WARP, "B16_SMEM_Q6K: four warps' stages");
 __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
                                          int width, int n_out, int n_rows, int accumulate) {
-    constexpr int NI = NO / 8;
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
-    unsigned char* base = mp_smem + warp * B6_WARP(NO);
-    int* sisc = (int*)(base + 2 * B6_STAGE(NO)); // [2 j + half][o]
-    float* sd = (float*)(sisc + 16 * NO);
-    int o0 = bx * NO, r0 = blockIdx.y * 16;
+    unsigned char* base = mp_smem + warp * B6_WARP;
+    int* sisc = (int*)(base + 2 * B6_STAGE); // [2 j + half][o]
+    float* sd = (float*)(sisc + 16 * B16_OUT);
+    int o0 = bx * B16_OUT, r0 = blockIdx.y * 16;
     int nsb = width / 256;
     const u16* dw = (const u16*)(w + (long long)n_out * nsb * MP_Q6);
     int od = min(o0 + lane, n_out - 1);
@@ -566,16 +546,16 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
     auto sb_of = [&](int it) { return it < n0 ? G0 + 8 * it : G0 + 1 + 8 * (it - n0); };
     auto issue = [&](int it) {
         int sb = sb_of(it);
-        unsigned char* st = base + (it & 1) * B6_STAGE(NO);
+        unsigned char* st = base + (it & 1) * B6_STAGE;
         b16_copy_act(st, xa + sb * 256, width, n_rows - r0, kq);
         unsigned char* sw = st + 16 * MP_LDA;
-        b16_copy_super<MP_Q6, NO>(sw, w, sb, nsb, o0, n_out);
-        if (lane < 16) cp_async<4>(sw + NO * MP_Q6 + 4 * lane, dsrc + sb, d_in);
+        b16_copy_super<MP_Q6>(sw, w, sb, nsb, o0, n_out);
+        if (lane < 16) cp_async<4>(sw + B16_OUT * MP_Q6 + 4 * lane, dsrc + sb, d_in);
         cp_commit();
     };
-    float acc0[NI][4], acc1[NI][4]; // groups G0 and G0 + 1
+    float acc0[4][4], acc1[4][4]; // groups G0 and G0 + 1
 #pragma unroll
-    for (int ni = 0; ni < NI; ni++)
+    for (int ni = 0; ni < 4; ni++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc0[ni][e] = acc1[ni][e] = 0.0f;
     int n_it = n0 + n1;
@@ -592,25 +572,23 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
             issue(it + 1);
             d_next = dw[(long long)od * nsb + sb_of(it + 1)];
         }
-        const signed char* sa = (const signed char*)(base + (it & 1) * B6_STAGE(NO));
+        const signed char* sa = (const signed char*)(base + (it & 1) * B6_STAGE);
         const u8* sw = (const u8*)sa + 16 * MP_LDA;
-        const float* sdx = (const float*)(sw + NO * MP_Q6);
-        // Lane o < NO: output o's 16 scales as ints, and its d.
-        if (NO == 32 || lane < NO) {
+        const float* sdx = (const float*)(sw + B16_OUT * MP_Q6);
+        // Lane o: output o's 16 scales as ints, and its d.
 #pragma unroll
-            for (int i = 0; i < 16; i++) sisc[i * NO + lane] = (signed char)sw[lane * MP_Q6 + 192 + i];
-            sd[lane] = o0 + lane < n_out ? h2f(d_cur) : 0.0f;
-        }
+        for (int i = 0; i < 16; i++) sisc[i * B16_OUT + lane] = (signed char)sw[lane * MP_Q6 + 192 + i];
+        sd[lane] = o0 + lane < n_out ? h2f(d_cur) : 0.0f;
         __syncwarp();
-        int isum[NI][4];
+        int isum[4][4];
 #pragma unroll
-        for (int ni = 0; ni < NI; ni++)
+        for (int ni = 0; ni < 4; ni++)
 #pragma unroll
             for (int e = 0; e < 4; e++) isum[ni][e] = 0;
 #pragma unroll 1
         for (int hk = 0; hk < 4; hk++) {
             int h = hk >> 1, kk = hk & 1;
-            int raw[NI][4];
+            int raw[4][4];
             mp_q6k_raw(raw, sw, 0, hk, lane);
 #pragma unroll
             for (int s = 0; s < 2; s++) {
@@ -618,11 +596,11 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
                 int a4[4];
                 ldsm4(a4, sa + ((lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + 32 * j + 16 * (lane >> 4));
 #pragma unroll
-                for (int ni = 0; ni < NI; ni++) {
+                for (int ni = 0; ni < 4; ni++) {
                     int b[2];
                     mp_q6k_b(b, raw[ni], kk, s);
-                    int2 slo = *(const int2*)(sisc + (2 * j) * NO + 8 * ni + 2 * t);
-                    int2 shi = *(const int2*)(sisc + (2 * j + 1) * NO + 8 * ni + 2 * t);
+                    int2 slo = *(const int2*)(sisc + (2 * j) * B16_OUT + 8 * ni + 2 * t);
+                    int2 shi = *(const int2*)(sisc + (2 * j + 1) * B16_OUT + 8 * ni + 2 * t);
                     int lo[4], hi[4];
                     mma_s8_16816(lo, a4[0], a4[1], b[0]);
                     mma_s8_16816(hi, a4[2], a4[3], b[1]);
@@ -634,14 +612,14 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
         }
         if (it < n0) {
 #pragma unroll
-            for (int ni = 0; ni < NI; ni++)
+            for (int ni = 0; ni < 4; ni++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     acc0[ni][e] = __fadd_rn(acc0[ni][e], k8_step(sd[8 * ni + 2 * t + (e & 1)], 0.0f,
                                                                  sdx[g + 8 * (e >> 1)], isum[ni][e], 0));
         } else {
 #pragma unroll
-            for (int ni = 0; ni < NI; ni++)
+            for (int ni = 0; ni < 4; ni++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     acc1[ni][e] = __fadd_rn(acc1[ni][e], k8_step(sd[8 * ni + 2 * t + (e & 1)], 0.0f,
@@ -651,38 +629,44 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
     __syncthreads(); // every warp is done with its stages: the groups' sums reuse them
     float* ex = (float*)mp_smem; // [group][ni][e][lane]
 #pragma unroll
-    for (int ni = 0; ni < NI; ni++)
+    for (int ni = 0; ni < 4; ni++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            ex[((G0 * NI + ni) * 4 + e) * 32 + lane] = acc0[ni][e];
-            ex[(((G0 + 1) * NI + ni) * 4 + e) * 32 + lane] = acc1[ni][e];
+            ex[((G0 * 4 + ni) * 4 + e) * 32 + lane] = acc0[ni][e];
+            ex[(((G0 + 1) * 4 + ni) * 4 + e) * 32 + lane] = acc1[ni][e];
         }
     __syncthreads();
-    b16_store_groups<8, NI>(ex, warp, out, o0, r0, n_out, n_rows, accumulate);
+    // Warp w stores n8 tile ni = w: the eight groups added as the GEMV's tree (pairs 4 apart, then 2, then 1).
+    int ni = warp;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float v[8];
+#pragma unroll
+        for (int gr = 0; gr < 8; gr++) v[gr] = ex[((gr * 4 + ni) * 4 + e) * 32 + lane];
+#pragma unroll
+        for (int half = 4; half >= 1; half >>= 1)
+#pragma unroll
+            for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
+        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
+        if (r < n_rows && o < n_out) {
+            float* po = out + (long long)r * n_out + o;
+            *po = accumulate ? *po + v[0] : v[0];
+        }
+    }
 }
 
 // The K8 block kernel: up to three weights that read the same activations (Q/K/V, gate/up; Q4_K and Q6_K may
-// mix) in one launch (JOB_ARGS, common.cu), each block an NO-output tile of its weight (pseudo type id K8_Q4_K or
-// K8_Q6_K): a small weight (K/V) then shares the wave of a large one instead of leaving most multiprocessors idle
-// in its own launch. `gemv16_k8` takes tiles of 32 outputs (2 blocks a multiprocessor), `gemv16_k8_n16` of 16
-// (3 blocks, half the work a block) for matrices of too few 32-output tiles to fill the GPU twice: each block
-// is latency-bound, so there more and shorter blocks finish sooner. Each output has the bits of the weight
-// alone, in either. grid = (total tiles, ceil(n_rows / 16)), block = 128.
-#define B16_SMEM_K8 97280    // read by the host (compile.rs's dynamic_smem): the larger of the two bodies'
-#define B16_SMEM_K8_N16 68096 // the same for 16-output tiles
-static_assert(B16_SMEM_K8 >= B16_SMEM_Q4K(32) && B16_SMEM_K8 >= B16_SMEM_Q6K(32), "B16_SMEM_K8: both bodies fit");
-static_assert(B16_SMEM_K8_N16 >= B16_SMEM_Q4K(16) && B16_SMEM_K8_N16 >= B16_SMEM_Q6K(16), "B16_SMEM_K8_N16");
-#define GEMV16_K8_KERNEL(NAME, NO, MINB, SMEM)                                                                  \
-    extern "C" __global__ void __launch_bounds__(128, MINB) NAME(const signed char* kq, const float* kd,       \
-                                                                 const int* ks, int width, int n_rows,          \
-                                                                 int accumulate, JOB_ARGS) {                    \
-        wait_prior_kernel();                                                                                   \
-        mp_check_smem(SMEM);                                                                                   \
-        Job j = JOB_PICK;                                                                                      \
-        if (j.ty == K8_Q4_K)                                                                                   \
-            b16_q4k8<NO>(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate);                  \
-        else if (j.ty == K8_Q6_K)                                                                              \
-            b16_q6k8<NO>(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate);                      \
-    }
-GEMV16_K8_KERNEL(gemv16_k8, 32, 2, B16_SMEM_K8)
-GEMV16_K8_KERNEL(gemv16_k8_n16, 16, 3, B16_SMEM_K8_N16)
+// mix) in one launch (JOB_ARGS, common.cu), each block a 32-output tile of its weight (pseudo type id K8_Q4_K or
+// K8_Q6_K). A small weight
+// (K/V) then shares the wave of a large one instead of leaving most multiprocessors idle in its own launch.
+// Each output has the bits of the weight alone. grid = (total tiles, ceil(n_rows / 16)), block = 128.
+#define B16_SMEM_K8 97280 // read by the host (compile.rs's dynamic_smem): the larger of the two bodies'
+static_assert(B16_SMEM_K8 >= B16_SMEM_Q4K && B16_SMEM_K8 >= B16_SMEM_Q6K, "B16_SMEM_K8: both bodies fit");
+extern "C" __global__ void __launch_bounds__(128, 2) gemv16_k8(const signed char* kq, const float* kd, const int* ks,
+                                                               int width, int n_rows, int accumulate, JOB_ARGS) {
+    wait_prior_kernel();
+    mp_check_smem(B16_SMEM_K8);
+    Job j = JOB_PICK;
+    if (j.ty == K8_Q4_K) b16_q4k8(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate);
+    else if (j.ty == K8_Q6_K) b16_q6k8(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate);
+}

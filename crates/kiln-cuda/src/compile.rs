@@ -35,7 +35,6 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
         "mmq_q6_k8" | "moe_mmq_q6_k8" => "MP_SMEM_Q6K",
         "mmq_q8_0" | "moe_mmq_q8_0" => "MP_SMEM_Q8",
         "gemv16_k8" => "B16_SMEM_K8",
-        "gemv16_k8_n16" => "B16_SMEM_K8_N16",
         "attn_flash_h64" => "FA_SMEM_H64",
         "attn_flash_h128" => "FA_SMEM_H128",
         _ => return 0,
@@ -57,7 +56,7 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 66] = [
+pub const KERNEL_NAMES: [&str; 65] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -91,7 +90,6 @@ pub const KERNEL_NAMES: [&str; 66] = [
     "gemv16_q6k",
     "gemv16_q8_0",
     "gemv16_k8",
-    "gemv16_k8_n16",
     "quantize_k8",
     "matmul_deq",
     "rms_norm_q8",
@@ -364,7 +362,6 @@ mod tests {
         assert_eq!(dynamic_smem("mmq_q4_k8"), 64000);
         assert_eq!(dynamic_smem("moe_mmq_q8_0"), 79872);
         assert_eq!(dynamic_smem("gemv16_k8"), 97280);
-        assert_eq!(dynamic_smem("gemv16_k8_n16"), 68096);
         assert_eq!(dynamic_smem("attn_flash_h128"), 69632);
         assert_eq!(dynamic_smem("gemv_r1"), 0);
         // Every sized kernel exists and stays within the 227 KB a block may have on sm_90.

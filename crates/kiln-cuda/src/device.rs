@@ -65,9 +65,6 @@ pub struct Options {
     /// Int8 tensor cores for other passes' matmuls of [`G16_MIN_ROWS`] rows or more on Q4_K/Q6_K/Q8_0
     /// (gemv16.cu, bit-identical to the GEMV).
     pub block_mma: bool,
-    /// With `block_mma`: the K8 block kernel in 16-output tiles (`gemv16_k8_n16`) for weights with fewer than
-    /// two GPU-fulls of 32-output tiles; else 32-output tiles for all (same bits).
-    pub block_n16: bool,
     /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
     /// step per super-block; else per-32 Q8 blocks with a float step per 32 weights.
@@ -99,7 +96,6 @@ impl Default for Options {
             graphs: true,
             prefill_mma: true,
             block_mma: true,
-            block_n16: true,
             k8: true,
             prefill_k8: true,
             flash_attn: true,
@@ -144,8 +140,6 @@ pub struct Device {
     opts: Options,
     /// `opts.pdl` on a GPU that has it (compute capability 9.0 or later).
     pdl: bool,
-    /// Streaming multiprocessors (block kernel tile choice).
-    sms: usize,
     meta: Mutex<Meta>,
     /// Attention scratch (split partials or scores), grown only outside graph capture.
     ws: Mutex<CudaSlice<f32>>,
@@ -429,10 +423,6 @@ impl Device {
         // SAFETY: no other stream touches these buffers.
         unsafe { ctx.disable_event_tracking() };
         let name = ctx.name().map_err(drv("device name"))?;
-        let sms = ctx
-            .attribute(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(drv("multiprocessor count"))?
-            .max(1) as usize;
         let (major, minor) = ctx
             .compute_capability()
             .map_err(drv("compute capability"))?;
@@ -486,7 +476,6 @@ impl Device {
             funcs,
             opts,
             pdl: opts.pdl && major >= 9,
-            sms,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
             argmax_out: Mutex::new(argmax_out),
@@ -507,11 +496,6 @@ impl Device {
     /// Bytes of weights uploaded so far (the device memory they take).
     pub fn weight_bytes(&self) -> u64 {
         self.weight_bytes.load(Ordering::Relaxed)
-    }
-
-    /// Streaming multiprocessors of the GPU.
-    pub fn multiprocessors(&self) -> usize {
-        self.sms
     }
 
     /// The fast paths in use.
@@ -1539,16 +1523,10 @@ impl Device {
             return None;
         }
         let k8 = self.uses_k8(w, n_rows);
-        // The K8 block kernel in 16-output tiles when 32-output ones would not fill the GPU twice (its blocks
-        // are latency-bound: more, shorter blocks finish sooner); same bits either way.
-        let k8_kernel = if self.opts.block_n16 && w.rows.div_ceil(32) < 2 * self.sms {
-            ("gemv16_k8_n16", 16, 16)
-        } else {
-            ("gemv16_k8", 16, 32)
-        };
         match w.ty {
-            GgmlType::Q4_K | GgmlType::Q6_K if k8 => Some(k8_kernel),
+            GgmlType::Q4_K if k8 => Some(("gemv16_k8", 16, 32)),
             GgmlType::Q4_K => Some(("gemv16_q4k", 16, 8)),
+            GgmlType::Q6_K if k8 => Some(("gemv16_k8", 16, 32)),
             GgmlType::Q6_K => Some(("gemv16_q6k", 16, 8)),
             GgmlType::Q8_0 => Some(("gemv16_q8_0", 16, 8)),
             _ => None,
@@ -2361,10 +2339,7 @@ impl Device {
 
 /// Tensor-core kernels that take up to three weights a launch (JOB_ARGS in common.cu).
 fn takes_jobs(kernel: &str) -> bool {
-    matches!(
-        kernel,
-        "gemv16_k8" | "gemv16_k8_n16" | "mmq_q4_k8" | "mmq_q6_k8" | "mmq_q8_0"
-    )
+    matches!(kernel, "gemv16_k8" | "mmq_q4_k8" | "mmq_q6_k8" | "mmq_q8_0")
 }
 
 /// The split-KV attention kernel for `group` query heads per KV head of `head_dim` (`attn_split_g<G>_h<D>` in

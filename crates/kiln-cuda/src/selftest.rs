@@ -811,28 +811,25 @@ fn moe_case(
 
 /// Q/K/V-style matmuls of three weights (mixed types, odd output counts) in one call give every output row the
 /// bits of that row through its own matmul: one row (the GEMV's job kernel), 11 and 20 rows (Q4_K/Q6_K: the K8
-/// block kernel's jobs in 16-output tiles, and in 32-output ones for two large weights beside a small one alone;
-/// partial tiles of outputs and rows; with Q8_0: one matmul per weight) against each row alone; 70 rows of a prefill pass (the prefill kernel's jobs: three weights of one type, or the first and last
+/// block kernel's jobs, partial tiles of outputs and rows; with Q8_0: one matmul per weight) against each row
+/// alone; 70 rows of a prefill pass (the prefill kernel's jobs: three weights of one type, or the first and last
 /// in one launch and the other alone) against each weight on all rows alone (the prefill kernel's rows are
 /// independent of each other).
 fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
     use GgmlType::{Q4_K, Q6_K, Q8_0};
     let cols = 512usize;
-    let small = [133usize, 20, 70];
-    // Enough outputs for the K8 block kernel's 32-output tiles (fewer take 16-output ones).
-    let big = 64 * dev.multiprocessors() + 37;
-    for (types, n, prefill, rows) in [
-        ([Q4_K, Q6_K, Q8_0], 11usize, false, small),
-        ([Q4_K, Q6_K, Q4_K], 1, false, small),
-        ([Q4_K, Q6_K, Q4_K], 11, false, small),
-        ([Q6_K, Q4_K, Q4_K], 20, false, small),
-        ([Q4_K, Q6_K, Q4_K], 11, false, [big, big, 70]),
-        ([Q4_K, Q4_K, Q4_K], 70, true, small),
-        ([Q4_K, Q6_K, Q4_K], 70, true, small),
-        ([Q6_K, Q6_K, Q6_K], 70, true, small),
-        ([Q8_0, Q8_0, Q8_0], 70, true, small),
+    for (types, n, prefill) in [
+        ([Q4_K, Q6_K, Q8_0], 11usize, false),
+        ([Q4_K, Q6_K, Q4_K], 1, false),
+        ([Q4_K, Q6_K, Q4_K], 11, false),
+        ([Q6_K, Q4_K, Q4_K], 20, false),
+        ([Q4_K, Q4_K, Q4_K], 70, true),
+        ([Q4_K, Q6_K, Q4_K], 70, true),
+        ([Q6_K, Q6_K, Q6_K], 70, true),
+        ([Q8_0, Q8_0, Q8_0], 70, true),
     ] {
         dev.set_pass(&[], &[], &[], prefill)?;
+        let rows = [133usize, 20, 70];
         let mut ws = Vec::new();
         for (&ty, &r) in types.iter().zip(&rows) {
             let wq = random_weight(rng, ty, r, cols)?;

@@ -85,7 +85,6 @@ impl CudaBackend {
             split_kv: flags.cuda_split_kv,
             prefill_mma: flags.cuda_prefill_mma,
             block_mma: flags.cuda_block_mma,
-            block_n16: flags.cuda_block_n16,
             flash_attn: flags.cuda_flash_attn,
             k8: flags.cuda_k8,
             prefill_k8: flags.cuda_prefill_k8,

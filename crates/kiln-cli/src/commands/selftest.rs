@@ -34,7 +34,6 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         graphs: false,
         prefill_mma: false,
         block_mma: false,
-        block_n16: false,
         flash_attn: false,
         k8: false,
         prefill_k8: false,
