@@ -56,37 +56,70 @@ extern "C" __global__ void gather_rows(float* out, const float* x, const int* ro
     for (int i = threadIdx.x; i < width; i += blockDim.x) out[dst + i] = x[src + i];
 }
 
-// Index of the largest value of each row (lowest on ties, NaN never chosen): the engine's greedy_argmax.
-// grid.x = rows.
-extern "C" __global__ void argmax_rows(int* out, const float* x, int width) {
+// Greedy argmax (the engine's greedy_argmax: lowest index on ties, NaN never chosen, index 0 when nothing is
+// above -inf) in two kernels: argmax_part splits each row into gridDim.y parts over as many multiprocessors (one
+// block reading a 151,936-wide row alone is a chain of ~150 dependent-latency loads a thread), argmax_final reduces a
+// row's parts. (v, i) beats (bv, bi) when v is larger or equal with a lower index: the winner is the same in any
+// order, so the split changes nothing.
+__device__ __forceinline__ void am_take(float& bv, int& bi, float v, int i) {
+    if (v > bv || (v == bv && i < bi)) {
+        bv = v;
+        bi = i;
+    }
+}
+
+__device__ __forceinline__ void am_warp(float& bv, int& bi) {
+    for (int o = 16; o > 0; o >>= 1) am_take(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o));
+}
+
+// grid = (rows, parts), block = 256: block (r, p) takes elements p * chunk .. of row r and writes its best to
+// part_v / part_i [r * parts + p] (index 0x7fffffff: nothing above -inf).
+extern "C" __global__ void __launch_bounds__(256) argmax_part(float* part_v, int* part_i, const float* x, int width) {
     wait_prior_kernel();
-    __shared__ float sv[1024];
-    __shared__ int si[1024];
-    const float* row = x + (long long)blockIdx.x * width;
-    float best = __int_as_float(0xff800000);
+    __shared__ float sv[8];
+    __shared__ int si[8];
+    int r = blockIdx.x, p = blockIdx.y, parts = gridDim.y;
+    int chunk = (width + parts - 1) / parts;
+    int lo = p * chunk, hi = min(lo + chunk, width);
+    const float* row = x + (long long)r * width;
+    float bv = __int_as_float(0xff800000);
     int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        if (row[i] > best) {
-            best = row[i];
+    // Strictly larger only: a thread's indices ascend, and -inf or NaN is never taken.
+#pragma unroll 4
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float v = row[i];
+        if (v > bv) {
+            bv = v;
             bi = i;
         }
     }
-    sv[threadIdx.x] = best;
-    si[threadIdx.x] = bi;
-    __syncthreads();
-    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-        if (threadIdx.x < o) {
-            float v = sv[threadIdx.x + o];
-            int j = si[threadIdx.x + o];
-            if (v > sv[threadIdx.x] || (v == sv[threadIdx.x] && j < si[threadIdx.x])) {
-                sv[threadIdx.x] = v;
-                si[threadIdx.x] = j;
-            }
-        }
-        __syncthreads();
+    am_warp(bv, bi);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) {
+        sv[warp] = bv;
+        si[warp] = bi;
     }
-    // No value above -inf (all -inf or NaN): index 0, as the host's greedy argmax.
-    if (threadIdx.x == 0) out[blockIdx.x] = si[0] == 0x7fffffff ? 0 : si[0];
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < 8 ? sv[lane] : __int_as_float(0xff800000);
+        bi = lane < 8 ? si[lane] : 0x7fffffff;
+        am_warp(bv, bi);
+        if (lane == 0) {
+            part_v[r * parts + p] = bv;
+            part_i[r * parts + p] = bi;
+        }
+    }
+}
+
+// grid = rows, block = 32: the best of row r's parts into out[r].
+extern "C" __global__ void argmax_final(int* out, const float* part_v, const int* part_i, int parts) {
+    wait_prior_kernel();
+    int r = blockIdx.x;
+    float bv = __int_as_float(0xff800000);
+    int bi = 0x7fffffff;
+    for (int p = threadIdx.x; p < parts; p += 32) am_take(bv, bi, part_v[r * parts + p], part_i[r * parts + p]);
+    am_warp(bv, bi);
+    if (threadIdx.x == 0) out[r] = bi == 0x7fffffff ? 0 : bi;
 }
 
 extern "C" __global__ void copy_f32(float* dst, const float* src, long long n) {

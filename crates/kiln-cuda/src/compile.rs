@@ -56,7 +56,7 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 65] = [
+pub const KERNEL_NAMES: [&str; 66] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -118,7 +118,8 @@ pub const KERNEL_NAMES: [&str; 65] = [
     "swiglu",
     "add_inplace",
     "gather_rows",
-    "argmax_rows",
+    "argmax_part",
+    "argmax_final",
     "kv_append",
     "attn_decode",
     "copy_f32",

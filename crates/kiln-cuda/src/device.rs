@@ -1950,18 +1950,29 @@ impl Device {
         if n_rows == 0 {
             return Ok(Vec::new());
         }
+        // Parts of at least 2,048 elements (8 a thread), at most 128 (a Qwen3 row: 75 parts).
+        let parts = width.div_ceil(2048).clamp(1, 128);
+        let need = n_rows * (1 + 2 * parts);
         let mut out = self.lock(&self.argmax_out);
-        if out.len() < n_rows {
+        if out.len() < need {
             *out = self
                 .stream
-                .alloc_zeros::<i32>(n_rows.next_power_of_two())
+                .alloc_zeros::<i32>(need.next_power_of_two())
                 .map_err(drv("allocating argmax output"))?;
         }
-        let (o, xp) = (self.ptr(&*out), self.ptr(&x.data));
+        // [the rows' answers | each part's best value (f32 bits) | its index]
+        let o = self.ptr(&*out);
+        let (pv, pi) = (o + 4 * n_rows as u64, o + 4 * (n_rows * (1 + parts)) as u64);
+        let xp = self.ptr(&x.data);
         self.launch(
-            "argmax_rows",
-            grid(n_rows as u32, 1, 1024),
-            &[&o, &xp, &(width as i32)],
+            "argmax_part",
+            grid(n_rows as u32, parts as u32, 256),
+            &[&pv, &pi, &xp, &(width as i32)],
+        )?;
+        self.launch(
+            "argmax_final",
+            grid(n_rows as u32, 1, 32),
+            &[&o, &pv, &pi, &(parts as i32)],
         )?;
         let mut h = vec![0i32; n_rows];
         self.stream

@@ -499,6 +499,20 @@ fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
         err: if am == want { 0.0 } else { 1.0 },
         tol: 0.0,
     });
+    // A vocabulary-wide row (split over many parts): a tie between two parts, and a row whose best sits in the
+    // last element of the last part.
+    let w = 151_936;
+    let mut lg = rng.vec(2 * w);
+    lg[70_000] = 9.0;
+    lg[140_000] = 9.0;
+    lg[2 * w - 1] = 9.0;
+    let am = dev.argmax(&dev.upload(&lg)?, 2, w)?;
+    let want = [70_000, w as u32 - 1];
+    checks.push(Check {
+        name: format!("argmax {w} wide (got {am:?}, want {want:?})"),
+        err: if am == want { 0.0 } else { 1.0 },
+        tol: 0.0,
+    });
     Ok(())
 }
 
