@@ -204,8 +204,11 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signe
     // Element i = tid + j * blockDim.x: a warp's 32 lanes hold one 32-element Q8 block, and warps 8k .. 8k + 7
     // of step j one K8 block (its maxima in sk[32 j + warp]).
     int warp = threadIdx.x >> 5;
+    // Steps past the row are skipped (block-uniform): their quantization shuffles would be most of a short row's
+    // time.
 #pragma unroll
     for (int j = 0; j < RN_PER; j++) {
+        if (j * (int)blockDim.x >= width) break;
         if (!whole && j != (int)blockIdx.y) continue;
         int i = threadIdx.x + j * blockDim.x;
         bool act = i - (int)(threadIdx.x & 31) < width;
@@ -220,6 +223,7 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signe
         __syncthreads();
 #pragma unroll
         for (int j = 0; j < RN_PER; j++) {
+            if (j * (int)blockDim.x >= width) break;
             if (!whole && j != (int)blockIdx.y) continue;
             int i = threadIdx.x + j * blockDim.x;
             if (i - (int)(threadIdx.x & 31) < width)
