@@ -9,10 +9,11 @@
 #      kill-switch A/B of each optimization.
 # Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip its debug info to copy it over).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
-# Sections: STEPS="selftest sanitizer kernels parity bench moe dflash" (default all; kernels = per-kernel timings;
+# Sections: STEPS="selftest sanitizer kernels parity bench moe dflash profile" (default all; kernels = per-kernel timings;
 # bits = logits bit-equal to another build's, REF_KILN=path, not in the default;
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
-# dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10). Logs go to $OUT (default
+# dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10;
+# profile = ncu's time of every kernel of a decode step and of a 16-row block, per step). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
 set -uo pipefail
 
@@ -24,7 +25,7 @@ WORK=${WORK:-/tmp/kiln-device-work}
 mkdir -p "$WORK"
 CHUNKS=${CHUNKS:-4}
 CTX=${CTX:-256}
-STEPS=${STEPS:-selftest sanitizer kernels parity bench moe dflash}
+STEPS=${STEPS:-selftest sanitizer kernels parity bench moe dflash profile}
 TOKENIZER=${TOKENIZER:-.test-assets/tokenizer-qwen3/tokenizer.json}
 mkdir -p "$OUT"
 export XDG_CACHE_HOME="$WORK/cache-$$" # a fresh kernel cache: the first self-test compiles, the second loads
@@ -213,4 +214,25 @@ if want dflash; then
         --draft-force 3,6,9 -d 256 -n 128 -r 2
     say "DFlash (CUDA, forced acceptance):"
     grep -E "^\||dflash|τ|tau" "$OUT/bench-dflash.log" | tee -a "$OUT/summary.txt"
+fi
+
+# 6. Where a decode step's time goes: ncu times every kernel alone (graphs off; caches and clocks left as they
+# are), 8B and 0.6B Q4_K_M, one-row decode (`-n 6`: a warm-up run and the timed one, 12 steps) and a 16-row block
+# (`-p 16 -b 16`: 2 blocks); tools/ncu-summary.py sums each kernel per step.
+if want profile && command -v ncu >/dev/null; then
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
+    for m in q8b-q4km q06-q4km; do
+        for shape in "decode -p 0 -n 6 12" "block16 -p 16 -b 16 -n 0 2"; do
+            set -- $shape
+            name=$1 steps=${*: -1}
+            shift
+            args=("${@:1:$#-1}")
+            step "profile-$m-$name" env KILN_NO_CUDA_GRAPH=1 timeout 300 ncu --clock-control none \
+                --cache-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+                "$KILN" bench -m "$WORK/$m.gguf" --device cuda "${args[@]}" -r 1
+            say "ncu, $m, $name (µs a step):"
+            python3 tools/ncu-summary.py "$OUT/profile-$m-$name.log" "$steps" | tee -a "$OUT/summary.txt"
+        done
+    done
 fi
