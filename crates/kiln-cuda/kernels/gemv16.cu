@@ -387,6 +387,30 @@ __device__ __forceinline__ void b16_copy_super(unsigned char* sw, const u8* w, i
     }
 }
 
+// The end of a K8 block kernel body: warp w stores n8 tile w of the block's 16 rows x 32 outputs, adding the NG
+// groups' sums in `ex` ([group][ni][e][lane]) in the GEMV's xor-tree pairing: groups NG / 2 apart, then NG / 4,
+// ... (4 groups: (g0 + g2) + (g1 + g3)).
+template <int NG>
+__device__ __forceinline__ void b16_store_groups(const float* ex, int w, float* out, int o0, int r0, int n_out,
+                                                 int n_rows, int accumulate) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float v[NG];
+#pragma unroll
+        for (int gr = 0; gr < NG; gr++) v[gr] = ex[((gr * 4 + w) * 4 + e) * 32 + lane];
+#pragma unroll
+        for (int half = NG / 2; half >= 1; half >>= 1)
+#pragma unroll
+            for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
+        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * w + 2 * t + (e & 1);
+        if (r < n_rows && o < n_out) {
+            float* po = out + (long long)r * n_out + o;
+            *po = accumulate ? *po + v[0] : v[0];
+        }
+    }
+}
+
 // Q4_K, K8 activations, 32 outputs a block: warp a replays the GEMV's group a (super-blocks a, a + 4, ...) for
 // all 32 outputs, pipelined like mmq.cu's prefill bodies: each super-block's activation codes, code sums, row
 // scales and the 32 outputs' raw super-blocks are copied into the warp's shared memory with cp.async, two in
@@ -501,20 +525,7 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
 #pragma unroll
         for (int e = 0; e < 4; e++) ex[((a * 4 + ni) * 4 + e) * 32 + lane] = acc[ni][e];
     __syncthreads();
-    // Warp a stores n8 tile ni = a: the four groups added as the GEMV's tree, (g0 + g2) + (g1 + g3).
-    int ni = a;
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        float v[4];
-#pragma unroll
-        for (int gr = 0; gr < 4; gr++) v[gr] = ex[((gr * 4 + ni) * 4 + e) * 32 + lane];
-        float sum = __fadd_rn(__fadd_rn(v[0], v[2]), __fadd_rn(v[1], v[3]));
-        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
-        if (r < n_rows && o < n_out) {
-            float* po = out + (long long)r * n_out + o;
-            *po = accumulate ? *po + sum : sum;
-        }
-    }
+    b16_store_groups<4>(ex, a, out, o0, r0, n_out, n_rows, accumulate);
 }
 
 // Q6_K, K8 activations, 32 outputs a block: warp w replays the GEMV's groups G = 2w and 2w + 1 (super-blocks G,
@@ -636,23 +647,7 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
             ex[(((G0 + 1) * 4 + ni) * 4 + e) * 32 + lane] = acc1[ni][e];
         }
     __syncthreads();
-    // Warp w stores n8 tile ni = w: the eight groups added as the GEMV's tree (pairs 4 apart, then 2, then 1).
-    int ni = warp;
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        float v[8];
-#pragma unroll
-        for (int gr = 0; gr < 8; gr++) v[gr] = ex[((gr * 4 + ni) * 4 + e) * 32 + lane];
-#pragma unroll
-        for (int half = 4; half >= 1; half >>= 1)
-#pragma unroll
-            for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
-        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
-        if (r < n_rows && o < n_out) {
-            float* po = out + (long long)r * n_out + o;
-            *po = accumulate ? *po + v[0] : v[0];
-        }
-    }
+    b16_store_groups<8>(ex, warp, out, o0, r0, n_out, n_rows, accumulate);
 }
 
 // The K8 block kernel: up to three weights that read the same activations (Q/K/V, gate/up; Q4_K and Q6_K may
