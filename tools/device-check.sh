@@ -137,7 +137,7 @@ if want bits; then
         [ "$who" = ref ] && bin=$REF_KILN
         step "bits-kernels-$who" "$bin" selftest --device cuda --bench
         say "kernel timings ($who build):"
-        grep -E "^\| (gemv|mmq|attention|moe)" "$OUT/bits-kernels-$who.log" | tee -a "$OUT/summary.txt"
+        grep -E "^\| (gemv|mmq|attention|moe|in a graph)" "$OUT/bits-kernels-$who.log" | tee -a "$OUT/summary.txt"
     done
 fi
 

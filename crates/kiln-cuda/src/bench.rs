@@ -1,6 +1,7 @@
 //! Kernel timings on the shapes of a Qwen3-8B decode step (`kiln selftest --device cuda --bench`): each GEMV
 //! kernel against the bytes it must read (GB/s, to compare with the card's ~4 TB/s copy rate), the fused row
-//! kernels, attention at two depths, the cost of one graph node, and reading a logits row back. Weights are
+//! kernels, attention at three depths, the row kernels, attention and a GEMV inside a CUDA graph (what a decode
+//! step pays), the cost of one graph node, and reading a logits row back. Weights are
 //! random bytes (timing only: the self-test checks the arithmetic).
 
 use crate::device::{AttnShape, DBuf, Device, MoeShape};
@@ -51,6 +52,26 @@ fn time(dev: &Device, reps: usize, f: &mut dyn FnMut() -> Result<()>) -> Result<
     }
     samples.sort_by(f64::total_cmp);
     Ok(samples[samples.len() / 2])
+}
+
+/// Microseconds a call of `f` inside a CUDA graph: `reps` calls captured once as one pass (graph key `key`) and
+/// replayed, as a decode step runs them (programmatic dependent launch on where the GPU has it). Back-to-back plain
+/// launches of a short kernel (`time`) measure the host's launch rate instead.
+fn time_in_graph(
+    dev: &Device,
+    key: u64,
+    reps: usize,
+    f: &mut dyn FnMut() -> Result<()>,
+) -> Result<f64> {
+    let us = time(dev, 5, &mut || {
+        dev.run_pass([u64::MAX - key, 0, 0, 0, 0], true, &mut || {
+            for _ in 0..reps {
+                f()?;
+            }
+            Ok(())
+        })
+    })?;
+    Ok(us / reps as f64)
 }
 
 fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
@@ -186,6 +207,66 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
             bytes: (pos * 1024 * 2 * 2) as f64,
         });
     }
+    // The same row kernels and attention inside a graph (what a decode step pays for them), and the one-row
+    // GEMV over 4 copies of ffn_up (113 MB, more than L2 holds: each call reads its weights from memory).
+    dev.set_pass(&[], &[(0, 100)], &[], false)?;
+    let us = time_in_graph(dev, 1, 50, &mut || {
+        dev.rms_norm(&mut h, &x, &nw, 1, d, 1e-6)
+    })?;
+    out.push(Timing {
+        name: "in a graph: rms_norm(+q8) 1x4096".into(),
+        us,
+        bytes: 0.0,
+    });
+    let us = time_in_graph(dev, 2, 50, &mut || dev.swiglu(&mut h, &x, &x, 12288))?;
+    out.push(Timing {
+        name: "in a graph: swiglu(+q8) 12288".into(),
+        us,
+        bytes: 0.0,
+    });
+    let us = time_in_graph(dev, 3, 20, &mut || {
+        dev.attention_fused(
+            &mut att,
+            &mut q,
+            &mut k,
+            &v,
+            &mut kv,
+            0,
+            1,
+            &shape,
+            Some((&qn, &kn)),
+        )
+    })?;
+    out.push(Timing {
+        name: "in a graph: attention fused 32/8x128 @ pos 100".into(),
+        us,
+        bytes: 0.0,
+    });
+    let rb = Q4_K.row_bytes(d as u64).unwrap_or(0) as usize;
+    let ups = (0..4)
+        .map(|i| {
+            dev.upload_weight(
+                "ffn_up",
+                Q4_K,
+                d,
+                12288,
+                &random_bytes(12288 * rb, 40 + i),
+                true,
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut o = dev.alloc(12288)?;
+    let mut i = 0;
+    let us = time_in_graph(dev, 4, 20, &mut || {
+        i += 1;
+        dev.matmul(&mut o, &ups[i % 4], &x, 1, false)
+    })?;
+    out.push(Timing {
+        name: "in a graph: gemv q4_K ffn_up 12288x4096 n=1 (4 copies)".into(),
+        us,
+        bytes: (12288 * rb) as f64,
+    });
+    drop(ups);
     // MoE routing + experts (Qwen3-30B-A3B shape: 128 experts, 8 used, 768 wide FFN, 2048 model width).
     let m = MoeShape {
         n_exp: 128,
@@ -234,9 +315,7 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
         Ok(())
     };
     dev.set_pass(&[], &[], &[], false)?;
-    let us = time(dev, 5, &mut || {
-        dev.run_pass([u64::MAX, 0, 0, 0, 0], true, &mut f)
-    })?;
+    let us = time_in_graph(dev, 0, 1, &mut f)?;
     out.push(Timing {
         name: "graph node (200 tiny kernels, per node)".into(),
         us: us / 200.0,
