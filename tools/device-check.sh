@@ -13,7 +13,8 @@
 # bits = logits bit-equal to another build's, REF_KILN=path, not in the default;
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
 # dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10;
-# profile = ncu's time of every kernel of a decode step and of a 16-row block, per step). Logs go to $OUT (default
+# profile = ncu's time of every kernel of a decode step and of a 16-row block, per step;
+# tune = kernel constants from TUNE tried against the defaults, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
 set -uo pipefail
 
@@ -214,6 +215,24 @@ if want dflash; then
         --draft-force 3,6,9 -d 256 -n 128 -r 2
     say "DFlash (CUDA, forced acceptance):"
     grep -E "^\||dflash|τ|tau" "$OUT/bench-dflash.log" | tee -a "$OUT/summary.txt"
+fi
+
+# 5b. Kernel constants (STEPS=tune, not in the default): for each set in TUNE (sets separated by spaces, the
+# options of a set by ';', e.g. TUNE="-DAT_MIN_CHUNK=64 -DGV_U=2;-DAT_U=2"), the self-test with the kernels built
+# that way, then an interleaved A/B against the defaults on the 8B and 0.6B Q4_K_M (decode and a 16-row block).
+if want tune; then
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
+    i=0
+    for defs in ${TUNE:-}; do
+        i=$((i + 1))
+        step "tune-$i-selftest" env KILN_CUDA_DEFINES="$defs" "$KILN" selftest --device cuda
+        step "tune-$i" "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 \
+            -n 128 -r 2 --ab "KILN_CUDA_DEFINES=$defs"
+        say "tune $defs:"
+        grep -E "^(all|FAIL)" "$OUT/tune-$i-selftest.log" | tee -a "$OUT/summary.txt"
+        grep -E "^\|" "$OUT/tune-$i.log" | tee -a "$OUT/summary.txt"
+    done
 fi
 
 # 6. Where a decode step's time goes: ncu times every kernel alone (graphs off; caches and clocks left as they

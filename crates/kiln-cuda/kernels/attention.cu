@@ -164,16 +164,22 @@ __device__ __forceinline__ void kv_unpack8(int4 raw, float* out) {
 }
 
 // Positions a lane group loads before using any (K and V of AT_U steps in flight per lane, plus the next tile's).
+#ifndef AT_U
 #define AT_U 4
+#endif
 #define NEG_INF __int_as_float(0xff800000)
 
 // Positions per split for a row attending to n_pos positions when a slot allows n_splits splits: a multiple of 64,
 // at least 128 (shorter splits cost more in per-block set-up and merging than they gain in parallelism), else as
 // small as fits n_splits. It depends only on the row's own span, so a row's reduction order is the same alone or
 // in any batch, and long and short spans alike spread over many blocks.
+#ifndef AT_MIN_CHUNK
+#define AT_MIN_CHUNK 128 // a multiple of 64 (KILN_CUDA_DEFINES may override it for a tuning run)
+#endif
+static_assert(AT_MIN_CHUNK % 64 == 0 && AT_MIN_CHUNK > 0, "AT_MIN_CHUNK: a positive multiple of 64");
 __device__ __forceinline__ int attn_chunk(int n_pos, int n_splits) {
     int per = (n_pos + n_splits - 1) / n_splits;
-    return max(128, (per + 63) / 64 * 64);
+    return max(AT_MIN_CHUNK, (per + 63) / 64 * 64);
 }
 
 // One block (4 warps) per (KV head, row, split of attn_chunk positions) over an f16 cache: the partial softmax state of the G

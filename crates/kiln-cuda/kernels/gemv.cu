@@ -11,8 +11,17 @@
 
 #define GV_WARPS 4
 // Weight chunks whose loads a lane issues before using any (Q6_K lanes load 64 bytes a chunk, so fewer).
+// Device-only constants may be overridden for a tuning run (KILN_CUDA_DEFINES, compile.rs), as may the one-row
+// kernels' blocks a multiprocessor (GV_MINB1: their register budget is 65536 / (128 GV_MINB1)).
+#ifndef GV_U
 #define GV_U 4
+#endif
+#ifndef GV_U6
 #define GV_U6 2
+#endif
+#ifndef GV_MINB1
+#define GV_MINB1 8
+#endif
 
 __device__ __forceinline__ int4 ldg16(const void* p) {
     return __ldg((const int4*)p);
@@ -483,9 +492,9 @@ __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const
         wait_prior_kernel();                                                                                  \
         gemv_dispatch<R, K8>(ty, blockIdx.x, out, w, xq, xd, xs, width, n_out, n_rows, accumulate);           \
     }
-GEMV_KERNEL(gemv_r1, 1, 8, false)
+GEMV_KERNEL(gemv_r1, 1, GV_MINB1, false)
 GEMV_KERNEL(gemv_r8, 8, 4, false)
-GEMV_KERNEL(gemv_k8_r1, 1, 8, true)
+GEMV_KERNEL(gemv_k8_r1, 1, GV_MINB1, true)
 GEMV_KERNEL(gemv_k8_r8, 8, 4, true)
 
 // Up to three weights that read the same activations (Q/K/V, gate/up) in one launch (JOB_ARGS, common.cu).
@@ -497,7 +506,7 @@ GEMV_KERNEL(gemv_k8_r8, 8, 4, true)
         Job j = JOB_PICK;                                                                                      \
         gemv_dispatch<R, K8>(j.ty, j.tile, j.out, j.w, xq, xd, xs, width, j.n_out, n_rows, accumulate);        \
     }
-GEMV3_KERNEL(gemv3_r1, 1, 8, false)
+GEMV3_KERNEL(gemv3_r1, 1, GV_MINB1, false)
 GEMV3_KERNEL(gemv3_r8, 8, 4, false)
-GEMV3_KERNEL(gemv3_k8_r1, 1, 8, true)
+GEMV3_KERNEL(gemv3_k8_r1, 1, GV_MINB1, true)
 GEMV3_KERNEL(gemv3_k8_r8, 8, 4, true)

@@ -163,7 +163,24 @@ pub fn compile_options(arch: &str) -> Vec<String> {
     if let Some(inc) = cuda_include_dir() {
         o.push(format!("--include-path={}", inc.display()));
     }
+    o.extend(tuning_defines());
     o
+}
+
+/// `KILN_CUDA_DEFINES`: extra NVRTC options separated by `;` or spaces (e.g. `-DGV_U=8;-DAT_MIN_CHUNK=64`: `;`
+/// survives `kiln bench --ab`, which splits at spaces and commas), to try the kernels' device-only constants on a
+/// GPU machine without rebuilding kiln; part of the cache key, so each set compiles once. Unset in normal use.
+fn tuning_defines() -> Vec<String> {
+    std::env::var("KILN_CUDA_DEFINES")
+        .map(|v| split_defines(&v))
+        .unwrap_or_default()
+}
+
+fn split_defines(v: &str) -> Vec<String> {
+    v.split(|c: char| c == ';' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// `$CUDA_HOME/include` or `/usr/local/cuda/include`, when present.
@@ -350,6 +367,15 @@ pub fn cubin_cached(arch: &str, driver_version: i32) -> Result<(Vec<u8>, bool, O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tuning_defines_split_at_semicolons_and_spaces() {
+        assert_eq!(
+            split_defines("-DGV_U=8;-DAT_U=2  -DAT_MIN_CHUNK=64;"),
+            ["-DGV_U=8", "-DAT_U=2", "-DAT_MIN_CHUNK=64"]
+        );
+        assert!(split_defines(" ; ").is_empty());
+    }
 
     #[test]
     fn arch_names() {
