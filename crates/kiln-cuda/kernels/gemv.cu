@@ -402,64 +402,73 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
 }
 
 #ifndef GV_Q4K8_LANES
-#define GV_Q4K8_LANES 8 // lanes a super-block in the Q4_K K8 GEMV: 8 (gemv_q4k8_body) or 4 (gemv_q4k8_body4)
+#define GV_Q4K8_LANES 8 // lanes a super-block in the Q4_K K8 GEMV: 8 (gemv_q4k8_body), 4 or 2 (gemv_q4k8_lanes)
 #endif
-static_assert(GV_Q4K8_LANES == 8 || GV_Q4K8_LANES == 4, "GV_Q4K8_LANES: 8 or 4");
+static_assert(GV_Q4K8_LANES == 8 || GV_Q4K8_LANES == 4 || GV_Q4K8_LANES == 2, "GV_Q4K8_LANES: 8, 4 or 2");
 
-// gemv_q4k8_body with 4 lanes a super-block (32 quant bytes a lane: one sub-block pair, both halves), so the
-// per-super-block work (header, activation scale and code-sum loads, address math, shuffles) is paid once per 32
-// bytes instead of per 16. The float order is the 8-lane body's, so the bits are too (and the block kernel's):
-// group a = lane / 8 still owns super-blocks a, a + 4, a + 8, ...; its sub-group s = (lane / 4) % 2 takes those
-// with (sb - a) / 4 % 2 == s, 8 apart. Each sub-group sums its integers (exact), takes the float step of its own
-// super-block, and the two trade steps (one shuffle) so that every lane of the group adds them in ascending
-// order. Experimental (KILN_CUDA_DEFINES=-DGV_Q4K8_LANES=4): not yet measured.
-template <int R>
-__device__ __forceinline__ void gemv_q4k8_body4(int blk, float* out, const u8* w, const signed char* kq,
+// gemv_q4k8_body with L = 4 or 2 lanes a super-block (each lane 4 / L whole sub-block pairs, 128 / L quant
+// bytes), so the per-super-block work (header, activation scale and code-sum loads, address math, shuffles) is
+// paid once per 128 / L bytes instead of per 16. The float order is the 8-lane body's, so the bits are too (and
+// the block kernel's): group a = lane / 8 still owns super-blocks a, a + 4, a + 8, ...; its S = 8 / L sub-groups
+// of L lanes take S consecutive ones of them a round. A sub-group sums its integers (exact) and takes the float
+// step of its super-block; every lane of the group then fetches the S steps (shuffles) and adds them in
+// ascending order. Rounds a loop: GV_U L / 8 (the same bytes in flight a lane as the 8-lane body).
+// Experimental (KILN_CUDA_DEFINES=-DGV_Q4K8_LANES=4 or 2): not yet measured.
+template <int R, int L>
+__device__ __forceinline__ void gemv_q4k8_lanes(int blk, float* out, const u8* w, const signed char* kq,
                                                   const float* kd, const int* ks, int width, int n_out, int n_rows,
                                                   int accumulate) {
     GV_PROLOGUE
+    constexpr int S = 8 / L, PP = 4 / L, U = GV_U * L / 8 > 0 ? GV_U * L / 8 : 1;
     int nsb = width / 256;
     const u8* row = w + (long long)o * nsb * 144;
-    int a = lane >> 3, sg = (lane >> 2) & 1, p = lane & 3, j0 = 2 * p;
-    // Round u of a base step: group a's super-blocks base + a + 8u (sub-group 0) and base + a + 4 + 8u (1).
-    constexpr int U = (GV_U + 1) / 2;
-    for (int base = 0; base < nsb; base += 8 * U) {
-        int4 hdr[U], q0[U], q1[U];
+    int a = lane >> 3, sg = (lane & 7) / L, p = lane % L;
+    for (int base = 0; base < nsb; base += 4 * S * U) {
+        int4 hdr[U], qv[U][2 * PP];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const u8* sbp = row + (long long)min(base + a + 4 * sg + 8 * u, nsb - 1) * 144;
+            const u8* sbp = row + (long long)min(base + a + 4 * (S * u + sg), nsb - 1) * 144;
             hdr[u] = ldg16(sbp);
-            q0[u] = ldg16(sbp + 16 + 32 * p);
-            q1[u] = ldg16(sbp + 32 + 32 * p);
+#pragma unroll
+            for (int c = 0; c < 2 * PP; c++) qv[u][c] = ldg16(sbp + 16 + 32 * PP * p + 16 * c);
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (base + 8 * u >= nsb) break; // no group has a super-block here (warp-uniform)
-            int sb0 = base + a + 8 * u; // sub-group 0's super-block; sub-group 1's is sb0 + 4
-            int sb = min(sb0 + 4 * sg, nsb - 1);
+            int first = base + 4 * S * u; // group 0's first super-block this round
+            if (first >= nsb) break;      // warp-uniform
+            int sb = min(first + a + 4 * sg, nsb - 1);
             float d = h2f((u16)(hdr[u].x & 0xFFFF)), dmin = h2f((u16)((u32)hdr[u].x >> 16));
-            int sc0, m0, sc1, m1;
-            k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0, sc0, m0);
-            k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0 + 1, sc1, m1);
-            int4 l0 = nib_lo(q0[u]), l1 = nib_lo(q1[u]), h0 = nib_hi(q0[u]), h1 = nib_hi(q1[u]);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 if (r < nr) {
-                    const signed char* xr = kq + (long long)(r0 + r) * width + sb * 256 + j0 * 32;
-                    int lo = dot16(l1, ldg16(xr + 16), dot16(l0, ldg16(xr), 0));
-                    int hi = dot16(h1, ldg16(xr + 48), dot16(h0, ldg16(xr + 32), 0));
-                    int is = sc0 * lo + sc1 * hi;
-                    int2 sm = *(const int2*)(ks + (long long)(r0 + r) * nb + sb * 8 + j0);
-                    int im = m0 * sm.x + m1 * sm.y;
-                    is += __shfl_xor_sync(0xffffffffu, is, 1);
-                    im += __shfl_xor_sync(0xffffffffu, im, 1);
-                    is += __shfl_xor_sync(0xffffffffu, is, 2);
-                    im += __shfl_xor_sync(0xffffffffu, im, 2);
-                    float dx = kd[(long long)(r0 + r) * nsb + sb];
-                    float own = k8_step(d, dmin, dx, is, im);
-                    float other = __shfl_xor_sync(0xffffffffu, own, 4);
-                    if (sb0 < nsb) acc[r] = __fadd_rn(acc[r], sg ? other : own);
-                    if (sb0 + 4 < nsb) acc[r] = __fadd_rn(acc[r], sg ? own : other);
+                    const signed char* xs = kq + (long long)(r0 + r) * width + sb * 256;
+                    const int* kr = ks + (long long)(r0 + r) * nb + sb * 8;
+                    int is = 0, im = 0;
+#pragma unroll
+                    for (int q = 0; q < PP; q++) {
+                        int j0 = 2 * (PP * p + q);
+                        int sc0, m0, sc1, m1;
+                        k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0, sc0, m0);
+                        k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0 + 1, sc1, m1);
+                        int4 q0 = qv[u][2 * q], q1 = qv[u][2 * q + 1];
+                        const signed char* xr = xs + j0 * 32;
+                        int lo = dot16(nib_lo(q1), ldg16(xr + 16), dot16(nib_lo(q0), ldg16(xr), 0));
+                        int hi = dot16(nib_hi(q1), ldg16(xr + 48), dot16(nib_hi(q0), ldg16(xr + 32), 0));
+                        int2 sm = *(const int2*)(kr + j0);
+                        is += sc0 * lo + sc1 * hi;
+                        im += m0 * sm.x + m1 * sm.y;
+                    }
+#pragma unroll
+                    for (int m = 1; m < L; m <<= 1) {
+                        is += __shfl_xor_sync(0xffffffffu, is, m);
+                        im += __shfl_xor_sync(0xffffffffu, im, m);
+                    }
+                    float own = k8_step(d, dmin, kd[(long long)(r0 + r) * nsb + sb], is, im);
+#pragma unroll
+                    for (int t = 0; t < S; t++) {
+                        float step = __shfl_sync(0xffffffffu, own, (lane & ~7) + L * t);
+                        if (first + a + 4 * t < nsb) acc[r] = __fadd_rn(acc[r], step);
+                    }
                 }
             }
         }
@@ -535,8 +544,9 @@ __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const
                                               int accumulate) {
     if (K8) {
         if (ty == K8_Q4_K) {
-            if (GV_Q4K8_LANES == 4)
-                gemv_q4k8_body4<R>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
+            if constexpr (GV_Q4K8_LANES < 8)
+                gemv_q4k8_lanes<R, GV_Q4K8_LANES>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows,
+                                                   accumulate);
             else
                 gemv_q4k8_body<R>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
         }
