@@ -58,9 +58,9 @@ extern "C" __global__ void gather_rows(float* out, const float* x, const int* ro
 
 // Greedy argmax (the engine's greedy_argmax: lowest index on ties, NaN never chosen, index 0 when nothing is
 // above -inf) in two kernels: argmax_part splits each row into gridDim.y parts over as many multiprocessors (one
-// block reading a 151,936-wide row alone is a chain of ~150 dependent-latency loads a thread), argmax_final reduces a
-// row's parts. (v, i) beats (bv, bi) when v is larger or equal with a lower index: the winner is the same in any
-// order, so the split changes nothing.
+// block reading a 151,936-wide row alone is a chain of ~150 loads a thread), argmax_final reduces a row's parts.
+// (v, i) beats (bv, bi) when v is larger, or equal with a lower index: the winner is the same in any order, so
+// the split changes nothing.
 __device__ __forceinline__ void am_take(float& bv, int& bi, float v, int i) {
     if (v > bv || (v == bv && i < bi)) {
         bv = v;
@@ -69,7 +69,11 @@ __device__ __forceinline__ void am_take(float& bv, int& bi, float v, int i) {
 }
 
 __device__ __forceinline__ void am_warp(float& bv, int& bi) {
-    for (int o = 16; o > 0; o >>= 1) am_take(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o));
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        int i = __shfl_xor_sync(0xffffffffu, bi, o);
+        am_take(bv, bi, v, i);
+    }
 }
 
 // grid = (rows, parts), block = 256: block (r, p) takes elements p * chunk .. of row r and writes its best to
