@@ -186,21 +186,22 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
         dev.upload(&random_floats(128, 5))?,
     );
     let mut att = dev.alloc(16 * 4096)?;
+    let mut attend = || {
+        dev.attention_fused(
+            &mut att,
+            &mut q,
+            &mut k,
+            &v,
+            &mut kv,
+            0,
+            1,
+            &shape,
+            Some((&qn, &kn)),
+        )
+    };
     for pos in [100usize, 4000, 32768] {
         dev.set_pass(&[], &[(0, pos)], &[], false)?;
-        let us = time(dev, 20, &mut || {
-            dev.attention_fused(
-                &mut att,
-                &mut q,
-                &mut k,
-                &v,
-                &mut kv,
-                0,
-                1,
-                &shape,
-                Some((&qn, &kn)),
-            )
-        })?;
+        let us = time(dev, 20, &mut attend)?;
         out.push(Timing {
             name: format!("attention fused 32/8x128 @ pos {pos}"),
             us,
@@ -224,19 +225,7 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
         us,
         bytes: 0.0,
     });
-    let us = time_in_graph(dev, 3, 20, &mut || {
-        dev.attention_fused(
-            &mut att,
-            &mut q,
-            &mut k,
-            &v,
-            &mut kv,
-            0,
-            1,
-            &shape,
-            Some((&qn, &kn)),
-        )
-    })?;
+    let us = time_in_graph(dev, 3, 20, &mut attend)?;
     out.push(Timing {
         name: "in a graph: attention fused 32/8x128 @ pos 100".into(),
         us,
