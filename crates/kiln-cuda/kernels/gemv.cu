@@ -10,9 +10,9 @@
 // output's bits depend only on its weight row and its own activation row, never on how many rows share the launch.
 
 #define GV_WARPS 4
-// Weight chunks whose loads a lane issues before using any (Q6_K lanes load 64 bytes a chunk, so fewer).
 // Device-only constants may be overridden for a tuning run (KILN_CUDA_DEFINES, compile.rs), as may the one-row
 // kernels' blocks a multiprocessor (GV_MINB1: their register budget is 65536 / (128 GV_MINB1)).
+// Weight chunks whose loads a lane issues before using any (Q6_K lanes load 64 bytes a chunk, so fewer).
 #ifndef GV_U
 #define GV_U 4
 #endif

@@ -2379,8 +2379,8 @@ fn grid(x: u32, y: u32, threads: u32) -> LaunchConfig {
     }
 }
 
-/// A kernel argument (scalars by value; device pointers as `u64`).
-/// A kernel argument passed by value: the driver reads it through a pointer at launch.
+/// A kernel argument passed by value (scalars; device pointers as `u64`): the driver reads it through a pointer
+/// at launch.
 trait Arg {
     fn param(&self) -> *mut c_void;
 }
