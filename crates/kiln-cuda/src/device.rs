@@ -1942,7 +1942,7 @@ impl Device {
         )
     }
 
-    /// Index of the maximum of each of `n_rows` rows of `width` (lowest on ties; see `argmax_rows`).
+    /// Index of the maximum of each of `n_rows` rows of `width` (lowest on ties; see `argmax_part` in ops.cu).
     pub fn argmax(&self, x: &DBuf, n_rows: usize, width: usize) -> Result<Vec<u32>> {
         self.check("argmax", x.len() >= n_rows * width, || {
             format!("{n_rows} rows of {width}")
