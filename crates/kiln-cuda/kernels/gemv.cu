@@ -342,80 +342,24 @@ __device__ __forceinline__ void gv_store_groups(float* out, float* acc, int o, i
     }
 }
 
-// Q4_K on K8 activations (kq codes, kd scale per 256, ks int sums per 32). Lanes as gemv_q4k_body: group a =
-// lane / 8 takes super-blocks a, a + 4, ...; lane i of the group takes chunk i. Per super-block and row:
-// isum = sc0 lo + sc1 hi, imin = m0 s(j0) + m1 s(j0 + 1) on the half-0 lanes, both summed over the group's 8 lanes.
-template <int R>
-__device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w, const signed char* kq,
-                                                 const float* kd, const int* ks, int width, int n_out, int n_rows,
-                                                 int accumulate) {
-    GV_PROLOGUE
-    int nsb = width / 256;
-    const u8* row = w + (long long)o * nsb * 144;
-    int i = lane & 7, j0 = 2 * (i >> 1), half = (i & 1) * 16;
-    // The warp walks the super-blocks together, 4 GV_U at a time (group a takes base + a + 4 u), and a lane whose
-    // super-block is past the row reads the last one and drops its result: every lane reaches every shuffle, so
-    // they are whole-warp shuffles (xor 1, 2, 4 stay inside a group) without divergence handling.
-    for (int base = 0; base < nsb; base += 4 * GV_U) {
-        int4 hdr[GV_U], qv[GV_U];
-#pragma unroll
-        for (int u = 0; u < GV_U; u++) {
-            const u8* sbp = row + (long long)min(base + (lane >> 3) + 4 * u, nsb - 1) * 144;
-            hdr[u] = ldg16(sbp);
-            qv[u] = ldg16(sbp + 16 + 16 * i);
-        }
-#pragma unroll
-        for (int u = 0; u < GV_U; u++) {
-            if (base + 4 * u >= nsb) break; // no group has a super-block here (warp-uniform)
-            int sb = base + (lane >> 3) + 4 * u;
-            bool valid = sb < nsb;
-            sb = min(sb, nsb - 1);
-            float d = h2f((u16)(hdr[u].x & 0xFFFF)), dmin = h2f((u16)((u32)hdr[u].x >> 16));
-            int sc0, m0, sc1, m1;
-            k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0, sc0, m0);
-            k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0 + 1, sc1, m1);
-            int4 wl = nib_lo(qv[u]), wh = nib_hi(qv[u]);
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                if (r < nr) {
-                    long long xr = (long long)(r0 + r) * width + sb * 256 + j0 * 32 + half;
-                    int is = sc0 * dot16(wl, ldg16(kq + xr), 0) + sc1 * dot16(wh, ldg16(kq + xr + 32), 0);
-                    // Every lane loads (the half-1 lanes read the same address: a broadcast), so no branch.
-                    int2 sm = *(const int2*)(ks + (long long)(r0 + r) * nb + sb * 8 + j0);
-                    int im = half ? 0 : m0 * sm.x + m1 * sm.y;
-                    // Group sums of is and im in 4 shuffles, not 6: a lane pair swaps what the other lacks (the
-                    // odd lane's im is 0), then even lanes carry is and odd lanes im up the tree, and the pair
-                    // swaps the totals. Integer sums: exact in any order.
-                    int t = (half ? im : is) + __shfl_xor_sync(0xffffffffu, half ? is : im, 1);
-                    t += __shfl_xor_sync(0xffffffffu, t, 2);
-                    t += __shfl_xor_sync(0xffffffffu, t, 4);
-                    int u2 = __shfl_xor_sync(0xffffffffu, t, 1);
-                    is = half ? u2 : t;
-                    im = half ? t : u2;
-                    float dx = kd[(long long)(r0 + r) * nsb + sb];
-                    if (valid) acc[r] = __fadd_rn(acc[r], k8_step(d, dmin, dx, is, im));
-                }
-            }
-        }
-    }
-    gv_store_groups<R>(out, acc, o, r0, nr, n_out, accumulate, 16, 8);
-}
-
 #ifndef GV_Q4K8_LANES
-#define GV_Q4K8_LANES 8 // lanes a super-block in the Q4_K K8 GEMV: 8 (gemv_q4k8_body), 4 or 2 (gemv_q4k8_lanes)
+#define GV_Q4K8_LANES 4 // lanes a super-block in the Q4_K K8 GEMV (2 measured slower: 0.78x at 8B tg128)
 #endif
-static_assert(GV_Q4K8_LANES == 8 || GV_Q4K8_LANES == 4 || GV_Q4K8_LANES == 2, "GV_Q4K8_LANES: 8, 4 or 2");
+static_assert(GV_Q4K8_LANES == 4 || GV_Q4K8_LANES == 2, "GV_Q4K8_LANES: 4 or 2");
 
-// gemv_q4k8_body with L = 4 or 2 lanes a super-block (each lane 4 / L whole sub-block pairs, 128 / L quant
-// bytes), so the per-super-block work (header, activation scale and code-sum loads, address math, shuffles) is
-// paid once per 128 / L bytes instead of per 16. The float order is the 8-lane body's, so the bits are too (and
-// the block kernel's): group a = lane / 8 still owns super-blocks a, a + 4, a + 8, ...; its S = 8 / L sub-groups
-// of L lanes take S consecutive ones of them a round. A sub-group sums its integers (exact) and takes the float
-// step of its super-block; every lane of the group then fetches the S steps (shuffles) and adds them in
-// ascending order. Rounds a loop: GV_U L / 8 (the same bytes in flight a lane as the 8-lane body).
-// Experimental (KILN_CUDA_DEFINES=-DGV_Q4K8_LANES=4 or 2): not yet measured.
+// Q4_K on K8 activations (kq codes, kd scale per 256, ks int sums per 32). Group a = lane / 8 owns super-blocks
+// a, a + 4, a + 8, ... and adds their float steps in ascending order, the block kernel's order (gemv16.cu), so
+// the bits are its bits. Within a group, L lanes take a super-block (4 / L whole sub-block pairs, 128 / L quant
+// bytes each): the per-super-block work (header, activation scale and code-sum loads, address math, shuffles) is
+// paid once per 128 / L bytes. The group's S = 8 / L sub-groups take S consecutive ones of its super-blocks a
+// round; a sub-group sums its integers (exact) and takes the float step of its super-block, and every lane of the
+// group fetches the S steps (shuffles) and adds them in order. Rounds a loop: GV_U L / 8 (GV_U 16-byte chunks in
+// flight a lane, as the other bodies). L = 4 rather than 8 lanes a super-block: 544 -> 376 SASS instructions for
+// the same bytes in gemv_k8_r1's Q4_K path; 8B Q4_K_M tg128 1.044x, 0.6B 1.037x.
+// A lane whose super-block is past the row reads the last one and drops its result: every lane reaches every
+// shuffle, so they are whole-warp shuffles without divergence handling.
 template <int R, int L>
-__device__ __forceinline__ void gemv_q4k8_lanes(int blk, float* out, const u8* w, const signed char* kq,
+__device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w, const signed char* kq,
                                                   const float* kd, const int* ks, int width, int n_out, int n_rows,
                                                   int accumulate) {
     GV_PROLOGUE
@@ -543,13 +487,8 @@ __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const
                                               const float* xd, const float* xs, int width, int n_out, int n_rows,
                                               int accumulate) {
     if (K8) {
-        if (ty == K8_Q4_K) {
-            if constexpr (GV_Q4K8_LANES < 8)
-                gemv_q4k8_lanes<R, GV_Q4K8_LANES>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows,
-                                                   accumulate);
-            else
-                gemv_q4k8_body<R>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
-        }
+        if (ty == K8_Q4_K)
+            gemv_q4k8_body<R, GV_Q4K8_LANES>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
         if (ty == K8_Q6_K) gemv_q6k8_body<R>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
         return;
     }
