@@ -342,6 +342,23 @@ __device__ __forceinline__ void gv_store_groups(float* out, float* acc, int o, i
     }
 }
 
+// The K8 bodies (the decode path's GEMVs) issue their first round of weight loads before waiting for the kernel
+// before them (programmatic dependent launch, common.cu): weights never change while kernels run, so reading them
+// early is safe, and their latency overlaps the previous kernel's tail instead of following it. Everything else
+// (activations, outputs) comes after the wait. ptxas hoists the wait above loads it sees as independent of it; an
+// L2 prefetch (of the lane's next round, which is a memory operation it keeps in order) pins the loads before it,
+// and tools/check-kernels.sh checks the SASS for that order. GV_EARLY_W=0 (KILN_CUDA_DEFINES) waits first.
+#ifndef GV_EARLY_W
+#define GV_EARLY_W 1
+#endif
+#define GV_FIRST_WEIGHTS(LOAD, NEXT)                                           \
+    do {                                                                       \
+        if (!GV_EARLY_W) wait_prior_kernel();                                  \
+        LOAD;                                                                  \
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const void*)(NEXT)) : "memory"); \
+        if (GV_EARLY_W) wait_prior_kernel();                                   \
+    } while (0)
+
 #ifndef GV_Q4K8_LANES
 #define GV_Q4K8_LANES 4 // lanes a super-block in the Q4_K K8 GEMV (2 measured slower: 0.78x at 8B tg128)
 #endif
@@ -367,8 +384,8 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
     int nsb = width / 256;
     const u8* row = w + (long long)o * nsb * 144;
     int a = lane >> 3, sg = (lane & 7) / L, p = lane % L;
-    for (int base = 0; base < nsb; base += 4 * S * U) {
-        int4 hdr[U], qv[U][2 * PP];
+    int4 hdr[U], qv[U][2 * PP];
+    auto load = [&](int base) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const u8* sbp = row + (long long)min(base + a + 4 * (S * u + sg), nsb - 1) * 144;
@@ -376,6 +393,10 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
 #pragma unroll
             for (int c = 0; c < 2 * PP; c++) qv[u][c] = ldg16(sbp + 16 + 32 * PP * p + 16 * c);
         }
+    };
+    GV_FIRST_WEIGHTS(load(0), row + (long long)min(4 * S * U + a + 4 * sg, nsb - 1) * 144);
+    for (int base = 0; base < nsb; base += 4 * S * U) {
+        if (base > 0) load(base);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int first = base + 4 * S * u; // group 0's first super-block this round
@@ -435,8 +456,8 @@ __device__ __forceinline__ void gemv_q6k8_body(int blk, float* out, const u8* w,
     int unit = lane & 3;
     int h = unit >> 1, c = unit & 1;
     // As gemv_q4k8_body: the warp walks the super-blocks together, so the group shuffles are whole-warp ones.
-    for (int base = 0; base < nsb; base += 8 * GV_U6) {
-        int4 qa_[GV_U6], qb_[GV_U6], qh_[GV_U6], sc_[GV_U6];
+    int4 qa_[GV_U6], qb_[GV_U6], qh_[GV_U6], sc_[GV_U6];
+    auto load = [&](int base) {
 #pragma unroll
         for (int u = 0; u < GV_U6; u++) {
             const u8* sbp = row + (long long)min(base + (lane >> 2) + 8 * u, nsb - 1) * 208;
@@ -445,6 +466,10 @@ __device__ __forceinline__ void gemv_q6k8_body(int blk, float* out, const u8* w,
             qh_[u] = ldg16(sbp + 128 + 32 * h + 16 * c);
             sc_[u] = ldg16(sbp + 192);
         }
+    };
+    GV_FIRST_WEIGHTS(load(0), row + (long long)min(8 * GV_U6 + (lane >> 2), nsb - 1) * 208);
+    for (int base = 0; base < nsb; base += 8 * GV_U6) {
+        if (base > 0) load(base);
 #pragma unroll
         for (int u = 0; u < GV_U6; u++) {
             if (base + 8 * u >= nsb) break; // no group has a super-block here (warp-uniform)
@@ -502,6 +527,15 @@ __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const
     }
 }
 
+// One block's share of out (+)= W . x. The K8 bodies wait for the kernel before them themselves, after their
+// first weight loads (GV_FIRST_WEIGHTS); the others wait first, as every kernel does.
+template <int R, bool K8>
+__device__ __forceinline__ void gemv_block(Job j, const signed char* xq, const float* xd, const float* xs, int width,
+                                           int n_rows, int accumulate) {
+    if (!K8) wait_prior_kernel();
+    gemv_dispatch<R, K8>(j.ty, j.tile, j.out, j.w, xq, xd, xs, width, j.n_out, n_rows, accumulate);
+}
+
 // out (+)= W . x for one repacked weight of type `ty`, activation rows in groups of R. The one-row kernel is
 // held to 64 registers (8 blocks, 32 warps an SM: bytes in flight are what a memory-bound GEMV needs); every
 // instantiation runs the same per-row arithmetic, so a row's bits do not depend on which one computed it.
@@ -509,8 +543,7 @@ __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                    \
         NAME(int ty, float* out, const u8* w, const signed char* xq, const float* xd, const float* xs, int width, \
              int n_out, int n_rows, int accumulate) {                                                         \
-        wait_prior_kernel();                                                                                  \
-        gemv_dispatch<R, K8>(ty, blockIdx.x, out, w, xq, xd, xs, width, n_out, n_rows, accumulate);           \
+        gemv_block<R, K8>(Job{ty, out, w, n_out, (int)blockIdx.x}, xq, xd, xs, width, n_rows, accumulate);     \
     }
 GEMV_KERNEL(gemv_r1, 1, GV_MINB1, false)
 GEMV_KERNEL(gemv_r8, 8, 4, false)
@@ -522,9 +555,7 @@ GEMV_KERNEL(gemv_k8_r8, 8, 4, true)
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                    \
         NAME(const signed char* xq, const float* xd, const float* xs, int width, int n_rows, int accumulate,    \
              JOB_ARGS) {                                                                                        \
-        wait_prior_kernel();                                                                                   \
-        Job j = JOB_PICK;                                                                                      \
-        gemv_dispatch<R, K8>(j.ty, j.tile, j.out, j.w, xq, xd, xs, width, j.n_out, n_rows, accumulate);        \
+        gemv_block<R, K8>(JOB_PICK, xq, xd, xs, width, n_rows, accumulate);                                    \
     }
 GEMV3_KERNEL(gemv3_r1, 1, GV_MINB1, false)
 GEMV3_KERNEL(gemv3_r8, 8, 4, false)

@@ -457,10 +457,29 @@ mod tests {
                 .next()
                 .unwrap();
             let name = src[at..].split('(').next().unwrap();
-            assert_eq!(first, "wait_prior_kernel()", "{name}");
+            // The GEMV kernels' gemv_block waits first, except in the K8 bodies, which load their first weights
+            // before the wait (GV_FIRST_WEIGHTS): checked below.
+            assert!(
+                first == "wait_prior_kernel()" || first.starts_with("gemv_block<"),
+                "{name}: {first}"
+            );
             kernels += 1;
         }
         assert!(kernels >= 40, "{kernels} kernels found");
+        let gemv_block = &src[src.find("void gemv_block(").unwrap()..];
+        let gemv_block = &gemv_block[..gemv_block.find("\n}").unwrap()];
+        assert!(gemv_block.contains("if (!K8) wait_prior_kernel();"));
+        for body in ["gemv_q4k8_body(", "gemv_q6k8_body("] {
+            let text = &src[src.find(body).unwrap()..];
+            let text = &text[..text.find("\n}").unwrap()];
+            // What runs before the wait: the weight loads only (no activation, scale or output access).
+            let (before, _) = text.split_once("GV_FIRST_WEIGHTS(load(0),").expect(body);
+            let load = &before[before.find("auto load = [&]").expect(body)..];
+            for name in ["kq", "kd", "ks", "dd", "out"] {
+                assert!(!load.contains(name), "{body} reads {name} before the wait");
+            }
+            assert_eq!(text.matches("GV_FIRST_WEIGHTS").count(), 1, "{body}");
+        }
     }
 
     #[test]
