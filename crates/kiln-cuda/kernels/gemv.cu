@@ -364,6 +364,22 @@ __device__ __forceinline__ void gv_store_groups(float* out, float* acc, int o, i
 #endif
 static_assert(GV_Q4K8_LANES == 4 || GV_Q4K8_LANES == 2, "GV_Q4K8_LANES: 4 or 2");
 
+// The one-row Q4_K K8 GEMV stages its activation row (codes, sums per 32, scales per 256) in shared memory once
+// a block: read through L1 by every warp, the activations were 2 / 3 of the kernel's L1 traffic (a 16-byte load
+// of a warp touched 16 lines for 32 bytes each), and ncu had L1 at 86 % of its peak with DRAM at 57 %. Rows up
+// to GV_STAGE_MAXW wide (0 turns it off); wider ones read global memory as before. Same integers, same bits.
+#ifndef GV_STAGE_MAXW
+#define GV_STAGE_MAXW 12288
+#endif
+#define GV_STAGE_CHUNKS ((GV_STAGE_MAXW + GV_STAGE_MAXW / 8 + GV_STAGE_MAXW / 64) / 16)
+// 16-byte chunk c of the staged codes sits at chunk c ^ g(c / 8): in a shared load's phase of 8 lanes, two
+// sub-groups read super-blocks 4 apart (rows 8 apart) and their lanes 64-byte pieces (rows and columns 4 apart),
+// all on the same banks unless each 128-byte row is permuted by its bits 0, 3 and 4.
+__device__ __forceinline__ int gv_swz(int c) {
+    int row = c >> 3;
+    return c ^ ((row & 1) | ((row >> 2) & 6));
+}
+
 // Q4_K on K8 activations (kq codes, kd scale per 256, ks int sums per 32). Group a = lane / 8 owns super-blocks
 // a, a + 4, a + 8, ... and adds their float steps in ascending order, the block kernel's order (gemv16.cu), so
 // the bits are its bits. Within a group, L lanes take a super-block (4 / L whole sub-block pairs, 128 / L quant
@@ -375,10 +391,11 @@ static_assert(GV_Q4K8_LANES == 4 || GV_Q4K8_LANES == 2, "GV_Q4K8_LANES: 4 or 2")
 // the same bytes in gemv_k8_r1's Q4_K path; 8B Q4_K_M tg128 1.044x, 0.6B 1.037x.
 // A lane whose super-block is past the row reads the last one and drops its result: every lane reaches every
 // shuffle, so they are whole-warp shuffles without divergence handling.
-template <int R, int L>
+template <int R, int L, bool STAGED>
 __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w, const signed char* kq,
                                                   const float* kd, const int* ks, int width, int n_out, int n_rows,
                                                   int accumulate) {
+    static_assert(!STAGED || R == 1, "one activation row is staged");
     GV_PROLOGUE
     constexpr int S = 8 / L, PP = 4 / L, U = GV_U * L / 8 > 0 ? GV_U * L / 8 : 1;
     int nsb = width / 256;
@@ -395,6 +412,21 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
         }
     };
     GV_FIRST_WEIGHTS(load(0), row + (long long)min(4 * S * U + a + 4 * sg, nsb - 1) * 144);
+    // Staged: [codes (chunks swizzled) | sums per 32 | scales per 256], copied by the block's live warps (those
+    // past n_out have returned), which then meet at a named barrier of their count.
+    __shared__ int4 stage[STAGED ? GV_STAGE_CHUNKS : 1];
+    const int* st_sums = (const int*)(stage + width / 16);
+    const float* st_scales = (const float*)(stage + width / 16 + width / 128);
+    if constexpr (STAGED) {
+        int live = 32 * min(GV_WARPS, n_out - blk * GV_WARPS);
+        const int4* codes = (const int4*)(kq + (long long)r0 * width);
+        const int4* sums = (const int4*)(ks + (long long)r0 * nb);
+        for (int c = threadIdx.x; c < width / 16; c += live) stage[gv_swz(c)] = ldg16(codes + c);
+        for (int c = threadIdx.x; c < width / 128; c += live) stage[width / 16 + c] = ldg16(sums + c);
+        for (int c = threadIdx.x; c < nsb; c += live)
+            ((float*)st_scales)[c] = kd[(long long)r0 * nsb + c];
+        asm volatile("bar.sync 1, %0;" ::"r"(live) : "memory");
+    }
     for (int base = 0; base < nsb; base += 4 * S * U) {
         if (base > 0) load(base);
 #pragma unroll
@@ -416,10 +448,19 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
                         k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0, sc0, m0);
                         k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0 + 1, sc1, m1);
                         int4 q0 = qv[u][2 * q], q1 = qv[u][2 * q + 1];
-                        const signed char* xr = xs + j0 * 32;
-                        int lo = dot16(nib_lo(q1), ldg16(xr + 16), dot16(nib_lo(q0), ldg16(xr), 0));
-                        int hi = dot16(nib_hi(q1), ldg16(xr + 48), dot16(nib_hi(q0), ldg16(xr + 32), 0));
-                        int2 sm = *(const int2*)(kr + j0);
+                        int4 x[4];
+                        int2 sm;
+                        if constexpr (STAGED) {
+#pragma unroll
+                            for (int k = 0; k < 4; k++) x[k] = stage[gv_swz(16 * sb + 2 * j0 + k)];
+                            sm = *(const int2*)(st_sums + sb * 8 + j0);
+                        } else {
+#pragma unroll
+                            for (int k = 0; k < 4; k++) x[k] = ldg16(xs + j0 * 32 + 16 * k);
+                            sm = *(const int2*)(kr + j0);
+                        }
+                        int lo = dot16(nib_lo(q1), x[1], dot16(nib_lo(q0), x[0], 0));
+                        int hi = dot16(nib_hi(q1), x[3], dot16(nib_hi(q0), x[2], 0));
                         is += sc0 * lo + sc1 * hi;
                         im += m0 * sm.x + m1 * sm.y;
                     }
@@ -428,7 +469,8 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
                         is += __shfl_xor_sync(0xffffffffu, is, m);
                         im += __shfl_xor_sync(0xffffffffu, im, m);
                     }
-                    float own = k8_step(d, dmin, kd[(long long)(r0 + r) * nsb + sb], is, im);
+                    float dx = STAGED ? st_scales[sb] : kd[(long long)(r0 + r) * nsb + sb];
+                    float own = k8_step(d, dmin, dx, is, im);
 #pragma unroll
                     for (int t = 0; t < S; t++) {
                         float step = __shfl_sync(0xffffffffu, own, (lane & ~7) + L * t);
@@ -511,9 +553,19 @@ template <int R, bool K8>
 __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const u8* w, const signed char* xq,
                                               const float* xd, const float* xs, int width, int n_out, int n_rows,
                                               int accumulate) {
-    if (K8) {
-        if (ty == K8_Q4_K)
-            gemv_q4k8_body<R, GV_Q4K8_LANES>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
+    if constexpr (K8) {
+        if (ty == K8_Q4_K) {
+            // Only the one-row kernels instantiate the staged body (and so hold its shared memory).
+            if constexpr (R == 1 && GV_STAGE_MAXW > 0) {
+                if (width <= GV_STAGE_MAXW) {
+                    gemv_q4k8_body<1, GV_Q4K8_LANES, true>(blk, out, w, xq, xd, (const int*)xs, width, n_out,
+                                                            n_rows, accumulate);
+                    return;
+                }
+            }
+            gemv_q4k8_body<R, GV_Q4K8_LANES, false>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows,
+                                                     accumulate);
+        }
         if (ty == K8_Q6_K) gemv_q6k8_body<R>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
         return;
     }

@@ -169,6 +169,8 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
             matmul_check(dev, &mut rng, ty, cols, &mut checks)?;
         }
     }
+    // A row wider than the one-row Q4_K GEMV stages in shared memory (GV_STAGE_MAXW in gemv.cu): global reads.
+    matmul_check(dev, &mut rng, Q4_K, 12544, &mut checks)?;
     for ty in [Q4_K, Q6_K, Q8_0] {
         mmq_check(dev, &mut rng, ty, &mut checks)?;
     }
