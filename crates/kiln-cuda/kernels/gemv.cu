@@ -367,9 +367,14 @@ static_assert(GV_Q4K8_LANES == 4 || GV_Q4K8_LANES == 2, "GV_Q4K8_LANES: 4 or 2")
 // The one-row Q4_K K8 GEMV stages its activation row (codes, sums per 32, scales per 256) in shared memory once
 // a block: read through L1 by every warp, the activations were 2 / 3 of the kernel's L1 traffic (a 16-byte load
 // of a warp touched 16 lines for 32 bytes each), and ncu had L1 at 86 % of its peak with DRAM at 57 %. Rows up
-// to GV_STAGE_MAXW wide (0 turns it off); wider ones read global memory as before. Same integers, same bits.
+// from GV_STAGE_MINW to GV_STAGE_MAXW wide (MAXW 0 turns it off); others read global memory as before. Same
+// integers, same bits. Narrower rows lose by it (0.6B-shape tg128 1,091 -> 1,050 staging 1,024- and 3,072-wide
+// rows): there the kernel is latency-bound and the copy and barrier come before any product.
 #ifndef GV_STAGE_MAXW
 #define GV_STAGE_MAXW 12288
+#endif
+#ifndef GV_STAGE_MINW
+#define GV_STAGE_MINW 4096
 #endif
 #define GV_STAGE_CHUNKS ((GV_STAGE_MAXW + GV_STAGE_MAXW / 8 + GV_STAGE_MAXW / 64) / 16)
 // 16-byte chunk c of the staged codes sits at chunk c ^ g(c / 8): in a shared load's phase of 8 lanes, two
@@ -421,7 +426,16 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
         int live = 32 * min(GV_WARPS, n_out - blk * GV_WARPS);
         const int4* codes = (const int4*)(kq + (long long)r0 * width);
         const int4* sums = (const int4*)(ks + (long long)r0 * nb);
-        for (int c = threadIdx.x; c < width / 16; c += live) stage[gv_swz(c)] = ldg16(codes + c);
+        // Four loads in flight a thread before their stores (a 12,288-wide row is 6 chunks a thread).
+        for (int c0 = threadIdx.x; c0 < width / 16; c0 += 4 * live) {
+            int4 v[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (c0 + k * live < width / 16) v[k] = ldg16(codes + c0 + k * live);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (c0 + k * live < width / 16) stage[gv_swz(c0 + k * live)] = v[k];
+        }
         for (int c = threadIdx.x; c < width / 128; c += live) stage[width / 16 + c] = ldg16(sums + c);
         for (int c = threadIdx.x; c < nsb; c += live)
             ((float*)st_scales)[c] = kd[(long long)r0 * nsb + c];
@@ -557,7 +571,7 @@ __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const
         if (ty == K8_Q4_K) {
             // Only the one-row kernels instantiate the staged body (and so hold its shared memory).
             if constexpr (R == 1 && GV_STAGE_MAXW > 0) {
-                if (width <= GV_STAGE_MAXW) {
+                if (width >= GV_STAGE_MINW && width <= GV_STAGE_MAXW) {
                     gemv_q4k8_body<1, GV_Q4K8_LANES, true>(blk, out, w, xq, xd, (const int*)xs, width, n_out,
                                                             n_rows, accumulate);
                     return;

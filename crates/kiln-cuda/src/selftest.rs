@@ -169,8 +169,11 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
             matmul_check(dev, &mut rng, ty, cols, &mut checks)?;
         }
     }
-    // A row wider than the one-row Q4_K GEMV stages in shared memory (GV_STAGE_MAXW in gemv.cu): global reads.
-    matmul_check(dev, &mut rng, Q4_K, 12544, &mut checks)?;
+    // The one-row Q4_K GEMV stages rows 4,096 to 12,288 wide in shared memory (GV_STAGE_MINW / MAXW in gemv.cu),
+    // and reads wider ones from global memory.
+    for cols in [4096, 12544] {
+        matmul_check(dev, &mut rng, Q4_K, cols, &mut checks)?;
+    }
     for ty in [Q4_K, Q6_K, Q8_0] {
         mmq_check(dev, &mut rng, ty, &mut checks)?;
     }
