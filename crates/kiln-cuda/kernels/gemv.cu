@@ -426,16 +426,8 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
         int live = 32 * min(GV_WARPS, n_out - blk * GV_WARPS);
         const int4* codes = (const int4*)(kq + (long long)r0 * width);
         const int4* sums = (const int4*)(ks + (long long)r0 * nb);
-        // Four loads in flight a thread before their stores (a 12,288-wide row is 6 chunks a thread).
-        for (int c0 = threadIdx.x; c0 < width / 16; c0 += 4 * live) {
-            int4 v[4];
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                if (c0 + k * live < width / 16) v[k] = ldg16(codes + c0 + k * live);
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                if (c0 + k * live < width / 16) stage[gv_swz(c0 + k * live)] = v[k];
-        }
+        // A plain loop: four loads in flight a thread before their stores measured 3.5 % slower (8B tg128).
+        for (int c = threadIdx.x; c < width / 16; c += live) stage[gv_swz(c)] = ldg16(codes + c);
         for (int c = threadIdx.x; c < width / 128; c += live) stage[width / 16 + c] = ldg16(sums + c);
         for (int c = threadIdx.x; c < nsb; c += live)
             ((float*)st_scales)[c] = kd[(long long)r0 * nsb + c];
