@@ -384,6 +384,40 @@ __device__ __forceinline__ int gv_swz(int c) {
     int row = c >> 3;
     return c ^ ((row & 1) | ((row >> 2) & 6));
 }
+// The Q6_K body's phase of 8 lanes: two groups on adjacent super-blocks (row bit 1), each lane a half (row bit 0)
+// and a column pair; rows 0..3 of every 4 are permuted by 0, 2, 4, 6.
+__device__ __forceinline__ int gv_swz6(int c) {
+    return c ^ (((c >> 3) & 3) << 1);
+}
+// Q6_K one-row GEMV staging too (GV_STAGE6=1; not yet measured, so off).
+#ifndef GV_STAGE6
+#define GV_STAGE6 0
+#endif
+
+// The staging buffer: one per block, shared by the Q4_K and Q6_K bodies (a function's __shared__ variable has one
+// instance a block however often it is inlined).
+__device__ __forceinline__ int4* gv_stage_buf() {
+    __shared__ int4 buf[GV_STAGE_CHUNKS];
+    return buf;
+}
+
+// Copies activation row r0 into `stage` as [codes (16-byte chunk c at gv_swz(c), gv_swz6(c) for Q6_K) | sums per
+// 32 (not for Q6_K, which has no min term) | scales per 256], by the block's `live` threads (the warps not past
+// n_out), who then meet at named barrier 1.
+template <bool Q6>
+__device__ __forceinline__ void gv_stage_row(int4* stage, const signed char* kq, const int* ks, const float* kd,
+                                             int width, int r0, int live) {
+    const int4* codes = (const int4*)(kq + (long long)r0 * width);
+    // A plain loop: four loads in flight a thread before their stores measured 3.5 % slower (8B tg128).
+    for (int c = threadIdx.x; c < width / 16; c += live) stage[Q6 ? gv_swz6(c) : gv_swz(c)] = ldg16(codes + c);
+    if (!Q6) {
+        const int4* src = (const int4*)(ks + (long long)r0 * (width / 32));
+        for (int c = threadIdx.x; c < width / 128; c += live) stage[width / 16 + c] = ldg16(src + c);
+    }
+    float* scales = (float*)(stage + width / 16 + width / 128);
+    for (int c = threadIdx.x; c < width / 256; c += live) scales[c] = kd[(long long)r0 * (width / 256) + c];
+    asm volatile("bar.sync 1, %0;" ::"r"(live) : "memory");
+}
 
 // Q4_K on K8 activations (kq codes, kd scale per 256, ks int sums per 32). Group a = lane / 8 owns super-blocks
 // a, a + 4, a + 8, ... and adds their float steps in ascending order, the block kernel's order (gemv16.cu), so
@@ -419,20 +453,12 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
     GV_FIRST_WEIGHTS(load(0), row + (long long)min(4 * S * U + a + 4 * sg, nsb - 1) * 144);
     // Staged: [codes (chunks swizzled) | sums per 32 | scales per 256], copied by the block's live warps (those
     // past n_out have returned), which then meet at a named barrier of their count.
-    __shared__ int4 stage[STAGED ? GV_STAGE_CHUNKS : 1];
+    int4* stage = nullptr;
+    if constexpr (STAGED) stage = gv_stage_buf();
     const int* st_sums = (const int*)(stage + width / 16);
     const float* st_scales = (const float*)(stage + width / 16 + width / 128);
-    if constexpr (STAGED) {
-        int live = 32 * min(GV_WARPS, n_out - blk * GV_WARPS);
-        const int4* codes = (const int4*)(kq + (long long)r0 * width);
-        const int4* sums = (const int4*)(ks + (long long)r0 * nb);
-        // A plain loop: four loads in flight a thread before their stores measured 3.5 % slower (8B tg128).
-        for (int c = threadIdx.x; c < width / 16; c += live) stage[gv_swz(c)] = ldg16(codes + c);
-        for (int c = threadIdx.x; c < width / 128; c += live) stage[width / 16 + c] = ldg16(sums + c);
-        for (int c = threadIdx.x; c < nsb; c += live)
-            ((float*)st_scales)[c] = kd[(long long)r0 * nsb + c];
-        asm volatile("bar.sync 1, %0;" ::"r"(live) : "memory");
-    }
+    if constexpr (STAGED)
+        gv_stage_row<false>(stage, kq, ks, kd, width, r0, 32 * min(GV_WARPS, n_out - blk * GV_WARPS));
     for (int base = 0; base < nsb; base += 4 * S * U) {
         if (base > 0) load(base);
 #pragma unroll
@@ -492,10 +518,11 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
 // Q6_K on K8 activations. Lanes as gemv_q6k_body: group G = lane / 4 takes super-blocks G, G + 8, ...; unit
 // u = lane % 4 its quarter. Per super-block and row: isum = sum over k of sc(8h + 2k + c) dot_k, summed over the
 // group's 4 lanes; no min term (dmin = 0).
-template <int R>
+template <int R, bool STAGED>
 __device__ __forceinline__ void gemv_q6k8_body(int blk, float* out, const u8* w, const signed char* kq,
                                                  const float* kd, const int* ks, int width, int n_out, int n_rows,
                                                  int accumulate) {
+    static_assert(!STAGED || R == 1, "one activation row is staged");
     GV_PROLOGUE
     (void)ks;
     int nsb = width / 256;
@@ -516,6 +543,11 @@ __device__ __forceinline__ void gemv_q6k8_body(int blk, float* out, const u8* w,
         }
     };
     GV_FIRST_WEIGHTS(load(0), row + (long long)min(8 * GV_U6 + (lane >> 2), nsb - 1) * 208);
+    int4* stage = nullptr;
+    if constexpr (STAGED) stage = gv_stage_buf();
+    const float* st_scales = (const float*)(stage + width / 16 + width / 128);
+    if constexpr (STAGED)
+        gv_stage_row<true>(stage, kq, ks, kd, width, r0, 32 * min(GV_WARPS, n_out - blk * GV_WARPS));
     for (int base = 0; base < nsb; base += 8 * GV_U6) {
         if (base > 0) load(base);
 #pragma unroll
@@ -537,10 +569,13 @@ __device__ __forceinline__ void gemv_q6k8_body(int blk, float* out, const u8* w,
                     const signed char* xr = kq + (long long)(r0 + r) * width + sb * 256 + 128 * h + 16 * c;
                     int is = 0;
 #pragma unroll
-                    for (int k = 0; k < 4; k++) is += s[k] * dot16(q[k], ldg16(xr + 32 * k), 0);
+                    for (int k = 0; k < 4; k++) {
+                        int4 x = STAGED ? stage[gv_swz6(16 * sb + 8 * h + c + 2 * k)] : ldg16(xr + 32 * k);
+                        is += s[k] * dot16(q[k], x, 0);
+                    }
                     is += __shfl_xor_sync(0xffffffffu, is, 1);
                     is += __shfl_xor_sync(0xffffffffu, is, 2);
-                    float dx = kd[(long long)(r0 + r) * nsb + sb];
+                    float dx = STAGED ? st_scales[sb] : kd[(long long)(r0 + r) * nsb + sb];
                     if (valid) acc[r] = __fadd_rn(acc[r], k8_step(d, 0.0f, dx, is, 0));
                 }
             }
@@ -572,7 +607,15 @@ __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const
             gemv_q4k8_body<R, GV_Q4K8_LANES, false>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows,
                                                      accumulate);
         }
-        if (ty == K8_Q6_K) gemv_q6k8_body<R>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
+        if (ty == K8_Q6_K) {
+            if constexpr (R == 1 && GV_STAGE_MAXW > 0 && GV_STAGE6) {
+                if (width >= GV_STAGE_MINW && width <= GV_STAGE_MAXW) {
+                    gemv_q6k8_body<1, true>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
+                    return;
+                }
+            }
+            gemv_q6k8_body<R, false>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
+        }
         return;
     }
     switch (ty) {

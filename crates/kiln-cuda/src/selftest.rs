@@ -169,10 +169,12 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
             matmul_check(dev, &mut rng, ty, cols, &mut checks)?;
         }
     }
-    // The one-row Q4_K GEMV stages rows 4,096 to 12,288 wide in shared memory (GV_STAGE_MINW / MAXW in gemv.cu),
-    // and reads wider ones from global memory.
-    for cols in [4096, 12544] {
-        matmul_check(dev, &mut rng, Q4_K, cols, &mut checks)?;
+    // The one-row Q4_K GEMV (and Q6_K with GV_STAGE6) stages rows 4,096 to 12,288 wide in shared memory
+    // (GV_STAGE_MINW / MAXW in gemv.cu), and reads wider ones from global memory.
+    for ty in [Q4_K, Q6_K] {
+        for cols in [4096, 12544] {
+            matmul_check(dev, &mut rng, ty, cols, &mut checks)?;
+        }
     }
     for ty in [Q4_K, Q6_K, Q8_0] {
         mmq_check(dev, &mut rng, ty, &mut checks)?;
