@@ -231,31 +231,34 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
         us,
         bytes: 0.0,
     });
-    let rb = Q4_K.row_bytes(d as u64).unwrap_or(0) as usize;
-    let ups = (0..4)
-        .map(|i| {
-            dev.upload_weight(
-                "ffn_up",
-                Q4_K,
-                d,
-                12288,
-                &random_bytes(12288 * rb, 40 + i),
-                true,
-            )
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut o = dev.alloc(12288)?;
-    let mut i = 0;
-    let us = time_in_graph(dev, 4, 20, &mut || {
-        i += 1;
-        dev.matmul(&mut o, &ups[i % 4], &x, 1, false)
-    })?;
-    out.push(Timing {
-        name: "in a graph: gemv q4_K ffn_up 12288x4096 n=1 (4 copies)".into(),
-        us,
-        bytes: (12288 * rb) as f64,
-    });
-    drop(ups);
+    // One-row GEMVs over 4 copies of a matrix (each more than L2 holds): ffn_up (the staged Q4_K body, 4,096
+    // wide), and ffn_down in Q4_K (staged, 12,288 wide) and Q6_K (staged only with GV_STAGE6).
+    for (key, (name, ty, rows, cols)) in [
+        ("ffn_up", Q4_K, 12288, d),
+        ("ffn_down", Q4_K, d, 12288),
+        ("ffn_down", Q6_K, d, 12288),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let rb = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
+        let ws = (0..4)
+            .map(|i| {
+                dev.upload_weight(name, ty, cols, rows, &random_bytes(rows * rb, 40 + i), true)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut o = dev.alloc(rows)?;
+        let mut i = 0;
+        let us = time_in_graph(dev, 4 + key as u64, 20, &mut || {
+            i += 1;
+            dev.matmul(&mut o, &ws[i % 4], &x, 1, false)
+        })?;
+        out.push(Timing {
+            name: format!("in a graph: gemv {ty} {name} {rows}x{cols} n=1 (4 copies)"),
+            us,
+            bytes: (rows * rb) as f64,
+        });
+    }
     // MoE routing + experts (Qwen3-30B-A3B shape: 128 experts, 8 used, 768 wide FFN, 2048 model width).
     let m = MoeShape {
         n_exp: 128,
