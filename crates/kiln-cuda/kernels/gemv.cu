@@ -451,8 +451,7 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
         }
     };
     GV_FIRST_WEIGHTS(load(0), row + (long long)min(4 * S * U + a + 4 * sg, nsb - 1) * 144);
-    // Staged: [codes (chunks swizzled) | sums per 32 | scales per 256], copied by the block's live warps (those
-    // past n_out have returned), which then meet at a named barrier of their count.
+    // Staged (gv_stage_row): copied by the block's live warps; those past n_out have returned.
     int4* stage = nullptr;
     if constexpr (STAGED) stage = gv_stage_buf();
     const int* st_sums = (const int*)(stage + width / 16);
