@@ -176,69 +176,59 @@ __device__ __forceinline__ void k8_write(float y, const float* group, signed cha
     if (lane == 0 && lead) kd[e / 256] = d;
 }
 
-// rms_norm that also writes the Q8 blocks of its output (width % 32 == 0). grid = (rows, parts), block = 1024:
-// every load of the row is issued in the first pass (registers hold up to RN_PER values a thread), so a decode row
-// costs one memory latency, not one per element group. With parts > 1 (width <= RN_PER * 1024, parts =
-// ceil(width / 1024)) every block computes the row's sum of squares in the same order (the same scale bits) and
-// block p writes only elements 1024 p .. 1024 p + 1023: the quantization of a decode row is spread over several
-// multiprocessors instead of queuing on one.
-#define RN_PER 8
-// With kq non-null (width % 256 == 0 and width <= RN_PER * 1024) it also writes the K8 shadow; with xq null it
-// skips the Q8 blocks (as swiglu_q8).
-extern "C" __global__ void __launch_bounds__(1024) rms_norm_q8(float* out, signed char* xq, float* xd, float* xs,
-                                                                signed char* kq, float* kd, int* ks, const float* x,
-                                                                const float* w, int width, float eps) {
+// rms_norm that also writes the Q8 blocks of its output (width % 32 == 0). grid = (rows, parts), block = 256.
+// Every block sums its row's squares in one order (thread t: float4s t, t + 256, ..., then block_sum), so the
+// scale's bits do not depend on `parts`. With parts > 1 (a decode row or a verify block: parts = ceil(width / 256))
+// block p writes elements 256 p .. 256 p + 255, whose loads it issues with the sum's, so a row costs one memory
+// latency spread over many multiprocessors; with one part the block writes the whole row. With kq non-null
+// (width % 256 == 0: a part is one K8 block) it also writes the K8 shadow; with xq null it skips the Q8 blocks.
+// (It was one 1,024-thread block per 1,024 elements: 3.70 us a 4,096-wide row in a graph, where SwiGLU takes 1.76.)
+extern "C" __global__ void __launch_bounds__(256) rms_norm_q8(float* out, signed char* xq, float* xd, float* xs,
+                                                               signed char* kq, float* kd, int* ks, const float* x,
+                                                               const float* w, int width, float eps) {
     wait_prior_kernel();
-    __shared__ float sh[32], sk[RN_PER * 32];
+    __shared__ float sh[32], sk[8];
     long long base = (long long)blockIdx.x * width;
+    const float* xr = x + base;
     bool whole = gridDim.y == 1;
-    float v[RN_PER], wv[RN_PER];
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < RN_PER; j++) {
-        int i = threadIdx.x + j * blockDim.x;
-        v[j] = i < width ? x[base + i] : 0.0f;
-        wv[j] = i < width && (whole || j == (int)blockIdx.y) ? w[i] : 0.0f;
+    int own = blockIdx.y * 256 + threadIdx.x;
+    float xo = 0.0f, wo = 0.0f;
+    if (!whole && own < width) {
+        xo = xr[own];
+        wo = w[own];
     }
-    for (int i = threadIdx.x + RN_PER * blockDim.x; i < width; i += blockDim.x) ss += x[base + i] * x[base + i];
-#pragma unroll
-    for (int j = 0; j < RN_PER; j++) ss += v[j] * v[j];
+    float ss = 0.0f;
+    const float4* x4 = (const float4*)xr;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < width / 4; i += 256) {
+        float4 v = x4[i];
+        ss += v.x * v.x;
+        ss += v.y * v.y;
+        ss += v.z * v.z;
+        ss += v.w * v.w;
+    }
     ss = block_sum(ss, sh);
     float scale = 1.0f / sqrtf(ss / (float)width + eps);
-    // Element i = tid + j * blockDim.x: a warp's 32 lanes hold one 32-element Q8 block, and warps 8k .. 8k + 7
-    // of step j one K8 block (its maxima in sk[32 j + warp]).
-    int warp = threadIdx.x >> 5;
-    // Steps past the row are skipped (block-uniform): their quantization shuffles would be most of a short row's
-    // time.
-#pragma unroll
-    for (int j = 0; j < RN_PER; j++) {
-        if (j * (int)blockDim.x >= width) break;
-        if (!whole && j != (int)blockIdx.y) continue;
-        int i = threadIdx.x + j * blockDim.x;
-        bool act = i - (int)(threadIdx.x & 31) < width;
-        v[j] = v[j] * scale * wv[j];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int p0 = whole ? 0 : blockIdx.y, p1 = whole ? (width + 255) / 256 : blockIdx.y + 1;
+    for (int p = p0; p < p1; p++) { // block-uniform trip count
+        int i = p * 256 + threadIdx.x;
+        if (whole) {
+            xo = i < width ? xr[i] : 0.0f;
+            wo = i < width ? w[i] : 0.0f;
+        }
+        float y = xo * scale * wo;
+        bool act = i - lane < width; // whole warps (width % 32 == 0)
         if (act) {
-            out[base + i] = v[j];
-            if (xq) q8_warp(v[j], xq, xd, xs, (base + i) / 32);
+            out[base + i] = y;
+            if (xq) q8_warp(y, xq, xd, xs, (base + i) / 32);
         }
-        if (kq) k8_publish(v[j], act, &sk[32 * j + warp]);
-    }
-    if (kq) {
-        __syncthreads();
-#pragma unroll
-        for (int j = 0; j < RN_PER; j++) {
-            if (j * (int)blockDim.x >= width) break;
-            if (!whole && j != (int)blockIdx.y) continue;
-            int i = threadIdx.x + j * blockDim.x;
-            if (i - (int)(threadIdx.x & 31) < width)
-                k8_write(v[j], &sk[32 * j + (warp & ~7)], kq, kd, ks, base + i, (warp & 7) == 0);
+        if (kq) {
+            k8_publish(y, act, &sk[warp]);
+            __syncthreads();
+            if (act) k8_write(y, sk, kq, kd, ks, base + i, warp == 0);
+            __syncthreads();
         }
-    }
-    if (!whole) return;
-    for (int i = threadIdx.x + RN_PER * blockDim.x; i - (int)(threadIdx.x & 31) < width; i += blockDim.x) {
-        float y = x[base + i] * scale * w[i];
-        out[base + i] = y;
-        if (xq) q8_warp(y, xq, xd, xs, (base + i) / 32);
     }
 }
 

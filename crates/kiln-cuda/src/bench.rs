@@ -232,7 +232,7 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
         bytes: 0.0,
     });
     // One-row GEMVs over 4 copies of a matrix (each more than L2 holds): ffn_up (the staged Q4_K body, 4,096
-    // wide), and ffn_down in Q4_K (staged, 12,288 wide) and Q6_K (staged only with GV_STAGE6).
+    // wide), and ffn_down in Q4_K (staged, 12,288 wide) and Q6_K (staged).
     for (key, (name, ty, rows, cols)) in [
         ("ffn_up", Q4_K, 12288, d),
         ("ffn_down", Q4_K, d, 12288),

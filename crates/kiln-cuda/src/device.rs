@@ -40,10 +40,15 @@ pub const MMQ_MIN_ROWS: usize = 16;
 pub const G16_MIN_ROWS: usize = 4;
 /// Added to a K-quant's type id for the GEMV kernels' K8 bodies (`K8_Q4_K` / `K8_Q6_K` in gemv.cu).
 pub(crate) const K8_TYPE_OFFSET: i32 = 1000;
-/// Widest row `rms_norm_q8` writes K8 for (its registers hold 8 values a thread of 1024; wider rows loop).
-const RN_MAX_K8: usize = 8 * 1024;
 /// Graphs kept before the cache is cleared (one per batch shape in practice).
 const MAX_GRAPHS: usize = 64;
+
+/// The attention's scratch: split partials (or the plain kernel's scores), and per (row, KV head) counts of the
+/// splits done (the fused merge's; zero between launches).
+struct AttnScratch {
+    parts: CudaSlice<f32>,
+    counts: CudaSlice<i32>,
+}
 
 /// Which fast paths the device uses. Each is on by default and has a kill switch in kiln's flag registry, so
 /// before/after is one binary.
@@ -57,6 +62,9 @@ pub struct Options {
     pub fused: bool,
     /// Split-KV ("flash decoding") attention; else one block per (head, row) over all positions.
     pub split_kv: bool,
+    /// With `fused` and `split_kv`: the last split block of a (row, KV head) merges the splits in the same launch
+    /// (same bits); else a merge kernel follows.
+    pub merge_in_split: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
     /// Int8 tensor cores for prefill passes ([`Device::set_pass`] with `prefill`) of more than [`MMQ_MIN_ROWS`]
@@ -93,6 +101,7 @@ impl Default for Options {
             fast_gemv: true,
             fused: true,
             split_kv: true,
+            merge_in_split: true,
             graphs: true,
             prefill_mma: true,
             block_mma: true,
@@ -141,8 +150,8 @@ pub struct Device {
     /// `opts.pdl` on a GPU that has it (compute capability 9.0 or later).
     pdl: bool,
     meta: Mutex<Meta>,
-    /// Attention scratch (split partials or scores), grown only outside graph capture.
-    ws: Mutex<CudaSlice<f32>>,
+    /// Attention scratch, grown only outside graph capture.
+    ws: Mutex<AttnScratch>,
     /// Greedy tokens of the last [`Device::argmax`] (grown as rows need, never inside a graph).
     argmax_out: Mutex<CudaSlice<i32>>,
     graphs: Mutex<Graphs>,
@@ -463,9 +472,14 @@ impl Device {
             n_logits: 0,
             prefill: false,
         };
-        let ws = stream
-            .alloc_zeros::<f32>(1)
-            .map_err(drv("allocating attention scratch"))?;
+        let ws = AttnScratch {
+            parts: stream
+                .alloc_zeros::<f32>(1)
+                .map_err(drv("allocating attention scratch"))?,
+            counts: stream
+                .alloc_zeros::<i32>(1)
+                .map_err(drv("allocating attention scratch"))?,
+        };
         let argmax_out = stream
             .alloc_zeros::<i32>(64)
             .map_err(drv("allocating argmax output"))?;
@@ -749,17 +763,24 @@ impl Device {
         let n_splits = attn_splits(slot_ctx);
         let need = rows * n_head * (n_splits * (head_dim + 2)).max(slot_ctx);
         let mut ws = self.lock(&self.ws);
-        if ws.len() < need {
+        if ws.parts.len() < need || ws.counts.len() < rows * n_head {
             if self.capturing.load(Ordering::Relaxed) {
                 return Err(Error::Shape {
                     op: "attention",
                     detail: "scratch not reserved before graph capture".into(),
                 });
             }
-            *ws = self
-                .stream
-                .alloc_zeros::<f32>(need)
-                .map_err(drv("allocating attention scratch"))?;
+            // Zeroed counts: the fused merge leaves every count it used at zero again.
+            *ws = AttnScratch {
+                parts: self
+                    .stream
+                    .alloc_zeros::<f32>(need)
+                    .map_err(drv("allocating attention scratch"))?,
+                counts: self
+                    .stream
+                    .alloc_zeros::<i32>(rows * n_head)
+                    .map_err(drv("allocating attention scratch"))?,
+            };
             drop(ws);
             self.bump_generation();
         }
@@ -1727,12 +1748,12 @@ impl Device {
         let (o, xp, wp) = (self.ptr(&out.data), self.ptr(&x.data), self.ptr(&w.data));
         let cfg = grid(n_rows as u32, 1, ROW_THREADS);
         if self.opts.fused && width.is_multiple_of(32) {
-            let k8 = width <= RN_MAX_K8 && self.fused_k8(out, n_rows * width, width);
+            let k8 = self.fused_k8(out, n_rows * width, width);
             let ((qp, dp, sp), q8) = self.q8_ptrs(out, k8);
             let (kq, kd, ks) = self.k8_ptrs(out, k8);
-            // A few rows (decode, a verify block): one block per 1024 elements of a row (bits unchanged).
-            let parts = if n_rows <= MMQ_MIN_ROWS && width <= RN_MAX_K8 {
-                width.div_ceil(1024)
+            // A few rows (decode, a verify block): one block per 256 elements of a row (bits unchanged).
+            let parts = if n_rows <= MMQ_MIN_ROWS {
+                width.div_ceil(256)
             } else {
                 1
             };
@@ -1740,7 +1761,7 @@ impl Device {
                 "rms_norm_q8",
                 LaunchConfig {
                     grid_dim: (n_rows as u32, parts as u32, 1),
-                    block_dim: (1024, 1, 1),
+                    block_dim: (256, 1, 1),
                     shared_mem_bytes: 0,
                 },
                 &[
@@ -2242,7 +2263,10 @@ impl Device {
         let (_, n_slots, slot_ctx, _) = kv.dims;
         self.reserve_attention(n, n_head, head_dim, slot_ctx)?;
         let [_, sp, pp, _] = self.meta_ptrs();
-        let wsp = self.ptr(&*self.lock(&self.ws));
+        let (wsp, counts) = {
+            let ws = self.lock(&self.ws);
+            (self.ptr(&ws.parts), self.ptr(&ws.counts))
+        };
         let (o, qp, kc, vc) = (
             self.ptr(&out.data),
             self.ptr(&q.data),
@@ -2305,17 +2329,6 @@ impl Device {
         }
         let n_splits = attn_splits(slot_ctx);
         let nsp = n_splits as i32;
-        self.launch(
-            split.unwrap_or_default(),
-            LaunchConfig {
-                grid_dim: (n_head_kv as u32, n as u32, n_splits as u32),
-                block_dim: (128, 1, 1),
-                shared_mem_bytes: 0,
-            },
-            &[
-                &wsp, &qp, &kc, &vc, &sp, &pp, &li, &ns, &sc, &nh, &nkv, &scale, &nsp, &vis,
-            ],
-        )?;
         let fused = self.opts.fused && head_dim.is_multiple_of(32);
         // The K8 shadow (for a K-quant o-proj) needs a block to hold whole 256-element K8 blocks: 256 / head_dim
         // heads a block.
@@ -2330,14 +2343,55 @@ impl Device {
             _ => ((0, 0, 0), false),
         };
         let (kq, kd, ks) = self.k8_ptrs(out, k8);
-        let heads = if k8 { heads } else { 1 };
+        // The merge inside the split kernel: its last block a (row, KV head) merges the group's heads in passes
+        // of 128 elements (whole K8 blocks when it writes them).
+        let in_split = self.opts.merge_in_split
+            && fused
+            && (group * head_dim).is_multiple_of(if k8 { 256 } else { 128 })
+            && head_dim <= 128;
+        let split_counts = if in_split { counts } else { 0 };
         self.launch(
-            "attn_merge",
-            grid((n_head / heads) as u32, n as u32, (heads * head_dim) as u32),
+            split.unwrap_or_default(),
+            LaunchConfig {
+                grid_dim: (n_head_kv as u32, n as u32, n_splits as u32),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            },
             &[
-                &o, &xq, &xd, &xs, &kq, &kd, &ks, &wsp, &pp, &nh, &hd, &nsp, &vis,
+                &wsp,
+                &qp,
+                &kc,
+                &vc,
+                &sp,
+                &pp,
+                &li,
+                &ns,
+                &sc,
+                &nh,
+                &nkv,
+                &scale,
+                &nsp,
+                &vis,
+                &split_counts,
+                &o,
+                &xq,
+                &xd,
+                &xs,
+                &kq,
+                &kd,
+                &ks,
             ],
         )?;
+        let heads = if k8 { heads } else { 1 };
+        if !in_split {
+            self.launch(
+                "attn_merge",
+                grid((n_head / heads) as u32, n as u32, (heads * head_dim) as u32),
+                &[
+                    &o, &xq, &xd, &xs, &kq, &kd, &ks, &wsp, &pp, &nh, &hd, &nsp, &vis,
+                ],
+            )?;
+        }
         if q8 {
             out.q8_valid.store(n * width, Ordering::Relaxed);
         }

@@ -169,8 +169,8 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
             matmul_check(dev, &mut rng, ty, cols, &mut checks)?;
         }
     }
-    // The one-row Q4_K GEMV (and Q6_K with GV_STAGE6) stages rows 4,096 to 12,288 wide in shared memory
-    // (GV_STAGE_MINW / MAXW in gemv.cu), and reads wider ones from global memory.
+    // The one-row Q4_K and Q6_K GEMVs stage rows 4,096 to 12,288 wide in shared memory
+    // (GV_STAGE_MINW / MAXW in gemv.cu), and read wider ones from global memory.
     for ty in [Q4_K, Q6_K] {
         for cols in [4096, 12544] {
             matmul_check(dev, &mut rng, ty, cols, &mut checks)?;
@@ -526,12 +526,14 @@ fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
 /// The Q8 activations written by the fused RMSNorm and SwiGLU kernels are the same bits as quantizing their f32
 /// output separately: a matmul reading either gives the same bits.
 fn shadow_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
-    // Q8_0 reads the per-32 shadow; Q4_K on a 512-wide row the K8 one (when that path is on).
-    // 2560: a row of a few-row call is split over 3 blocks.
+    // Q8_0 reads the per-32 shadow; Q4_K on a 512-wide row the K8 one (when that path is on). A row of a
+    // few-row call is split over blocks of 256: 320 and 576 end in a part block, 10240 takes 40 blocks.
     for (ty, width) in [
         (GgmlType::Q8_0, 320usize),
+        (GgmlType::Q8_0, 576),
         (GgmlType::Q4_K, 512),
         (GgmlType::Q4_K, 2560),
+        (GgmlType::Q4_K, 10240),
     ] {
         shadow_check(dev, rng, ty, width, checks)?;
     }
@@ -628,7 +630,7 @@ fn shadow_check(
             tol: 0.0,
         });
     }
-    // The RMSNorm of these rows inside a 20-row call (one block a row, not one per 1024 elements): the same
+    // The RMSNorm of these rows inside a 20-row call (one block a row, not one per 256 elements): the same
     // output bits, and the same matmul bits through its shadow.
     let many = 20usize;
     let x20 = [x, rng.vec((many - n) * width)].concat();
