@@ -182,55 +182,6 @@ __device__ __forceinline__ int attn_chunk(int n_pos, int n_splits) {
     return max(AT_MIN_CHUNK, (per + 63) / 64 * 64);
 }
 
-// Max / sum over the `gw` warps of one head's threads (warps gw k .. gw k + gw - 1): the tree of block_max /
-// block_sum on a block of just those warps, so a head's bits do not depend on how many heads share the block.
-// Every warp of the group computes the second stage itself (no broadcast barrier).
-__device__ float group_max(float v, float* sh, int gw) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads();
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float t = lane < gw ? sh[warp - warp % gw + lane] : NEG_INF;
-    for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
-    return t;
-}
-
-__device__ float group_sum(float v, float* sh, int gw) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads();
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float t = lane < gw ? sh[warp - warp % gw + lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-    return t;
-}
-
-// Merges element e of one (row, query head)'s splits (log2 domain, as attn_split writes them, from `p`):
-// out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), the numerator summed in split order, the denominator by
-// the fixed tree of the head's gw = head_dim / 32 warps (every thread of the block calls it: it has barriers).
-// `f` holds the head's n_act <= 256 split weights. Reads with ld.global.cg: in attn_split's fused merge the
-// partials were written by other blocks of the same kernel.
-__device__ __forceinline__ float merge_element(const float* p, float* f, float* sh, int e, int head_dim, int n_act) {
-    int gw = head_dim / 32;
-    // Thread e takes splits e, e + head_dim, ...: their maxima, then their weights 2^(m_s - M).
-    float mx = NEG_INF;
-    for (int s = e; s < n_act; s += head_dim) mx = fmaxf(mx, __ldcg(p + s * (head_dim + 2) + head_dim));
-    float M = group_max(mx, sh, gw);
-    float lsum = 0.0f;
-    for (int s = e; s < n_act; s += head_dim) {
-        float w = exp2f(__ldcg(p + s * (head_dim + 2) + head_dim) - M);
-        f[s] = w;
-        lsum += __ldcg(p + s * (head_dim + 2) + head_dim + 1) * w;
-    }
-    float L = group_sum(lsum, sh, gw); // its barriers also publish f
-    float A = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < n_act; s++) A += __ldcg(p + s * (head_dim + 2) + e) * f[s];
-    return A * (1.0f / L);
-}
-
 // One block (4 warps) per (KV head, row, split of attn_chunk positions) over an f16 cache: the partial softmax state of the G
 // query heads of the KV head over positions [split * chunk, min(split * chunk + chunk, pos + 1)), in the log2 domain
 // (q is pre-multiplied by scale * log2 e). A group of head_dim / 8 lanes takes one position (8 elements a lane),
@@ -242,8 +193,8 @@ template <int G, int HD>
 __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const void* kc, const void* vc,
                                                 const int* slots, const int* positions, int layer, int n_slots,
                                                 int slot_ctx, int n_head, int n_head_kv, float scale, int n_splits,
-                                                int n_vis, int* counts, float* out, signed char* xq, float* xd,
-                                                float* xs, signed char* kq, float* kd, int* ks) {
+                                                int n_vis, float* out, signed char* xq, float* xd, float* xs,
+                                                signed char* kq, float* kd, int* ks) {
     constexpr int head_dim = HD, LP = HD / 8, PPW = 32 / LP;
     __shared__ float sacc[4 * G * HD];
     __shared__ __align__(16) float qs[G * HD];
@@ -369,7 +320,18 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
         }
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < G * head_dim; idx += blockDim.x) {
+    // A row whose span is one split (with `out` non-null: G * HD % 128 == 0, % 256 with kq) is finished here:
+    // attn_merge of one split computes M = m, weight 2^0 = 1, L = 0 + l, A = 0 + acc, so out = acc (1 / l) is
+    // its bits, and the merge kernel skips the row. Else the partials go to `ws`.
+    bool direct = out && start == 0 && end == n_pos;
+    constexpr int PASSES = (G * HD + 127) / 128;
+    float v[PASSES];
+    __shared__ float mk[(G * HD + 31) / 32];
+    long long ob = ((long long)r * n_head + g * G) * head_dim; // the group's first output element
+#pragma unroll
+    for (int k = 0; k < PASSES; k++) {
+        int idx = threadIdx.x + 128 * k;
+        if (idx >= G * head_dim) break; // whole warps (head_dim % 32 == 0)
         int gi = idx / head_dim, e = idx % head_dim;
         float M = NEG_INF;
         for (int w = 0; w < 4; w++) M = fmaxf(M, sm[w * G + gi]);
@@ -381,53 +343,26 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
             L += sl[w * G + gi] * f;
             A += sacc[(w * G + gi) * head_dim + e] * f;
         }
-        float* part = ws + (((long long)r * n_head + g * G + gi) * n_splits + sp) * (head_dim + 2);
-        part[e] = A;
-        if (e == 0) {
-            part[head_dim] = M;
-            part[head_dim + 1] = L;
+        if (direct) {
+            v[k] = A * (1.0f / L);
+            out[ob + idx] = v[k];
+            if (xq) q8_warp(v[k], xq, xd, xs, (ob + idx) / 32);
+            if (kq) k8_publish(v[k], true, &mk[idx / 32]);
+        } else {
+            float* part = ws + (((long long)r * n_head + g * G + gi) * n_splits + sp) * (head_dim + 2);
+            part[e] = A;
+            if (e == 0) {
+                part[head_dim] = M;
+                part[head_dim + 1] = L;
+            }
         }
     }
-    // The merge in the same launch (counts non-null; passes of 128 elements, so G * HD % 128 == 0, else the host
-    // launches attn_merge): the last of the (row, KV head)'s active splits to finish merges its G query heads
-    // (attn_merge's arithmetic, so the same bits) and writes out and its Q8/K8 shadows. The fences order every
-    // block's partials before its count and the last block's reads after it.
-    if constexpr ((G * HD) % 128 != 0) {
-        return;
-    } else {
-        if (!counts) return;
-        constexpr int HPP = 128 / HD, PASSES = G * HD / 128;
-        __shared__ int is_last;
-        __shared__ float mf[HPP][256], msh[4], mk[G * HD / 32];
-        __threadfence();
-        __syncthreads();
-        int n_act = (n_pos + chunk - 1) / chunk;
-        if (threadIdx.x == 0) {
-            int* c = counts + (long long)r * n_head_kv + g;
-            is_last = atomicAdd(c, 1) == n_act - 1;
-            if (is_last) *c = 0; // every active split has counted: ready for the next launch (graph replays)
-        }
-        __syncthreads();
-        if (!is_last) return;
-        __threadfence();
-        int hl = threadIdx.x / HD, e = threadIdx.x % HD;
-        long long ob = ((long long)r * n_head + g * G) * HD; // the group's first output element
-        float v[PASSES];
-    #pragma unroll
-        for (int k = 0; k < PASSES; k++) {
-            int h = g * G + k * HPP + hl, li = 128 * k + threadIdx.x;
-            v[k] = merge_element(ws + ((long long)r * n_head + h) * n_splits * (HD + 2), mf[hl], msh, e, HD, n_act);
-            out[ob + li] = v[k];
-            if (xq) q8_warp(v[k], xq, xd, xs, (ob + li) / 32);
-            if (kq) k8_publish(v[k], true, &mk[li / 32]);
-        }
-        if (!kq) return;
-        __syncthreads();
-    #pragma unroll
-        for (int k = 0; k < PASSES; k++) {
-            int li = 128 * k + threadIdx.x;
-            k8_write(v[k], &mk[li / 256 * 8], kq, kd, ks, ob + li, li / 32 % 8 == 0);
-        }
+    if (!direct || !kq) return;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < PASSES; k++) {
+        int idx = threadIdx.x + 128 * k;
+        if (idx < G * head_dim) k8_write(v[k], &mk[idx / 256 * 8], kq, kd, ks, ob + idx, idx / 32 % 8 == 0);
     }
 }
 
@@ -438,10 +373,10 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                               \
         float* ws, const float* q, const void* kc, const void* vc, const int* slots, const int* positions,      \
         int layer, int n_slots, int slot_ctx, int n_head, int n_head_kv, float scale, int n_splits, int n_vis,  \
-        int* counts, float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd, int* ks) {  \
+        float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd, int* ks) {               \
         wait_prior_kernel();                                                                                    \
         attn_split_body<G, HD>(ws, q, kc, vc, slots, positions, layer, n_slots, slot_ctx, n_head, n_head_kv,    \
-                               scale, n_splits, n_vis, counts, out, xq, xd, xs, kq, kd, ks);                   \
+                               scale, n_splits, n_vis, out, xq, xd, xs, kq, kd, ks);                   \
     }
 ATTN_SPLIT_KERNEL(attn_split_g1_h64, 1, 64, 4)
 ATTN_SPLIT_KERNEL(attn_split_g2_h64, 2, 64, 4)
@@ -454,23 +389,67 @@ ATTN_SPLIT_KERNEL(attn_split_g3_h128, 3, 128, 3)
 ATTN_SPLIT_KERNEL(attn_split_g4_h128, 4, 128, 3)
 ATTN_SPLIT_KERNEL(attn_split_g8_h128, 8, 128, 2)
 
+// Max / sum over the `gw` warps of one head's threads (warps gw k .. gw k + gw - 1): the tree of block_max /
+// block_sum on a block of just those warps, so a head's bits do not depend on how many heads share the block.
+// Every warp of the group computes the second stage itself (no broadcast barrier).
+__device__ float group_max(float v, float* sh, int gw) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = lane < gw ? sh[warp - warp % gw + lane] : NEG_INF;
+    for (int o = 16; o > 0; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
+    return t;
+}
+
+__device__ float group_sum(float v, float* sh, int gw) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = lane < gw ? sh[warp - warp % gw + lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    return t;
+}
+
 #define MERGE_MAX_HEADS 4 // heads a block (256 threads of head_dim 64)
 
-// The merge as a kernel of its own (attn_split without `counts`). grid = (n_head / heads, rows), block = heads *
-// head_dim threads (head_dim a multiple of 32, <= 256; heads <= MERGE_MAX_HEADS); with `xq` non-null also writes
-// the Q8 blocks of the output, with `kq` non-null the K8 blocks (then the block is 256 threads: one K8 block).
-// n_splits <= 256.
+// Merges the splits of each (query head, row) (log2 domain, as attn_split writes them):
+// out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), the numerator summed in split order, the denominator by
+// a fixed tree. grid = (n_head / heads, rows), block = heads * head_dim threads (head_dim a multiple of 32, <= 256;
+// heads <= MERGE_MAX_HEADS); with `xq` non-null also writes the Q8 blocks of the output, with `kq` non-null the
+// K8 blocks (then the block is 256 threads: one K8 block). n_splits <= 256. With `direct`, rows whose span is one
+// split were finished by attn_split and are skipped.
 extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd,
                                       int* ks, const float* ws, const int* positions, int n_head, int head_dim,
-                                      int n_splits, int n_vis) {
+                                      int n_splits, int n_vis, int direct) {
     wait_prior_kernel();
     __shared__ float f[MERGE_MAX_HEADS][256], sh[32], sk[8];
     int hl = threadIdx.x / head_dim, e = threadIdx.x % head_dim;
     int h = blockIdx.x * (blockDim.x / head_dim) + hl, r = blockIdx.y;
+    int gw = head_dim / 32;
     int n_pos = attn_len(positions, r, n_vis);
-    int n_act = (n_pos + attn_chunk(n_pos, n_splits) - 1) / attn_chunk(n_pos, n_splits);
+    int chunk = attn_chunk(n_pos, n_splits);
+    int n_act = (n_pos + chunk - 1) / chunk;
+    if (direct && n_act == 1) return; // the whole block (one row)
     const float* p = ws + ((long long)r * n_head + h) * n_splits * (head_dim + 2);
-    float v = merge_element(p, f[hl], sh, e, head_dim, n_act);
+    // Thread e takes splits e, e + head_dim, ...: their maxima, then their weights 2^(m_s - M).
+    float mx = NEG_INF;
+    for (int s = e; s < n_act; s += head_dim) mx = fmaxf(mx, p[s * (head_dim + 2) + head_dim]);
+    float M = group_max(mx, sh, gw);
+    float lsum = 0.0f;
+    for (int s = e; s < n_act; s += head_dim) {
+        float w = exp2f(p[s * (head_dim + 2) + head_dim] - M);
+        f[hl][s] = w;
+        lsum += p[s * (head_dim + 2) + head_dim + 1] * w;
+    }
+    float L = group_sum(lsum, sh, gw); // its barriers also publish f
+    float A = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < n_act; s++) A += p[s * (head_dim + 2) + e] * f[hl][s];
+    float v = A * (1.0f / L);
     long long i = ((long long)r * n_head + h) * head_dim + e;
     out[i] = v;
     if (xq) q8_warp(v, xq, xd, xs, i / 32);

@@ -43,13 +43,6 @@ pub(crate) const K8_TYPE_OFFSET: i32 = 1000;
 /// Graphs kept before the cache is cleared (one per batch shape in practice).
 const MAX_GRAPHS: usize = 64;
 
-/// The attention's scratch: split partials (or the plain kernel's scores), and per (row, KV head) counts of the
-/// splits done (the fused merge's; zero between launches).
-struct AttnScratch {
-    parts: CudaSlice<f32>,
-    counts: CudaSlice<i32>,
-}
-
 /// Which fast paths the device uses. Each is on by default and has a kill switch in kiln's flag registry, so
 /// before/after is one binary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,9 +55,9 @@ pub struct Options {
     pub fused: bool,
     /// Split-KV ("flash decoding") attention; else one block per (head, row) over all positions.
     pub split_kv: bool,
-    /// With `fused` and `split_kv`: the last split block of a (row, KV head) merges the splits in the same launch
-    /// (same bits); else a merge kernel follows.
-    pub merge_in_split: bool,
+    /// With `fused` and `split_kv`: a row whose attention span is one split is finished by the split kernel
+    /// (output and shadows; the merge kernel skips it, same bits); else the merge kernel takes every row.
+    pub split_direct: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
     /// Int8 tensor cores for prefill passes ([`Device::set_pass`] with `prefill`) of more than [`MMQ_MIN_ROWS`]
@@ -101,7 +94,7 @@ impl Default for Options {
             fast_gemv: true,
             fused: true,
             split_kv: true,
-            merge_in_split: true,
+            split_direct: true,
             graphs: true,
             prefill_mma: true,
             block_mma: true,
@@ -150,8 +143,8 @@ pub struct Device {
     /// `opts.pdl` on a GPU that has it (compute capability 9.0 or later).
     pdl: bool,
     meta: Mutex<Meta>,
-    /// Attention scratch, grown only outside graph capture.
-    ws: Mutex<AttnScratch>,
+    /// Attention scratch (split partials or scores), grown only outside graph capture.
+    ws: Mutex<CudaSlice<f32>>,
     /// Greedy tokens of the last [`Device::argmax`] (grown as rows need, never inside a graph).
     argmax_out: Mutex<CudaSlice<i32>>,
     graphs: Mutex<Graphs>,
@@ -472,14 +465,9 @@ impl Device {
             n_logits: 0,
             prefill: false,
         };
-        let ws = AttnScratch {
-            parts: stream
-                .alloc_zeros::<f32>(1)
-                .map_err(drv("allocating attention scratch"))?,
-            counts: stream
-                .alloc_zeros::<i32>(1)
-                .map_err(drv("allocating attention scratch"))?,
-        };
+        let ws = stream
+            .alloc_zeros::<f32>(1)
+            .map_err(drv("allocating attention scratch"))?;
         let argmax_out = stream
             .alloc_zeros::<i32>(64)
             .map_err(drv("allocating argmax output"))?;
@@ -763,24 +751,17 @@ impl Device {
         let n_splits = attn_splits(slot_ctx);
         let need = rows * n_head * (n_splits * (head_dim + 2)).max(slot_ctx);
         let mut ws = self.lock(&self.ws);
-        if ws.parts.len() < need || ws.counts.len() < rows * n_head {
+        if ws.len() < need {
             if self.capturing.load(Ordering::Relaxed) {
                 return Err(Error::Shape {
                     op: "attention",
                     detail: "scratch not reserved before graph capture".into(),
                 });
             }
-            // Zeroed counts: the fused merge leaves every count it used at zero again.
-            *ws = AttnScratch {
-                parts: self
-                    .stream
-                    .alloc_zeros::<f32>(need)
-                    .map_err(drv("allocating attention scratch"))?,
-                counts: self
-                    .stream
-                    .alloc_zeros::<i32>(rows * n_head)
-                    .map_err(drv("allocating attention scratch"))?,
-            };
+            *ws = self
+                .stream
+                .alloc_zeros::<f32>(need)
+                .map_err(drv("allocating attention scratch"))?;
             drop(ws);
             self.bump_generation();
         }
@@ -2263,10 +2244,7 @@ impl Device {
         let (_, n_slots, slot_ctx, _) = kv.dims;
         self.reserve_attention(n, n_head, head_dim, slot_ctx)?;
         let [_, sp, pp, _] = self.meta_ptrs();
-        let (wsp, counts) = {
-            let ws = self.lock(&self.ws);
-            (self.ptr(&ws.parts), self.ptr(&ws.counts))
-        };
+        let wsp = self.ptr(&*self.lock(&self.ws));
         let (o, qp, kc, vc) = (
             self.ptr(&out.data),
             self.ptr(&q.data),
@@ -2343,13 +2321,17 @@ impl Device {
             _ => ((0, 0, 0), false),
         };
         let (kq, kd, ks) = self.k8_ptrs(out, k8);
-        // The merge inside the split kernel: its last block a (row, KV head) merges the group's heads in passes
-        // of 128 elements (whole K8 blocks when it writes them).
-        let in_split = self.opts.merge_in_split
+        // Rows whose span is one split finished by the split kernel (its block writes a KV head's query heads
+        // in passes of 128 elements: whole K8 blocks when it writes them); the merge kernel skips them.
+        let direct = self.opts.split_direct
             && fused
-            && (group * head_dim).is_multiple_of(if k8 { 256 } else { 128 })
-            && head_dim <= 128;
-        let split_counts = if in_split { counts } else { 0 };
+            && (group * head_dim).is_multiple_of(if k8 { 256 } else { 128 });
+        let (split_out, direct) = if direct { (o, 1i32) } else { (0, 0) };
+        let (sxq, sxd, sxs, skq, skd, sks) = if direct == 1 {
+            (xq, xd, xs, kq, kd, ks)
+        } else {
+            (0, 0, 0, 0, 0, 0)
+        };
         self.launch(
             split.unwrap_or_default(),
             LaunchConfig {
@@ -2358,40 +2340,18 @@ impl Device {
                 shared_mem_bytes: 0,
             },
             &[
-                &wsp,
-                &qp,
-                &kc,
-                &vc,
-                &sp,
-                &pp,
-                &li,
-                &ns,
-                &sc,
-                &nh,
-                &nkv,
-                &scale,
-                &nsp,
-                &vis,
-                &split_counts,
-                &o,
-                &xq,
-                &xd,
-                &xs,
-                &kq,
-                &kd,
-                &ks,
+                &wsp, &qp, &kc, &vc, &sp, &pp, &li, &ns, &sc, &nh, &nkv, &scale, &nsp, &vis,
+                &split_out, &sxq, &sxd, &sxs, &skq, &skd, &sks,
             ],
         )?;
         let heads = if k8 { heads } else { 1 };
-        if !in_split {
-            self.launch(
-                "attn_merge",
-                grid((n_head / heads) as u32, n as u32, (heads * head_dim) as u32),
-                &[
-                    &o, &xq, &xd, &xs, &kq, &kd, &ks, &wsp, &pp, &nh, &hd, &nsp, &vis,
-                ],
-            )?;
-        }
+        self.launch(
+            "attn_merge",
+            grid((n_head / heads) as u32, n as u32, (heads * head_dim) as u32),
+            &[
+                &o, &xq, &xd, &xs, &kq, &kd, &ks, &wsp, &pp, &nh, &hd, &nsp, &vis, &direct,
+            ],
+        )?;
         if q8 {
             out.q8_valid.store(n * width, Ordering::Relaxed);
         }

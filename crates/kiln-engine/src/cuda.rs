@@ -83,7 +83,7 @@ impl CudaBackend {
             fast_gemv: flags.cuda_gemv,
             fused: flags.cuda_fuse,
             split_kv: flags.cuda_split_kv,
-            merge_in_split: flags.cuda_merge_in_split,
+            split_direct: flags.cuda_split_direct,
             prefill_mma: flags.cuda_prefill_mma,
             block_mma: flags.cuda_block_mma,
             flash_attn: flags.cuda_flash_attn,

@@ -59,9 +59,9 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
-        env: "KILN_NO_CUDA_MERGE_IN_SPLIT",
-        disables: "CUDA: the last split-KV attention block of a row's KV head merges the splits in the same launch; \
-                   a merge kernel follows instead (same bits)",
+        env: "KILN_NO_CUDA_SPLIT_DIRECT",
+        disables: "CUDA: split-KV attention finishes a row whose span is one split in the split kernel (the merge \
+                   kernel skips it); the merge kernel takes every row instead (same bits)",
         default_on: true,
     },
     FlagInfo {
@@ -141,8 +141,8 @@ pub struct Flags {
     pub cuda_fuse: bool,
     /// CUDA: split-KV attention.
     pub cuda_split_kv: bool,
-    /// CUDA: split-KV attention merged by its last block.
-    pub cuda_merge_in_split: bool,
+    /// CUDA: rows of one split finished by the split-KV attention kernel.
+    pub cuda_split_direct: bool,
     /// CUDA: forward passes replayed as CUDA graphs.
     pub cuda_graph: bool,
     /// CUDA: programmatic dependent launch.
@@ -176,7 +176,7 @@ impl Default for Flags {
             cuda_gemv: true,
             cuda_fuse: true,
             cuda_split_kv: true,
-            cuda_merge_in_split: true,
+            cuda_split_direct: true,
             cuda_graph: true,
             cuda_pdl: true,
             cuda_prefill_mma: true,
@@ -202,7 +202,7 @@ impl Flags {
             cuda_gemv: false,
             cuda_fuse: false,
             cuda_split_kv: false,
-            cuda_merge_in_split: false,
+            cuda_split_direct: false,
             cuda_graph: false,
             cuda_pdl: false,
             cuda_prefill_mma: false,
@@ -256,7 +256,7 @@ impl Flags {
                 "KILN_NO_CUDA_GEMV" => flags.cuda_gemv = !disabled,
                 "KILN_NO_CUDA_FUSE" => flags.cuda_fuse = !disabled,
                 "KILN_NO_CUDA_SPLIT_KV" => flags.cuda_split_kv = !disabled,
-                "KILN_NO_CUDA_MERGE_IN_SPLIT" => flags.cuda_merge_in_split = !disabled,
+                "KILN_NO_CUDA_SPLIT_DIRECT" => flags.cuda_split_direct = !disabled,
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,
                 "KILN_NO_CUDA_PDL" => flags.cuda_pdl = !disabled,
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,

@@ -31,7 +31,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         fast_gemv: false,
         fused: false,
         split_kv: false,
-        merge_in_split: false,
+        split_direct: false,
         graphs: false,
         prefill_mma: false,
         block_mma: false,
@@ -45,10 +45,10 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
     let mut failed = 0;
     let mut total = 0;
     // The fast paths on per-32 activations too (KILN_NO_CUDA_K8: the per-32 GEMV, block and prefill kernels),
-    // with the split-KV attention's merge as a kernel of its own (KILN_NO_CUDA_MERGE_IN_SPLIT).
+    // with the split-KV attention's merge as a kernel of its own (KILN_NO_CUDA_SPLIT_DIRECT).
     let per32 = kiln_cuda::Options {
         k8: false,
-        merge_in_split: false,
+        split_direct: false,
         ..kiln_cuda::Options::default()
     };
     for (label, opts) in [
