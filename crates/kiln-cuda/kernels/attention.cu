@@ -82,24 +82,14 @@ __device__ __forceinline__ long long kv_row(int layer, int slot, int pos, int n_
     return (((long long)layer * n_slots + slot) * slot_ctx + pos) * kv_dim;
 }
 
-// One warp per (row, head) (grid = (rows, n_head + n_head_kv), block = 32): QK-norm (when the weights are given)
-// and RoPE of a query head in place, or of a key head into the cache at (layer, slots[r], positions[r]) together
-// with the same head's V. Every load of a head is issued before the first use. head_dim <= 256.
-extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, const float* v, void* kc, void* vc,
-                                                           const float* q_norm, const float* k_norm,
-                                                           const int* slots, const int* positions, int layer,
-                                                           int n_slots, int slot_ctx, int n_head, int n_head_kv,
-                                                           int head_dim, float eps, float theta, float freq_scale,
-                                                           int neox, int f16) {
-    wait_prior_kernel();
-    __shared__ float hb[256];
-    int r = blockIdx.x, hh = blockIdx.y, lane = threadIdx.x;
-    int kv_dim = n_head_kv * head_dim, half = head_dim / 2;
-    bool is_q = hh < n_head;
-    int h = is_q ? hh : hh - n_head;
-    float* src = is_q ? q + ((long long)r * n_head + h) * head_dim : k + ((long long)r * n_head_kv + h) * head_dim;
-    const float* nw = is_q ? q_norm : k_norm;
-    long long dst = kv_row(layer, slots[r], positions[r], n_slots, slot_ctx, kv_dim) + (long long)h * head_dim;
+// One warp's QK-norm (when `nw` is given) and RoPE at position p (already times freq_scale) of one head of
+// head_dim <= 256 from `src`: a query head to qdst[i] = y * qmul, or a key head into the cache at `dst` together
+// with the same head's V from `vsrc`. `hb`: head_dim floats of shared memory of this warp's own. Every load of a
+// head is issued before the first use. attn_prep and attn_split (prep = 1) call it, so their bits are the same.
+__device__ __forceinline__ void prep_head(float* hb, const float* src, const float* nw, const float* vsrc, bool is_q,
+                                          float* qdst, float qmul, void* kc, void* vc, long long dst, int head_dim,
+                                          float eps, float p, float theta, int neox, int f16) {
+    int lane = threadIdx.x & 31, half = head_dim / 2;
     float xv[8], wv[8], vv[8];
 #pragma unroll
     for (int t = 0; t < 8; t++) {
@@ -107,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, c
         bool in = i < head_dim;
         xv[t] = in ? src[i] : 0.0f;
         wv[t] = in && nw ? nw[i] : 1.0f;
-        vv[t] = in && !is_q ? v[(long long)r * kv_dim + h * head_dim + i] : 0.0f;
+        vv[t] = in && !is_q ? vsrc[i] : 0.0f;
     }
     float ss = 0.0f;
 #pragma unroll
@@ -120,18 +110,17 @@ extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, c
         if (i < head_dim) hb[i] = nw ? xv[t] * scale * wv[t] : xv[t];
     }
     __syncwarp();
-    float p = (float)positions[r] * freq_scale;
     for (int i = lane; i < half; i += 32) {
         float inv = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
-        float s, c;
-        sincosf(p * inv, &s, &c);
+        float sn, cs;
+        sincosf(p * inv, &sn, &cs);
         int ia = neox ? i : 2 * i;
         int ib = neox ? i + half : 2 * i + 1;
         float x0 = hb[ia], x1 = hb[ib];
-        float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+        float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
         if (is_q) {
-            src[ia] = y0;
-            src[ib] = y1;
+            qdst[ia] = y0 * qmul;
+            qdst[ib] = y1 * qmul;
         } else if (f16) {
             ((u16*)kc)[dst + ia] = f2h(y0);
             ((u16*)kc)[dst + ib] = f2h(y1);
@@ -151,6 +140,27 @@ extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, c
                 ((float*)vc)[dst + i] = vv[t];
         }
     }
+}
+
+// One warp per (row, head) (grid = (rows, n_head + n_head_kv), block = 32): prep_head of a query head in place,
+// or of a key head into the cache at (layer, slots[r], positions[r]) with its V.
+extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, const float* v, void* kc, void* vc,
+                                                           const float* q_norm, const float* k_norm,
+                                                           const int* slots, const int* positions, int layer,
+                                                           int n_slots, int slot_ctx, int n_head, int n_head_kv,
+                                                           int head_dim, float eps, float theta, float freq_scale,
+                                                           int neox, int f16) {
+    wait_prior_kernel();
+    __shared__ float hb[256];
+    int r = blockIdx.x, hh = blockIdx.y;
+    int kv_dim = n_head_kv * head_dim;
+    bool is_q = hh < n_head;
+    int h = is_q ? hh : hh - n_head;
+    float* src = is_q ? q + ((long long)r * n_head + h) * head_dim : k + ((long long)r * n_head_kv + h) * head_dim;
+    long long dst = kv_row(layer, slots[r], positions[r], n_slots, slot_ctx, kv_dim) + (long long)h * head_dim;
+    const float* vsrc = is_q ? nullptr : v + (long long)r * kv_dim + h * head_dim;
+    prep_head(hb, src, is_q ? q_norm : k_norm, vsrc, is_q, src, 1.0f, kc, vc, dst, head_dim, eps,
+              (float)positions[r] * freq_scale, theta, neox, f16);
 }
 
 // 8 f16 cache elements (one 16-byte vector) as floats.
@@ -194,7 +204,9 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
                                                 const int* slots, const int* positions, int layer, int n_slots,
                                                 int slot_ctx, int n_head, int n_head_kv, float scale, int n_splits,
                                                 int n_vis, float* out, signed char* xq, float* xd, float* xs,
-                                                signed char* kq, float* kd, int* ks) {
+                                                signed char* kq, float* kd, int* ks, const float* k,
+                                                const float* v, const float* q_norm, const float* k_norm, float eps,
+                                                float theta, float freq_scale, int neox, int prep) {
     constexpr int head_dim = HD, LP = HD / 8, PPW = 32 / LP;
     __shared__ float sacc[4 * G * HD];
     __shared__ __align__(16) float qs[G * HD];
@@ -214,8 +226,28 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     int pos_stride = kv_dim / 8; // in 16-byte vectors
     // The G query heads (adjacent in q) in shared memory, scaled; registers go to the K/V loads in flight.
     const float qscale = scale * 1.4426950408889634f;
-    const float* qg = q + ((long long)r * n_head + g * G) * head_dim;
-    for (int i = threadIdx.x; i < G * head_dim; i += blockDim.x) qs[i] = qg[i] * qscale;
+    if (prep) {
+        // attn_prep in this launch (a one-row pass; the host skips attn_prep): warp w preps query heads w, w + 4,
+        // ... of the group straight into qs (prep_head's bits, times qscale as below), and the split holding the
+        // row's own position the KV head's K/V into the cache, read back below after the barrier (so the K/V
+        // loads are plain ones: the non-coherent path need not see this launch's writes). Other splits do not
+        // read that position.
+        __shared__ float phb[4][HD];
+        int kvd = n_head_kv * HD;
+        float p = (float)(n_pos - 1) * freq_scale;
+        long long dst = kv_row(layer, slots[r], n_pos - 1, n_slots, slot_ctx, kvd) + (long long)g * HD;
+        for (int hh = warp; hh <= G; hh += 4) {
+            bool is_q = hh < G;
+            if (!is_q && end != n_pos) break;
+            const float* src = is_q ? q + ((long long)r * n_head + g * G + hh) * HD : k + (long long)r * kvd + g * HD;
+            prep_head(phb[warp], src, is_q ? q_norm : k_norm, is_q ? nullptr : v + (long long)r * kvd + g * HD, is_q,
+                      qs + hh * HD, qscale, (void*)kc, (void*)vc, dst, HD, eps, p, theta, neox, 1);
+            __syncwarp();
+        }
+    } else {
+        const float* qg = q + ((long long)r * n_head + g * G) * head_dim;
+        for (int i = threadIdx.x; i < G * head_dim; i += blockDim.x) qs[i] = qg[i] * qscale;
+    }
     __syncthreads();
     float acc[G][8], m[G], l[G];
 #pragma unroll
@@ -232,8 +264,8 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     for (int u = 0; u < AT_U; u++) {
         int t = t0 + u * step;
         if (t < end) {
-            kr[u] = __ldg(kb + (long long)t * pos_stride);
-            vr[u] = __ldg(vb + (long long)t * pos_stride);
+            kr[u] = kb[(long long)t * pos_stride];
+            vr[u] = vb[(long long)t * pos_stride];
         }
     }
     for (; t0 - grp < end; t0 += AT_U * step) {
@@ -243,8 +275,8 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
         for (int u = 0; u < AT_U; u++) {
             int t = t0 + (AT_U + u) * step;
             if (t < end) {
-                kn[u] = __ldg(kb + (long long)t * pos_stride);
-                vn[u] = __ldg(vb + (long long)t * pos_stride);
+                kn[u] = kb[(long long)t * pos_stride];
+                vn[u] = vb[(long long)t * pos_stride];
             }
         }
         float s[G][AT_U];
@@ -325,7 +357,7 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     // its bits, and the merge kernel skips the row. Else the partials go to `ws`.
     bool direct = out && start == 0 && end == n_pos;
     constexpr int PASSES = (G * HD + 127) / 128;
-    float v[PASSES];
+    float ov[PASSES];
     __shared__ float mk[(G * HD + 31) / 32];
     long long ob = ((long long)r * n_head + g * G) * head_dim; // the group's first output element
 #pragma unroll
@@ -344,10 +376,10 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
             A += sacc[(w * G + gi) * head_dim + e] * f;
         }
         if (direct) {
-            v[k] = A * (1.0f / L);
-            out[ob + idx] = v[k];
-            if (xq) q8_warp(v[k], xq, xd, xs, (ob + idx) / 32);
-            if (kq) k8_publish(v[k], true, &mk[idx / 32]);
+            ov[k] = A * (1.0f / L);
+            out[ob + idx] = ov[k];
+            if (xq) q8_warp(ov[k], xq, xd, xs, (ob + idx) / 32);
+            if (kq) k8_publish(ov[k], true, &mk[idx / 32]);
         } else {
             float* part = ws + (((long long)r * n_head + g * G + gi) * n_splits + sp) * (head_dim + 2);
             part[e] = A;
@@ -362,7 +394,7 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
 #pragma unroll
     for (int k = 0; k < PASSES; k++) {
         int idx = threadIdx.x + 128 * k;
-        if (idx < G * head_dim) k8_write(v[k], &mk[idx / 256 * 8], kq, kd, ks, ob + idx, idx / 32 % 8 == 0);
+        if (idx < G * head_dim) k8_write(ov[k], &mk[idx / 256 * 8], kq, kd, ks, ob + idx, idx / 32 % 8 == 0);
     }
 }
 
@@ -373,10 +405,13 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                               \
         float* ws, const float* q, const void* kc, const void* vc, const int* slots, const int* positions,      \
         int layer, int n_slots, int slot_ctx, int n_head, int n_head_kv, float scale, int n_splits, int n_vis,  \
-        float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd, int* ks) {               \
+        float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd, int* ks, const float* k,  \
+        const float* v, const float* q_norm, const float* k_norm, float eps, float theta, float freq_scale,     \
+        int neox, int prep) {                                                                                   \
         wait_prior_kernel();                                                                                    \
         attn_split_body<G, HD>(ws, q, kc, vc, slots, positions, layer, n_slots, slot_ctx, n_head, n_head_kv,    \
-                               scale, n_splits, n_vis, out, xq, xd, xs, kq, kd, ks);                   \
+                               scale, n_splits, n_vis, out, xq, xd, xs, kq, kd, ks, k, v, q_norm, k_norm, eps,  \
+                               theta, freq_scale, neox, prep);                                                 \
     }
 ATTN_SPLIT_KERNEL(attn_split_g1_h64, 1, 64, 4)
 ATTN_SPLIT_KERNEL(attn_split_g2_h64, 2, 64, 4)

@@ -58,6 +58,9 @@ pub struct Options {
     /// With `fused` and `split_kv`: a row whose attention span is one split is finished by the split kernel
     /// (output and shadows; the merge kernel skips it, same bits); else the merge kernel takes every row.
     pub split_direct: bool,
+    /// With `fused` and `split_kv`: a one-row pass's QK-norm, RoPE and K/V append are done by the split kernel
+    /// (same bits); else by `attn_prep` before it.
+    pub prep_in_split: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
     /// Int8 tensor cores for prefill passes ([`Device::set_pass`] with `prefill`) of more than [`MMQ_MIN_ROWS`]
@@ -95,6 +98,7 @@ impl Default for Options {
             fused: true,
             split_kv: true,
             split_direct: true,
+            prep_in_split: true,
             graphs: true,
             prefill_mma: true,
             block_mma: true,
@@ -2089,7 +2093,7 @@ impl Device {
         }
         self.kv_append(kv, k, v, layer, n)?;
         self.attend(
-            out, q, kv, layer, n, n_head, n_head_kv, head_dim, scale, visible,
+            out, q, kv, layer, n, n_head, n_head_kv, head_dim, scale, visible, None,
         )
     }
 
@@ -2193,6 +2197,35 @@ impl Device {
             Some((qn, kn)) => (self.ptr(&qn.data), self.ptr(&kn.data)),
             None => (0u64, 0u64),
         };
+        // A one-row pass on the split kernel preps inside it (attn_split's `prep`): one launch fewer a layer.
+        if n == 1
+            && self.opts.prep_in_split
+            && self.split_path(kv, n_head / n_head_kv, head_dim).is_some()
+        {
+            let prep = Prep {
+                k: kp,
+                v: vp,
+                q_norm: qn,
+                k_norm: kn,
+                eps: a.eps,
+                theta: a.theta,
+                freq_scale: a.freq_scale,
+                neox: a.neox as i32,
+            };
+            return self.attend(
+                out,
+                q,
+                kv,
+                layer,
+                n,
+                n_head,
+                n_head_kv,
+                head_dim,
+                a.scale,
+                0,
+                Some(prep),
+            );
+        }
         self.launch(
             "attn_prep",
             grid(n as u32, (n_head + n_head_kv) as u32, 32),
@@ -2220,12 +2253,18 @@ impl Device {
             ],
         )?;
         self.attend(
-            out, q, kv, layer, n, n_head, n_head_kv, head_dim, a.scale, 0,
+            out, q, kv, layer, n, n_head, n_head_kv, head_dim, a.scale, 0, None,
         )
     }
 
-    /// The attention proper over a cache that already holds the rows' K/V; `visible` > 0 overrides every row's
-    /// causal span `0..=pos` with `0..visible`.
+    /// The split-KV decode kernel for `group` query heads a KV head of `head_dim` over `kv`, when it is used.
+    fn split_path(&self, kv: &DKv, group: usize, head_dim: usize) -> Option<&'static str> {
+        split_kernel(group, head_dim).filter(|_| self.opts.split_kv && kv.f16)
+    }
+
+    /// The attention proper over a cache that already holds the rows' K/V (with `prep`, a one-row pass on the
+    /// split kernel: the row's QK-norm, RoPE and K/V append are done by that kernel); `visible` > 0 overrides
+    /// every row's causal span `0..=pos` with `0..visible`.
     #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
@@ -2239,6 +2278,7 @@ impl Device {
         head_dim: usize,
         scale: f32,
         visible: usize,
+        prep: Option<Prep>,
     ) -> Result<()> {
         let vis: i32 = if visible > 0 { -1 } else { 0 };
         let (_, n_slots, slot_ctx, _) = kv.dims;
@@ -2293,9 +2333,8 @@ impl Device {
                 ],
             );
         }
-        let split = split_kernel(group, head_dim);
-        let split_ok = self.opts.split_kv && kv.f16 && split.is_some();
-        if !split_ok {
+        let split = self.split_path(kv, group, head_dim);
+        if split.is_none() {
             return self.launch(
                 "attn_decode",
                 grid(n_head as u32, n as u32, 128),
@@ -2332,6 +2371,8 @@ impl Device {
         } else {
             (0, 0, 0, 0, 0, 0)
         };
+        let pr = prep.unwrap_or_default();
+        let on = prep.is_some() as i32;
         self.launch(
             split.unwrap_or_default(),
             LaunchConfig {
@@ -2340,8 +2381,36 @@ impl Device {
                 shared_mem_bytes: 0,
             },
             &[
-                &wsp, &qp, &kc, &vc, &sp, &pp, &li, &ns, &sc, &nh, &nkv, &scale, &nsp, &vis,
-                &split_out, &sxq, &sxd, &sxs, &skq, &skd, &sks,
+                &wsp,
+                &qp,
+                &kc,
+                &vc,
+                &sp,
+                &pp,
+                &li,
+                &ns,
+                &sc,
+                &nh,
+                &nkv,
+                &scale,
+                &nsp,
+                &vis,
+                &split_out,
+                &sxq,
+                &sxd,
+                &sxs,
+                &skq,
+                &skd,
+                &sks,
+                &pr.k,
+                &pr.v,
+                &pr.q_norm,
+                &pr.k_norm,
+                &pr.eps,
+                &pr.theta,
+                &pr.freq_scale,
+                &pr.neox,
+                &on,
             ],
         )?;
         let heads = if k8 { heads } else { 1 };
@@ -2360,6 +2429,20 @@ impl Device {
         }
         Ok(())
     }
+}
+
+/// What `attn_prep` would take, for a split kernel that preps a one-row pass itself (device pointers; norms 0
+/// when the model has no QK-norm).
+#[derive(Clone, Copy, Default)]
+struct Prep {
+    k: u64,
+    v: u64,
+    q_norm: u64,
+    k_norm: u64,
+    eps: f32,
+    theta: f32,
+    freq_scale: f32,
+    neox: i32,
 }
 
 /// Tensor-core kernels that take up to three weights a launch (JOB_ARGS in common.cu).

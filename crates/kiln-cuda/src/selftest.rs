@@ -185,10 +185,12 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
     moe_check(dev, &mut rng, &mut checks)?;
     for f16 in [true, false] {
         for fused in [false, true] {
-            attention_check(dev, &mut rng, f16, fused, 6, &mut checks)?;
+            attention_check(dev, &mut rng, f16, fused, 6, 64, &mut checks)?;
         }
         // 8 heads of 64: a K8 block spans 4 heads, so the merge takes 4 heads a block (with a K-quant loaded).
-        attention_check(dev, &mut rng, f16, true, 8, &mut checks)?;
+        attention_check(dev, &mut rng, f16, true, 8, 64, &mut checks)?;
+        // Qwen3's head_dim (the split kernel's 128-wide instantiations, prep inside it for one-row passes).
+        attention_check(dev, &mut rng, f16, true, 8, 128, &mut checks)?;
         visible_attention_check(dev, &mut rng, f16, &mut checks)?;
     }
     flash_attention_check(dev, &mut rng, &mut checks)?;
@@ -1004,13 +1006,14 @@ fn attention_check(
     f16: bool,
     fused: bool,
     nh: usize,
+    hd: usize,
     checks: &mut Vec<Check>,
 ) -> Result<()> {
-    // 2 layers, 2 slots of 200 positions (several splits), `nh` query heads over 2 KV heads of 64. Slot 1 is filled
+    // 2 layers, 2 slots of 200 positions (several splits), `nh` query heads over 2 KV heads of `hd`. Slot 1 is filled
     // by a prefill of 133 rows in one call, then one decode row; slot 0 gets 5 rows one by one. The attention of
     // the decode rows must match the reference and be bit-identical when recomputed inside a batch. The fused
     // form also applies QK-norm and NEOX RoPE, mirrored on the host.
-    let (n_layer, n_slots, ctx, nkv, hd) = (2usize, 2usize, 200usize, 2usize, 64usize);
+    let (n_layer, n_slots, ctx, nkv) = (2usize, 2usize, 200usize, 2usize);
     let layer = 1usize;
     let (qd, kvd) = (nh * hd, nkv * hd);
     let eps = 1e-6f32;
@@ -1086,7 +1089,7 @@ fn attention_check(
         "plain"
     };
     checks.push(Check {
-        name: format!("attention {form} {kvn} KV (prefill 133, decode, GQA {nh}/2x64)"),
+        name: format!("attention {form} {kvn} KV (prefill 133, decode, GQA {nh}/2x{hd})"),
         err,
         tol: if fused { 1e-4 } else { 1e-5 },
     });
@@ -1106,7 +1109,7 @@ fn attention_check(
         &cat(&v0, &v),
     )?;
     checks.push(Check {
-        name: format!("attention {form} {kvn} {nh}/2x64 batch invariance"),
+        name: format!("attention {form} {kvn} {nh}/2x{hd} batch invariance"),
         err: bits_differ(&g2[qd..], &gd),
         tol: 0.0,
     });

@@ -84,6 +84,7 @@ impl CudaBackend {
             fused: flags.cuda_fuse,
             split_kv: flags.cuda_split_kv,
             split_direct: flags.cuda_split_direct,
+            prep_in_split: flags.cuda_prep_in_split,
             prefill_mma: flags.cuda_prefill_mma,
             block_mma: flags.cuda_block_mma,
             flash_attn: flags.cuda_flash_attn,

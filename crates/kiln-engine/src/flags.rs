@@ -65,6 +65,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_PREP_IN_SPLIT",
+        disables: "CUDA: a one-row pass's QK-norm, RoPE and K/V append done inside the split-KV attention kernel; \
+                   by a kernel of their own before it instead (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_PREFILL_MMA",
         disables: "CUDA: int8 tensor-core matmul for prompt prefill (Q4_K/Q6_K/Q8_0, more than 16 rows); prefill \
                    rows go through the decode-path kernels instead",
@@ -143,6 +149,8 @@ pub struct Flags {
     pub cuda_split_kv: bool,
     /// CUDA: rows of one split finished by the split-KV attention kernel.
     pub cuda_split_direct: bool,
+    /// CUDA: a one-row pass's attention prep inside the split-KV kernel.
+    pub cuda_prep_in_split: bool,
     /// CUDA: forward passes replayed as CUDA graphs.
     pub cuda_graph: bool,
     /// CUDA: programmatic dependent launch.
@@ -177,6 +185,7 @@ impl Default for Flags {
             cuda_fuse: true,
             cuda_split_kv: true,
             cuda_split_direct: true,
+            cuda_prep_in_split: true,
             cuda_graph: true,
             cuda_pdl: true,
             cuda_prefill_mma: true,
@@ -203,6 +212,7 @@ impl Flags {
             cuda_fuse: false,
             cuda_split_kv: false,
             cuda_split_direct: false,
+            cuda_prep_in_split: false,
             cuda_graph: false,
             cuda_pdl: false,
             cuda_prefill_mma: false,
@@ -257,6 +267,7 @@ impl Flags {
                 "KILN_NO_CUDA_FUSE" => flags.cuda_fuse = !disabled,
                 "KILN_NO_CUDA_SPLIT_KV" => flags.cuda_split_kv = !disabled,
                 "KILN_NO_CUDA_SPLIT_DIRECT" => flags.cuda_split_direct = !disabled,
+                "KILN_NO_CUDA_PREP_IN_SPLIT" => flags.cuda_prep_in_split = !disabled,
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,
                 "KILN_NO_CUDA_PDL" => flags.cuda_pdl = !disabled,
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,

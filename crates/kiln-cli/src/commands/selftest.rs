@@ -32,6 +32,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         fused: false,
         split_kv: false,
         split_direct: false,
+        prep_in_split: false,
         graphs: false,
         prefill_mma: false,
         block_mma: false,
@@ -45,15 +46,20 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
     let mut failed = 0;
     let mut total = 0;
     // The fast paths on per-32 activations too (KILN_NO_CUDA_K8: the per-32 GEMV, block and prefill kernels),
-    // with the split-KV attention's merge as a kernel of its own (KILN_NO_CUDA_SPLIT_DIRECT).
+    // with the split-KV attention's prep and merge as kernels of their own (KILN_NO_CUDA_SPLIT_DIRECT,
+    // KILN_NO_CUDA_PREP_IN_SPLIT).
     let per32 = kiln_cuda::Options {
         k8: false,
         split_direct: false,
+        prep_in_split: false,
         ..kiln_cuda::Options::default()
     };
     for (label, opts) in [
         ("fast paths", kiln_cuda::Options::default()),
-        ("fast paths on per-32 activations, merge kernel", per32),
+        (
+            "fast paths on per-32 activations, prep and merge kernels",
+            per32,
+        ),
         ("kill switches + reference", simple),
     ] {
         let t0 = std::time::Instant::now();
