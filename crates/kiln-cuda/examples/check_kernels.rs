@@ -1,9 +1,10 @@
 //! Compiles every kernel through NVRTC for an architecture (default `sm_90a`) with the options kiln uses at
 //! run time, without a GPU, prints each kernel's registers and spills, and writes the cubin to `$KILN_CUBIN_DIR`
-//! when set. Used by tools/check-kernels.sh in CI:
+//! when set; then compiles them once more with every in-kernel kill switch off (`option_defines`), so both
+//! sides of each compile. Used by tools/check-kernels.sh in CI:
 //! `cargo run -p kiln-cuda --example check_kernels [-- sm_90a ...]` with libnvrtc on the library path.
 use kiln_cuda::compile::{
-    compile_cubin, compile_options, nvrtc_version, resource_report, KERNEL_NAMES,
+    compile_cubin, compile_options, nvrtc_version, option_defines, resource_report, KERNEL_NAMES,
 };
 
 fn main() {
@@ -20,7 +21,7 @@ fn main() {
     };
     let mut failed = false;
     for arch in &archs {
-        match compile_cubin(arch) {
+        match compile_cubin(arch, &[]) {
             Ok(cubin) => {
                 // Every kernel the backend loads must be a symbol of the cubin.
                 let missing: Vec<&str> = KERNEL_NAMES
@@ -37,7 +38,7 @@ fn main() {
                         "ok {arch}: {} kernels, cubin {} bytes (NVRTC {ma}.{mi}; options {})",
                         KERNEL_NAMES.len(),
                         cubin.len(),
-                        compile_options(arch).join(" ")
+                        compile_options(arch, &[]).join(" ")
                     );
                     // The cubin itself, for SASS inspection (tools/check-kernels.sh disassembles it).
                     if let Some(dir) = std::env::var_os("KILN_CUBIN_DIR") {
@@ -58,6 +59,18 @@ fn main() {
             }
             Err(e) => {
                 eprintln!("FAIL {arch}: {e}");
+                failed = true;
+            }
+        }
+        let off = option_defines(&kiln_cuda::Options {
+            gemv_stage: false,
+            early_weights: false,
+            ..kiln_cuda::Options::default()
+        });
+        match compile_cubin(arch, &off) {
+            Ok(_) => println!("ok {arch} with {}", off.join(" ")),
+            Err(e) => {
+                eprintln!("FAIL {arch} with {}: {e}", off.join(" "));
                 failed = true;
             }
         }

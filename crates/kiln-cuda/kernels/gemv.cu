@@ -397,7 +397,7 @@ __device__ __forceinline__ int gv_swz6(int c) {
 // The staging buffer: one per block, shared by the Q4_K and Q6_K bodies (a function's __shared__ variable has one
 // instance a block however often it is inlined).
 __device__ __forceinline__ int4* gv_stage_buf() {
-    __shared__ int4 buf[GV_STAGE_CHUNKS];
+    __shared__ int4 buf[GV_STAGE_CHUNKS > 0 ? GV_STAGE_CHUNKS : 1]; // GV_STAGE_MAXW=0: never used
     return buf;
 }
 

@@ -151,8 +151,9 @@ pub fn arch_name(major: i32, minor: i32) -> String {
     }
 }
 
-/// The NVRTC options kiln uses for `arch` (the run-time path and the CI check use exactly these).
-pub fn compile_options(arch: &str) -> Vec<String> {
+/// The NVRTC options kiln uses for `arch` with the kill switches' `defines` ([`option_defines`]; the run-time
+/// path and the CI check use exactly these).
+pub fn compile_options(arch: &str, defines: &[String]) -> Vec<String> {
     let mut o = vec![
         format!("--gpu-architecture={arch}"),
         "--std=c++17".to_string(),
@@ -163,8 +164,23 @@ pub fn compile_options(arch: &str) -> Vec<String> {
     if let Some(inc) = cuda_include_dir() {
         o.push(format!("--include-path={}", inc.display()));
     }
+    o.extend_from_slice(defines);
     o.extend(tuning_defines());
     o
+}
+
+/// The preprocessor defines that turn off the fast paths which live inside the kernels' code rather than in the
+/// host's choice of kernel: the one-row K8 GEMVs' staged activation row (`GV_STAGE_MAXW`) and their weight loads
+/// issued before the launch wait (`GV_EARLY_W`). Empty with the defaults.
+pub fn option_defines(opts: &crate::Options) -> Vec<String> {
+    let mut d = Vec::new();
+    if !opts.gemv_stage {
+        d.push("-DGV_STAGE_MAXW=0".to_string());
+    }
+    if !opts.early_weights {
+        d.push("-DGV_EARLY_W=0".to_string());
+    }
+    d
 }
 
 /// `KILN_CUDA_DEFINES`: extra NVRTC options separated by `;` or spaces (e.g. `-DGV_U=8;-DAT_MIN_CHUNK=64`: `;`
@@ -213,16 +229,16 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
     Ok((a, b))
 }
 
-/// Compiles the kernel source for `arch` to a cubin (no cache).
-pub fn compile_cubin(arch: &str) -> Result<Vec<u8>> {
-    compile(arch, &[]).map(|(cubin, _)| cubin)
+/// Compiles the kernel source for `arch` with `defines` to a cubin (no cache).
+pub fn compile_cubin(arch: &str, defines: &[String]) -> Result<Vec<u8>> {
+    compile(arch, defines, &[]).map(|(cubin, _)| cubin)
 }
 
 /// Registers, spills and stack of every kernel as ptxas reports them (`--ptxas-options=-v`), one line per
 /// kernel: `name: N registers, S bytes spill stores, F bytes stack`. Occupancy of the latency-bound decode
 /// kernels follows the register count, so the CI check prints this.
 pub fn resource_report(arch: &str) -> Result<Vec<String>> {
-    let (_, log) = compile(arch, &["--ptxas-options=-v".to_string()])?;
+    let (_, log) = compile(arch, &[], &["--ptxas-options=-v".to_string()])?;
     let mut lines = Vec::new();
     let mut kernel = String::new();
     let mut frame = String::new();
@@ -257,8 +273,8 @@ fn program_log(prog: nvrtc_sys::nvrtcProgram) -> String {
         .unwrap_or_default()
 }
 
-/// The cubin and NVRTC's log, compiled with kiln's options plus `extra`.
-fn compile(arch: &str, extra: &[String]) -> Result<(Vec<u8>, String)> {
+/// The cubin and NVRTC's log, compiled with kiln's options (with `defines`) plus `extra`.
+fn compile(arch: &str, defines: &[String], extra: &[String]) -> Result<(Vec<u8>, String)> {
     if !nvrtc_available() {
         return Err(Error::NoNvrtc);
     }
@@ -268,7 +284,7 @@ fn compile(arch: &str, extra: &[String]) -> Result<(Vec<u8>, String)> {
         log: "kernel source contains a NUL byte".into(),
     })?;
     let name = CString::new("kiln_kernels.cu").map_err(|_| Error::NoNvrtc)?;
-    let mut options = compile_options(arch);
+    let mut options = compile_options(arch, defines);
     options.extend_from_slice(extra);
     let fail = |log: String| Error::Compile {
         arch: arch.to_string(),
@@ -306,11 +322,11 @@ fn get_cubin(prog: nvrtc_sys::nvrtcProgram) -> std::result::Result<Vec<u8>, Stri
 }
 
 /// The cache key: a hash of the source, the options, the architecture, NVRTC's version and the driver's.
-pub fn cache_key(arch: &str, driver_version: i32) -> Result<String> {
+pub fn cache_key(arch: &str, defines: &[String], driver_version: i32) -> Result<String> {
     let (ma, mi) = nvrtc_version()?;
     let mut h = Sha256::new();
     h.update(kernel_source().as_bytes());
-    for o in compile_options(arch) {
+    for o in compile_options(arch, defines) {
         h.update(o.as_bytes());
         h.update([0]);
     }
@@ -327,10 +343,14 @@ pub fn cache_dir() -> Option<PathBuf> {
     Some(base.join("kiln").join("kernels"))
 }
 
-/// The cubin for `arch`: from the cache when a matching one exists, else compiled and stored. Cache failures
-/// only cost a recompile (the returned warning says why).
-pub fn cubin_cached(arch: &str, driver_version: i32) -> Result<(Vec<u8>, bool, Option<String>)> {
-    let key = cache_key(arch, driver_version)?;
+/// The cubin for `arch` with `defines`: from the cache when a matching one exists, else compiled and stored.
+/// Cache failures only cost a recompile (the returned warning says why).
+pub fn cubin_cached(
+    arch: &str,
+    defines: &[String],
+    driver_version: i32,
+) -> Result<(Vec<u8>, bool, Option<String>)> {
+    let key = cache_key(arch, defines, driver_version)?;
     let path = cache_dir().map(|d| d.join(format!("{key}.cubin")));
     if let Some(p) = &path {
         if let Ok(bytes) = std::fs::read(p) {
@@ -339,7 +359,7 @@ pub fn cubin_cached(arch: &str, driver_version: i32) -> Result<(Vec<u8>, bool, O
             }
         }
     }
-    let cubin = compile_cubin(arch)?;
+    let cubin = compile_cubin(arch, defines)?;
     let mut warning = None;
     if let Some(p) = &path {
         let write = || -> std::io::Result<()> {
@@ -375,6 +395,26 @@ mod tests {
             ["-DGV_U=8", "-DAT_U=2", "-DAT_MIN_CHUNK=64"]
         );
         assert!(split_defines(" ; ").is_empty());
+    }
+
+    #[test]
+    fn kill_switches_inside_kernels_become_defines() {
+        assert!(option_defines(&crate::Options::default()).is_empty());
+        let off = crate::Options {
+            gemv_stage: false,
+            early_weights: false,
+            ..crate::Options::default()
+        };
+        assert_eq!(
+            option_defines(&off),
+            ["-DGV_STAGE_MAXW=0", "-DGV_EARLY_W=0"]
+        );
+        // Each define names a macro the kernels test with #ifndef (a typo would silently change nothing).
+        let src = kernel_source();
+        for d in option_defines(&off) {
+            let name = d.trim_start_matches("-D").split('=').next().unwrap();
+            assert!(src.contains(&format!("#ifndef {name}\n")), "{name}");
+        }
     }
 
     #[test]

@@ -61,6 +61,12 @@ pub struct Options {
     /// With `fused` and `split_kv`: a one-row pass's QK-norm, RoPE and K/V append are done by the split kernel
     /// (same bits); else by `attn_prep` before it.
     pub prep_in_split: bool,
+    /// The one-row K8 GEMVs stage their activation row in shared memory for rows 4,096 to 12,288 wide (same
+    /// bits); else every warp reads it from global memory. A kernel define (`GV_STAGE_MAXW=0` when off).
+    pub gemv_stage: bool,
+    /// The K8 GEMVs issue their first weight loads before waiting for the kernel before them (same bits); else
+    /// after. A kernel define (`GV_EARLY_W=0` when off).
+    pub early_weights: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
     /// Int8 tensor cores for prefill passes ([`Device::set_pass`] with `prefill`) of more than [`MMQ_MIN_ROWS`]
@@ -99,6 +105,8 @@ impl Default for Options {
             split_kv: true,
             split_direct: true,
             prep_in_split: true,
+            gemv_stage: true,
+            early_weights: true,
             graphs: true,
             prefill_mma: true,
             block_mma: true,
@@ -436,7 +444,8 @@ impl Device {
         let mut drv_ver = 0i32;
         // SAFETY: plain out-parameter; the driver library is loaded.
         unsafe { cu::cuDriverGetVersion(&mut drv_ver) };
-        let (cubin, cache_hit, warning) = cubin_cached(&arch, drv_ver)?;
+        let (cubin, cache_hit, warning) =
+            cubin_cached(&arch, &crate::compile::option_defines(&opts), drv_ver)?;
         let module = ctx
             .load_module(Ptx::from_binary(cubin))
             .map_err(drv("loading the kernel module"))?;

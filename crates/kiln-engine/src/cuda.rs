@@ -85,6 +85,8 @@ impl CudaBackend {
             split_kv: flags.cuda_split_kv,
             split_direct: flags.cuda_split_direct,
             prep_in_split: flags.cuda_prep_in_split,
+            gemv_stage: flags.cuda_gemv_stage,
+            early_weights: flags.cuda_early_weights,
             prefill_mma: flags.cuda_prefill_mma,
             block_mma: flags.cuda_block_mma,
             flash_attn: flags.cuda_flash_attn,

@@ -65,6 +65,18 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_GEMV_STAGE",
+        disables: "CUDA: the one-row K-quant GEMV stages its activation row (4,096 to 12,288 wide) in shared memory \
+                   once a block; every warp reads it from global memory instead (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
+        env: "KILN_NO_CUDA_EARLY_WEIGHTS",
+        disables: "CUDA: the K-quant GEMVs issue their first weight loads before waiting for the kernel before them; \
+                   after the wait instead (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_PREP_IN_SPLIT",
         disables: "CUDA: a one-row pass's QK-norm, RoPE and K/V append done inside the split-KV attention kernel; \
                    by a kernel of their own before it instead (same bits)",
@@ -151,6 +163,10 @@ pub struct Flags {
     pub cuda_split_direct: bool,
     /// CUDA: a one-row pass's attention prep inside the split-KV kernel.
     pub cuda_prep_in_split: bool,
+    /// CUDA: the one-row K8 GEMV's activation row staged in shared memory.
+    pub cuda_gemv_stage: bool,
+    /// CUDA: the K8 GEMVs' first weight loads before the launch wait.
+    pub cuda_early_weights: bool,
     /// CUDA: forward passes replayed as CUDA graphs.
     pub cuda_graph: bool,
     /// CUDA: programmatic dependent launch.
@@ -186,6 +202,8 @@ impl Default for Flags {
             cuda_split_kv: true,
             cuda_split_direct: true,
             cuda_prep_in_split: true,
+            cuda_gemv_stage: true,
+            cuda_early_weights: true,
             cuda_graph: true,
             cuda_pdl: true,
             cuda_prefill_mma: true,
@@ -213,6 +231,8 @@ impl Flags {
             cuda_split_kv: false,
             cuda_split_direct: false,
             cuda_prep_in_split: false,
+            cuda_gemv_stage: false,
+            cuda_early_weights: false,
             cuda_graph: false,
             cuda_pdl: false,
             cuda_prefill_mma: false,
@@ -268,6 +288,8 @@ impl Flags {
                 "KILN_NO_CUDA_SPLIT_KV" => flags.cuda_split_kv = !disabled,
                 "KILN_NO_CUDA_SPLIT_DIRECT" => flags.cuda_split_direct = !disabled,
                 "KILN_NO_CUDA_PREP_IN_SPLIT" => flags.cuda_prep_in_split = !disabled,
+                "KILN_NO_CUDA_GEMV_STAGE" => flags.cuda_gemv_stage = !disabled,
+                "KILN_NO_CUDA_EARLY_WEIGHTS" => flags.cuda_early_weights = !disabled,
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,
                 "KILN_NO_CUDA_PDL" => flags.cuda_pdl = !disabled,
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,

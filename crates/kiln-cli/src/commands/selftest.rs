@@ -33,6 +33,8 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         split_kv: false,
         split_direct: false,
         prep_in_split: false,
+        gemv_stage: false,
+        early_weights: false,
         graphs: false,
         prefill_mma: false,
         block_mma: false,
@@ -54,12 +56,20 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         prep_in_split: false,
         ..kiln_cuda::Options::default()
     };
+    // The K8 GEMVs with their in-kernel switches off (KILN_NO_CUDA_GEMV_STAGE, KILN_NO_CUDA_EARLY_WEIGHTS: kernels
+    // compiled with other defines).
+    let k8_plain = kiln_cuda::Options {
+        gemv_stage: false,
+        early_weights: false,
+        ..kiln_cuda::Options::default()
+    };
     for (label, opts) in [
         ("fast paths", kiln_cuda::Options::default()),
         (
             "fast paths on per-32 activations, prep and merge kernels",
             per32,
         ),
+        ("fast paths, K8 GEMVs unstaged and waiting first", k8_plain),
         ("kill switches + reference", simple),
     ] {
         let t0 = std::time::Instant::now();
