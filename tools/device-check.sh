@@ -186,7 +186,8 @@ if want bench; then
         ab-KILN_NO_CUDA_K8 ab-KILN_NO_CUDA_FLASH_ATTN; do
         grep -E "^\||ratio|median" "$OUT/$f.log" 2>/dev/null | tee -a "$OUT/summary.txt"
     done
-    step bench-depth timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -d 4096 -r 2
+    # The issue table's tg128 @ d32768 row (f16 KV: +4.8 GB a token) and a middle depth.
+    step bench-depth timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -d 4096,32768 -r 2
     grep -E "^\|" "$OUT/bench-depth.log" | tee -a "$OUT/summary.txt"
     # Frontier mode (prefill in chunks of 512 to each frontier, then 32 decoded tokens), and the prefill kernels'
     # logits (tensor-core matmul and flash attention) against the decode-path kernels' at every frontier (KL, top-1).
