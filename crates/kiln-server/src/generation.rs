@@ -233,8 +233,9 @@ impl Generation {
 impl Drop for Generation {
     fn drop(&mut self) {
         if !self.finished {
-            self.ticket.cancel();
+            // Counted before the slot is released, so a client that sees the server idle sees the count.
             self.state.metrics.disconnect();
+            self.ticket.cancel();
         }
     }
 }
