@@ -362,31 +362,35 @@ fn matmul_check(
 }
 
 fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
-    // RMSNorm: 5 rows of 300 (not a multiple of the block), then in place (QK-norm shape: 7 heads of 64).
-    let (n, width, eps) = (5usize, 300usize, 1e-5f32);
-    let x = rng.vec(n * width);
-    let wv = rng.vec(width);
-    let want: Vec<f64> = x
-        .chunks(width)
-        .flat_map(|r| {
-            let ss = r.iter().map(|&v| v as f64 * v as f64).sum::<f64>();
-            let s = 1.0 / (ss / width as f64 + eps as f64).sqrt();
-            r.iter()
-                .zip(&wv)
-                .map(move |(&v, &w)| v as f64 * s * w as f64)
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let (xb, wb) = (dev.upload(&x)?, dev.upload(&wv)?);
-    let mut ob = dev.alloc(n * width)?;
-    dev.rms_norm(&mut ob, &xb, &wb, n, width, eps)?;
-    let mut got = vec![0f32; n * width];
-    dev.read(&ob, &mut got)?;
-    checks.push(Check {
-        name: "rms_norm 5x300".into(),
-        err: rel_err(&got, &want),
-        tol: 1e-5,
-    });
+    // RMSNorm against the host: 5 rows of 300 (not a multiple of 32: the plain kernel), then the fused kernel on 3
+    // rows of 576 (parts of 256, the last one partial) and 4,096 (16 parts) and on 20 rows of 4,096 (one block a
+    // row); then in place (QK-norm shape: 7 heads of 64).
+    let eps = 1e-5f32;
+    for (n, width) in [(5usize, 300usize), (3, 576), (3, 4096), (20, 4096)] {
+        let x = rng.vec(n * width);
+        let wv = rng.vec(width);
+        let want: Vec<f64> = x
+            .chunks(width)
+            .flat_map(|r| {
+                let ss = r.iter().map(|&v| v as f64 * v as f64).sum::<f64>();
+                let s = 1.0 / (ss / width as f64 + eps as f64).sqrt();
+                r.iter()
+                    .zip(&wv)
+                    .map(move |(&v, &w)| v as f64 * s * w as f64)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let (xb, wb) = (dev.upload(&x)?, dev.upload(&wv)?);
+        let mut ob = dev.alloc(n * width)?;
+        dev.rms_norm(&mut ob, &xb, &wb, n, width, eps)?;
+        let mut got = vec![0f32; n * width];
+        dev.read(&ob, &mut got)?;
+        checks.push(Check {
+            name: format!("rms_norm {n}x{width}"),
+            err: rel_err(&got, &want),
+            tol: 1e-5,
+        });
+    }
     let (heads, hd) = (7usize, 64usize);
     let xq = rng.vec(heads * hd);
     let wq = rng.vec(hd);
