@@ -82,13 +82,20 @@ __device__ __forceinline__ long long kv_row(int layer, int slot, int pos, int n_
     return (((long long)layer * n_slots + slot) * slot_ctx + pos) * kv_dim;
 }
 
+// Where attn_split keeps query element i in shared memory: 16-byte chunk c at c ^ bit 3 of c. A phase of 8 lanes
+// (sub = 0..7) reads chunks 2 sub (then 2 sub + 1), which sit on bank groups 0, 2, 4, 6, 0, 2, 4, 6 unrotated
+// (2-way conflicts: every query load twice over); with the swap they are 8 different groups.
+__device__ __forceinline__ int q_swz(int i) {
+    return i ^ (((i >> 5) & 1) << 2);
+}
+
 // One warp's QK-norm (when `nw` is given) and RoPE at position p (already times freq_scale) of one head of
-// head_dim <= 256 from `src`: a query head to qdst[i] = y * qmul, or a key head into the cache at `dst` together
+// head_dim <= 256 from `src`: a query head to qdst[i] = y * qmul (qdst[q_swz(i)] with `swz`), or a key head into the cache at `dst` together
 // with the same head's V from `vsrc`. `hb`: head_dim floats of shared memory of this warp's own. Every load of a
 // head is issued before the first use. attn_prep and attn_split (prep = 1) call it, so their bits are the same.
 __device__ __forceinline__ void prep_head(float* hb, const float* src, const float* nw, const float* vsrc, bool is_q,
                                           float* qdst, float qmul, void* kc, void* vc, long long dst, int head_dim,
-                                          float eps, float p, float theta, int neox, int f16) {
+                                          float eps, float p, float theta, int neox, int f16, bool swz) {
     int lane = threadIdx.x & 31, half = head_dim / 2;
     float xv[8], wv[8], vv[8];
 #pragma unroll
@@ -119,8 +126,8 @@ __device__ __forceinline__ void prep_head(float* hb, const float* src, const flo
         float x0 = hb[ia], x1 = hb[ib];
         float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
         if (is_q) {
-            qdst[ia] = y0 * qmul;
-            qdst[ib] = y1 * qmul;
+            qdst[swz ? q_swz(ia) : ia] = y0 * qmul;
+            qdst[swz ? q_swz(ib) : ib] = y1 * qmul;
         } else if (f16) {
             ((u16*)kc)[dst + ia] = f2h(y0);
             ((u16*)kc)[dst + ib] = f2h(y1);
@@ -160,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, c
     long long dst = kv_row(layer, slots[r], positions[r], n_slots, slot_ctx, kv_dim) + (long long)h * head_dim;
     const float* vsrc = is_q ? nullptr : v + (long long)r * kv_dim + h * head_dim;
     prep_head(hb, src, is_q ? q_norm : k_norm, vsrc, is_q, src, 1.0f, kc, vc, dst, head_dim, eps,
-              (float)positions[r] * freq_scale, theta, neox, f16);
+              (float)positions[r] * freq_scale, theta, neox, f16, false);
 }
 
 // 8 f16 cache elements (one 16-byte vector) as floats.
@@ -226,7 +233,8 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     const int4* kb = (const int4*)((const u16*)kc + base);
     const int4* vb = (const int4*)((const u16*)vc + base);
     int pos_stride = kv_dim / 8; // in 16-byte vectors
-    // The G query heads (adjacent in q) in shared memory, scaled; registers go to the K/V loads in flight.
+    // The G query heads (adjacent in q) in shared memory (laid out by q_swz), scaled; registers go to the K/V loads
+    // in flight.
     const float qscale = scale * 1.4426950408889634f;
     if (prep) {
         // attn_prep in this launch (a one-row pass; the host skips attn_prep): warp w preps query heads w, w + 4,
@@ -243,12 +251,12 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
             if (!is_q && end != n_pos) break;
             const float* src = is_q ? q + ((long long)r * n_head + g * G + hh) * HD : k + (long long)r * kvd + g * HD;
             prep_head(phb[warp], src, is_q ? q_norm : k_norm, is_q ? nullptr : v + (long long)r * kvd + g * HD, is_q,
-                      qs + hh * HD, qscale, (void*)kc, (void*)vc, dst, HD, eps, p, theta, neox, 1);
+                      qs + hh * HD, qscale, (void*)kc, (void*)vc, dst, HD, eps, p, theta, neox, 1, true);
             __syncwarp();
         }
     } else {
         const float* qg = q + ((long long)r * n_head + g * G) * head_dim;
-        for (int i = threadIdx.x; i < G * head_dim; i += blockDim.x) qs[i] = qg[i] * qscale;
+        for (int i = threadIdx.x; i < G * head_dim; i += blockDim.x) qs[q_swz(i)] = qg[i] * qscale;
     }
     __syncthreads();
     float acc[G][8], m[G], l[G];
@@ -288,8 +296,9 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
             kv_unpack8(kr[u], kf);
 #pragma unroll
             for (int gi = 0; gi < G; gi++) {
-                const float4* qp = (const float4*)(qs + gi * head_dim + sub * 8);
-                float4 qa = qp[0], qb = qp[1];
+                const float4* qp = (const float4*)(qs + gi * head_dim); // head_dim % 64 == 0: q_swz per head
+                int sw = (sub >> 2) & 1;
+                float4 qa = qp[(2 * sub) ^ sw], qb = qp[(2 * sub + 1) ^ sw];
                 float d = qa.x * kf[0];
                 d += qa.y * kf[1];
                 d += qa.z * kf[2];
@@ -459,7 +468,7 @@ __device__ float group_sum(float v, float* sh, int gw) {
 // heads <= MERGE_MAX_HEADS); with `xq` non-null also writes the Q8 blocks of the output, with `kq` non-null the
 // K8 blocks (then the block is 256 threads: one K8 block). n_splits <= 256. With `direct`, rows whose span is one
 // split were finished by attn_split and are skipped.
-extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd,
+extern "C" __global__ void __launch_bounds__(256, 1) attn_merge(float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd,
                                       int* ks, const float* ws, const int* positions, int n_head, int head_dim,
                                       int n_splits, int n_vis, int direct) {
     wait_prior_kernel();
@@ -483,9 +492,19 @@ extern "C" __global__ void attn_merge(float* out, signed char* xq, float* xd, fl
         lsum += p[s * (head_dim + 2) + head_dim + 1] * w;
     }
     float L = group_sum(lsum, sh, gw); // its barriers also publish f
+    // In split order, the loads of 32 splits issued before the first product: the loop's latency is its cost
+    // (ptxas kept 4 loads in flight in a plain loop, 32 round trips for 128 splits; the kernel took 25.6 us at depth
+    // 32,768 in ncu, against the split kernel's 57.7).
     float A = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < n_act; s++) A += p[s * (head_dim + 2) + e] * f[hl][s];
+    int s = 0;
+    for (; s + 32 <= n_act; s += 32) {
+        float pv[32];
+#pragma unroll
+        for (int j = 0; j < 32; j++) pv[j] = p[(s + j) * (head_dim + 2) + e];
+#pragma unroll
+        for (int j = 0; j < 32; j++) A += pv[j] * f[hl][s + j];
+    }
+    for (; s < n_act; s++) A += p[s * (head_dim + 2) + e] * f[hl][s];
     float v = A * (1.0f / L);
     long long i = ((long long)r * n_head + h) * head_dim + e;
     out[i] = v;
