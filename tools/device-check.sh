@@ -228,7 +228,8 @@ fi
 
 # 5b. Kernel constants (STEPS=tune, not in the default): for each set in TUNE (sets separated by spaces, the
 # options of a set by ';', e.g. TUNE="-DAT_MIN_CHUNK=64 -DGV_U=2;-DAT_U=2"), the self-test with the kernels built
-# that way, then an interleaved A/B against the defaults on the 8B and 0.6B Q4_K_M (decode and a 16-row block).
+# that way, then an interleaved A/B against the defaults on the 8B and 0.6B Q4_K_M (decode and a 16-row block) and
+# on the 8B's decode at depth 32,768.
 if want tune; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
@@ -238,9 +239,12 @@ if want tune; then
         step "tune-$i-selftest" env KILN_CUDA_DEFINES="$defs" "$KILN" selftest --device cuda
         step "tune-$i" "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 \
             -n 128 -r 2 --ab "KILN_CUDA_DEFINES=$defs"
+        # Attention constants matter at depth: the 8B's decode with 32,768 positions in the cache.
+        step "tune-$i-depth" "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 64 -d 32768 -r 2 \
+            --ab "KILN_CUDA_DEFINES=$defs"
         say "tune $defs:"
         grep -E "^(all|FAIL)" "$OUT/tune-$i-selftest.log" | tee -a "$OUT/summary.txt"
-        grep -E "^\|" "$OUT/tune-$i.log" | tee -a "$OUT/summary.txt"
+        grep -hE "^\|" "$OUT/tune-$i.log" "$OUT/tune-$i-depth.log" | tee -a "$OUT/summary.txt"
     done
 fi
 
