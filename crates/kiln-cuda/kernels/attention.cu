@@ -89,38 +89,59 @@ __device__ __forceinline__ int q_swz(int i) {
     return i ^ (((i >> 5) & 1) << 2);
 }
 
-// One warp's QK-norm (when `nw` is given) and RoPE at position p (already times freq_scale) of one head of
-// head_dim <= 256 from `src`: a query head to qdst[i] = y * qmul (qdst[q_swz(i)] with `swz`), or a key head into the cache at `dst` together
-// with the same head's V from `vsrc`. `hb`: head_dim floats of shared memory of this warp's own. Every load of a
-// head is issued before the first use. attn_prep and attn_split (prep = 1) call it, so their bits are the same.
-__device__ __forceinline__ void prep_head(float* hb, const float* src, const float* nw, const float* vsrc, bool is_q,
-                                          float* qdst, float qmul, void* kc, void* vc, long long dst, int head_dim,
-                                          float eps, float p, float theta, int neox, int f16, bool swz) {
-    int lane = threadIdx.x & 31, half = head_dim / 2;
-    float xv[8], wv[8], vv[8];
+// One warp's QK-norm (when `nw` is given) and RoPE of one head of head_dim <= 256, in two parts so that a warp
+// with several heads waits for their loads once: prep_load reads the head from `src` (with its V from `vsrc` for a
+// key head; lane l holds elements l + 32 t), prep_finish writes a query head to qdst[i] = y * qmul (qdst[q_swz(i)]
+// with `swz`) or a key head into the cache at `dst` together with its V. `hb`: head_dim floats of shared memory of
+// this warp's own; `rope`: rope_table's cos and sin for the row's position. attn_prep and attn_split (prep = 1)
+// call the same three functions, so their bits are the same.
+struct PrepIn {
+    float x[8], w[8], v[8];
+};
+
+__device__ __forceinline__ void prep_load(PrepIn& in, const float* src, const float* nw, const float* vsrc, bool is_q,
+                                          int head_dim) {
+    int lane = threadIdx.x & 31;
 #pragma unroll
     for (int t = 0; t < 8; t++) {
         int i = lane + 32 * t;
-        bool in = i < head_dim;
-        xv[t] = in ? src[i] : 0.0f;
-        wv[t] = in && nw ? nw[i] : 1.0f;
-        vv[t] = in && !is_q ? vsrc[i] : 0.0f;
+        bool ok = i < head_dim;
+        in.x[t] = ok ? src[i] : 0.0f;
+        in.w[t] = ok && nw ? nw[i] : 1.0f;
+        in.v[t] = ok && !is_q ? vsrc[i] : 0.0f;
     }
+}
+
+// RoPE at position p (already times freq_scale): cos in rope[i], sin in rope[head_dim / 2 + i] for the pairs
+// i = t, t + nt, ... (thread t of nt). Every head of a row uses the same table: it is computed once a block.
+__device__ __forceinline__ void rope_table(float* rope, float p, float theta, int head_dim, int t, int nt) {
+    int half = head_dim / 2;
+    for (int i = t; i < half; i += nt) {
+        float inv = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+        float sn, cs;
+        sincosf(p * inv, &sn, &cs);
+        rope[i] = cs;
+        rope[half + i] = sn;
+    }
+}
+
+__device__ __forceinline__ void prep_finish(const PrepIn& in, float* hb, const float* rope, const float* nw, bool is_q,
+                                            float* qdst, float qmul, void* kc, void* vc, long long dst, int head_dim,
+                                            float eps, int neox, int f16, bool swz) {
+    int lane = threadIdx.x & 31, half = head_dim / 2;
     float ss = 0.0f;
 #pragma unroll
-    for (int t = 0; t < 8; t++) ss += xv[t] * xv[t];
+    for (int t = 0; t < 8; t++) ss += in.x[t] * in.x[t];
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     float scale = nw ? 1.0f / sqrtf(ss / (float)head_dim + eps) : 1.0f;
 #pragma unroll
     for (int t = 0; t < 8; t++) {
         int i = lane + 32 * t;
-        if (i < head_dim) hb[i] = nw ? xv[t] * scale * wv[t] : xv[t];
+        if (i < head_dim) hb[i] = nw ? in.x[t] * scale * in.w[t] : in.x[t];
     }
     __syncwarp();
     for (int i = lane; i < half; i += 32) {
-        float inv = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
-        float sn, cs;
-        sincosf(p * inv, &sn, &cs);
+        float cs = rope[i], sn = rope[half + i];
         int ia = neox ? i : 2 * i;
         int ib = neox ? i + half : 2 * i + 1;
         float x0 = hb[ia], x1 = hb[ib];
@@ -142,15 +163,15 @@ __device__ __forceinline__ void prep_head(float* hb, const float* src, const flo
         int i = lane + 32 * t;
         if (i < head_dim) {
             if (f16)
-                ((u16*)vc)[dst + i] = f2h(vv[t]);
+                ((u16*)vc)[dst + i] = f2h(in.v[t]);
             else
-                ((float*)vc)[dst + i] = vv[t];
+                ((float*)vc)[dst + i] = in.v[t];
         }
     }
 }
 
-// One warp per (row, head) (grid = (rows, n_head + n_head_kv), block = 32): prep_head of a query head in place,
-// or of a key head into the cache at (layer, slots[r], positions[r]) with its V.
+// One warp per (row, head) (grid = (rows, n_head + n_head_kv), block = 32): a query head prepped in place, or a
+// key head into the cache at (layer, slots[r], positions[r]) with its V.
 extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, const float* v, void* kc, void* vc,
                                                            const float* q_norm, const float* k_norm,
                                                            const int* slots, const int* positions, int layer,
@@ -158,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, c
                                                            int head_dim, float eps, float theta, float freq_scale,
                                                            int neox, int f16) {
     wait_prior_kernel();
-    __shared__ float hb[256];
+    __shared__ float hb[256], rope[256];
     int r = blockIdx.x, hh = blockIdx.y;
     int kv_dim = n_head_kv * head_dim;
     bool is_q = hh < n_head;
@@ -166,8 +187,12 @@ extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, c
     float* src = is_q ? q + ((long long)r * n_head + h) * head_dim : k + ((long long)r * n_head_kv + h) * head_dim;
     long long dst = kv_row(layer, slots[r], positions[r], n_slots, slot_ctx, kv_dim) + (long long)h * head_dim;
     const float* vsrc = is_q ? nullptr : v + (long long)r * kv_dim + h * head_dim;
-    prep_head(hb, src, is_q ? q_norm : k_norm, vsrc, is_q, src, 1.0f, kc, vc, dst, head_dim, eps,
-              (float)positions[r] * freq_scale, theta, neox, f16, false);
+    const float* nw = is_q ? q_norm : k_norm;
+    PrepIn in;
+    prep_load(in, src, nw, vsrc, is_q, head_dim);
+    rope_table(rope, (float)positions[r] * freq_scale, theta, head_dim, threadIdx.x, 32);
+    __syncwarp();
+    prep_finish(in, hb, rope, nw, is_q, src, 1.0f, kc, vc, dst, head_dim, eps, neox, f16, false);
 }
 
 // 8 f16 cache elements (one 16-byte vector) as floats.
@@ -238,20 +263,32 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     const float qscale = scale * 1.4426950408889634f;
     if (prep) {
         // attn_prep in this launch (a one-row pass; the host skips attn_prep): warp w preps query heads w, w + 4,
-        // ... of the group straight into qs (prep_head's bits, times qscale as below), and the split holding the
+        // ... of the group straight into qs (attn_prep's bits, times qscale as below), and the split holding the
         // row's own position the KV head's K/V into the cache, read back below after the barrier (so the K/V
         // loads are plain ones: the non-coherent path need not see this launch's writes). Other splits do not
-        // read that position.
-        __shared__ float phb[4][HD];
+        // read that position. A warp's heads (up to NH) load together, then the block computes the RoPE table once.
+        __shared__ float phb[4][HD], rope[HD];
+        constexpr int NH = (G + 4) / 4;
         int kvd = n_head_kv * HD;
-        float p = (float)(n_pos - 1) * freq_scale;
         long long dst = kv_row(layer, slots[r], n_pos - 1, n_slots, slot_ctx, kvd) + (long long)g * HD;
-        for (int hh = warp; hh <= G; hh += 4) {
+        PrepIn in[NH];
+#pragma unroll
+        for (int j = 0; j < NH; j++) {
+            int hh = warp + 4 * j;
             bool is_q = hh < G;
-            if (!is_q && end != n_pos) break;
+            if (hh > G || (!is_q && end != n_pos)) break; // warp-uniform
             const float* src = is_q ? q + ((long long)r * n_head + g * G + hh) * HD : k + (long long)r * kvd + g * HD;
-            prep_head(phb[warp], src, is_q ? q_norm : k_norm, is_q ? nullptr : v + (long long)r * kvd + g * HD, is_q,
-                      qs + hh * HD, qscale, (void*)kc, (void*)vc, dst, HD, eps, p, theta, neox, 1, true);
+            prep_load(in[j], src, is_q ? q_norm : k_norm, is_q ? nullptr : v + (long long)r * kvd + g * HD, is_q, HD);
+        }
+        rope_table(rope, (float)(n_pos - 1) * freq_scale, theta, HD, threadIdx.x, blockDim.x);
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < NH; j++) {
+            int hh = warp + 4 * j;
+            bool is_q = hh < G;
+            if (hh > G || (!is_q && end != n_pos)) break;
+            prep_finish(in[j], phb[warp], rope, is_q ? q_norm : k_norm, is_q, qs + hh * HD, qscale, (void*)kc,
+                        (void*)vc, dst, HD, eps, neox, 1, true);
             __syncwarp();
         }
     } else {
@@ -363,6 +400,26 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
         }
     }
     __syncthreads();
+    // Each query head's warp weights 2^(m_w - M), M, L and 1 / L, once a block (thread gi) rather than once an
+    // output element: the same operations in the same order, so the same bits.
+    __shared__ float sf[4 * G], sM[G], sL[G], sinv[G];
+    if (threadIdx.x < G) {
+        int gi = threadIdx.x;
+        float M = NEG_INF;
+        for (int w = 0; w < 4; w++) M = fmaxf(M, sm[w * G + gi]);
+        float L = 0.0f;
+        for (int w = 0; w < 4; w++) {
+            float mw = sm[w * G + gi];
+            if (mw == NEG_INF) continue;
+            float f = exp2f(mw - M);
+            sf[w * G + gi] = f;
+            L += sl[w * G + gi] * f;
+        }
+        sM[gi] = M;
+        sL[gi] = L;
+        sinv[gi] = 1.0f / L;
+    }
+    __syncthreads();
     // A row whose span is one split (with `out` non-null: G * HD % 128 == 0, % 256 with kq) is finished here:
     // attn_merge of one split computes M = m, weight 2^0 = 1, L = 0 + l, A = 0 + acc, so out = acc (1 / l) is
     // its bits, and the merge kernel skips the row. Else the partials go to `ws`.
@@ -376,18 +433,13 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
         int idx = threadIdx.x + 128 * k;
         if (idx >= G * head_dim) break; // whole warps (head_dim % 32 == 0)
         int gi = idx / head_dim, e = idx % head_dim;
-        float M = NEG_INF;
-        for (int w = 0; w < 4; w++) M = fmaxf(M, sm[w * G + gi]);
-        float L = 0.0f, A = 0.0f;
+        float A = 0.0f;
         for (int w = 0; w < 4; w++) {
-            float mw = sm[w * G + gi];
-            if (mw == NEG_INF) continue;
-            float f = exp2f(mw - M);
-            L += sl[w * G + gi] * f;
-            A += sacc[(w * G + gi) * head_dim + e] * f;
+            if (sm[w * G + gi] == NEG_INF) continue;
+            A += sacc[(w * G + gi) * head_dim + e] * sf[w * G + gi];
         }
         if (direct) {
-            ov[k] = A * (1.0f / L);
+            ov[k] = A * sinv[gi];
             out[ob + idx] = ov[k];
             if (xq) q8_warp(ov[k], xq, xd, xs, (ob + idx) / 32);
             if (kq) k8_publish(ov[k], true, &mk[idx / 32]);
@@ -395,8 +447,8 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
             float* part = ws + (((long long)r * n_head + g * G + gi) * n_splits + sp) * (head_dim + 2);
             part[e] = A;
             if (e == 0) {
-                part[head_dim] = M;
-                part[head_dim + 1] = L;
+                part[head_dim] = sM[gi];
+                part[head_dim + 1] = sL[gi];
             }
         }
     }
