@@ -376,6 +376,11 @@ static_assert(GV_Q4K8_LANES == 4 || GV_Q4K8_LANES == 2, "GV_Q4K8_LANES: 4 or 2")
 #ifndef GV_STAGE_MINW
 #define GV_STAGE_MINW 4096
 #endif
+// Launches of fewer blocks than this do not stage (a tuning knob: ncu has a one-wave launch such as the 8B's
+// o-proj, 1,024 blocks, bound by one warp's chain of loads, copy, barrier and products rather than by L1).
+#ifndef GV_STAGE_MINBLOCKS
+#define GV_STAGE_MINBLOCKS 0
+#endif
 #define GV_STAGE_CHUNKS ((GV_STAGE_MAXW + GV_STAGE_MAXW / 8 + GV_STAGE_MAXW / 64) / 16)
 // 16-byte chunk c of the staged codes sits at chunk c ^ g(c / 8): in a shared load's phase of 8 lanes, two
 // sub-groups read super-blocks 4 apart (rows 8 apart) and their lanes 64-byte pieces (rows and columns 4 apart),
@@ -597,7 +602,7 @@ __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const
         if (ty == K8_Q4_K) {
             // Only the one-row kernels instantiate the staged body (and so hold its shared memory).
             if constexpr (R == 1 && GV_STAGE_MAXW > 0) {
-                if (width >= GV_STAGE_MINW && width <= GV_STAGE_MAXW) {
+                if (width >= GV_STAGE_MINW && width <= GV_STAGE_MAXW && gridDim.x >= GV_STAGE_MINBLOCKS) {
                     gemv_q4k8_body<1, GV_Q4K8_LANES, true>(blk, out, w, xq, xd, (const int*)xs, width, n_out,
                                                             n_rows, accumulate);
                     return;
@@ -608,7 +613,7 @@ __device__ __forceinline__ void gemv_dispatch(int ty, int blk, float* out, const
         }
         if (ty == K8_Q6_K) {
             if constexpr (R == 1 && GV_STAGE_MAXW > 0 && GV_STAGE6) {
-                if (width >= GV_STAGE_MINW && width <= GV_STAGE_MAXW) {
+                if (width >= GV_STAGE_MINW && width <= GV_STAGE_MAXW && gridDim.x >= GV_STAGE_MINBLOCKS) {
                     gemv_q6k8_body<1, true>(blk, out, w, xq, xd, (const int*)xs, width, n_out, n_rows, accumulate);
                     return;
                 }
