@@ -14,7 +14,8 @@
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
 # dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10;
 # profile = ncu's time of every kernel of a decode step and of a 16-row block, per step;
-# tune = kernel constants from TUNE tried against the defaults, not in the default). Logs go to $OUT (default
+# tune = kernel constants from TUNE tried against the defaults, not in the default;
+# ablate = the 8B's decode step without one kind of launch at a time, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
 set -uo pipefail
 
@@ -245,6 +246,20 @@ if want tune; then
         say "tune $defs:"
         grep -E "^(all|FAIL)" "$OUT/tune-$i-selftest.log" | tee -a "$OUT/summary.txt"
         grep -hE "^\|" "$OUT/tune-$i.log" "$OUT/tune-$i-depth.log" | tee -a "$OUT/summary.txt"
+    done
+fi
+
+# 5c. What each launch costs in place (STEPS=ablate, not in the default): the 8B Q4_K_M's tg128 with and without
+# the launches of one kernel or weight role at a time (KILN_CUDA_TIMING_SKIP, interleaved A/B; the outputs of the
+# B side are wrong, its time is the point). 1/B - 1/A is that launch's share of a step inside the graph, overlap
+# with its neighbours included, which ncu (kernels alone) does not give. ABLATE overrides the list.
+if want ablate; then
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    for p in ${ABLATE:-attn_q attn_output ffn_gate ffn_down output attn_split attn_merge rms_norm_q8 swiglu_q8}; do
+        step "ablate-$p" "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -r 2 \
+            --ab "KILN_CUDA_TIMING_SKIP=$p"
+        say "without $p:"
+        grep -E "^\|" "$OUT/ablate-$p.log" | tail -n 1 | tee -a "$OUT/summary.txt"
     done
 fi
 

@@ -174,6 +174,8 @@ pub struct Device {
     q8_read: AtomicBool,
     /// Bytes of weights uploaded (repacking keeps sizes; a tied output head counts twice).
     weight_bytes: AtomicU64,
+    /// Launches left out to time what they cost inside a step (`KILN_CUDA_TIMING_SKIP`, [`timing_skips`]).
+    timing_skip: Vec<String>,
     /// Marketing name of the GPU.
     pub name: String,
     /// The architecture the kernels were compiled for (`sm_90a`).
@@ -444,8 +446,20 @@ impl Device {
         let mut drv_ver = 0i32;
         // SAFETY: plain out-parameter; the driver library is loaded.
         unsafe { cu::cuDriverGetVersion(&mut drv_ver) };
-        let (cubin, cache_hit, warning) =
+        let (cubin, cache_hit, mut warning) =
             cubin_cached(&arch, &crate::compile::option_defines(&opts), drv_ver)?;
+        let timing_skip = timing_skip_patterns();
+        if !timing_skip.is_empty() {
+            let note = format!(
+                "KILN_CUDA_TIMING_SKIP={}: those launches are left out to time a step without them; the outputs \
+                 are wrong",
+                timing_skip.join(",")
+            );
+            warning = Some(match warning {
+                Some(w) => format!("{w}; {note}"),
+                None => note,
+            });
+        }
         let module = ctx
             .load_module(Ptx::from_binary(cubin))
             .map_err(drv("loading the kernel module"))?;
@@ -501,6 +515,7 @@ impl Device {
             k8_weights: AtomicBool::new(false),
             q8_read: AtomicBool::new(false),
             weight_bytes: AtomicU64::new(0),
+            timing_skip,
             name,
             arch,
             cache_hit,
@@ -1217,6 +1232,9 @@ impl Device {
     }
 
     fn launch(&self, name: &'static str, cfg: LaunchConfig, args: &[&dyn Arg]) -> Result<()> {
+        if timing_skips(&self.timing_skip, name) {
+            return Ok(());
+        }
         let (f, smem) = self.f(name);
         let mut params: Vec<*mut c_void> = args.iter().map(|a| a.param()).collect();
         // SAFETY: a plain-old-data union; zeroed is a valid value, then its one field for this id is set.
@@ -1427,7 +1445,7 @@ impl Device {
             },
         )?;
         out.invalidate();
-        if n_rows == 0 {
+        if n_rows == 0 || timing_skips(&self.timing_skip, weight_role(&w.name)) {
             return Ok(());
         }
         let (o, wp, xp) = (self.ptr(&out.data), self.ptr(&w.data), self.ptr(&x.data));
@@ -1634,7 +1652,7 @@ impl Device {
                 )?;
                 o.invalidate();
             }
-            if n_rows == 0 {
+            if n_rows == 0 || timing_skips(&self.timing_skip, weight_role(&ws[i].name)) {
                 continue;
             }
             // One activation format for the group (its kernel's name says which).
@@ -2477,6 +2495,33 @@ fn split_kernel(group: usize, head_dim: usize) -> Option<&'static str> {
     })
 }
 
+/// `KILN_CUDA_TIMING_SKIP`: comma-separated kernel names or weight roles (`attn_q`, `attn_output`, `ffn_gate`,
+/// `ffn_down`, `output`: [`weight_role`]) whose launches are left out, each matching by prefix. A step's time
+/// without a launch, against the time with it, is what that launch costs in place (inside a graph, overlapped
+/// with its neighbours by programmatic dependent launch), which a profiler timing kernels alone does not give.
+/// A profiling aid only: the outputs are wrong.
+fn timing_skip_patterns() -> Vec<String> {
+    std::env::var("KILN_CUDA_TIMING_SKIP")
+        .unwrap_or_default()
+        .split(',')
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+fn timing_skips(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|p| name.starts_with(p.as_str()))
+}
+
+/// A weight's tensor name without its layer and suffix: `blk.3.attn_output.weight` → `attn_output`.
+fn weight_role(name: &str) -> &str {
+    let name = name.strip_suffix(".weight").unwrap_or(name);
+    match name.strip_prefix("blk.") {
+        Some(rest) => rest.split_once('.').map_or(rest, |(_, role)| role),
+        None => name,
+    }
+}
+
 fn grid(x: u32, y: u32, threads: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (x, y, 1),
@@ -2568,5 +2613,19 @@ mod tests {
                 assert!(n_pos.div_ceil(c) <= n, "{ctx}/{n_pos}: too many splits");
             }
         }
+    }
+
+    #[test]
+    fn timing_skips_match_kernels_and_weight_roles() {
+        assert_eq!(weight_role("blk.3.attn_output.weight"), "attn_output");
+        assert_eq!(weight_role("blk.12.ffn_gate.weight"), "ffn_gate");
+        assert_eq!(weight_role("output.weight"), "output");
+        assert_eq!(weight_role("token_embd.weight"), "token_embd");
+        let p = vec!["attn_split".to_string(), "output".to_string()];
+        assert!(timing_skips(&p, "attn_split_g4_h128"));
+        assert!(timing_skips(&p, weight_role("output.weight")));
+        assert!(!timing_skips(&p, weight_role("blk.0.attn_output.weight")));
+        assert!(!timing_skips(&p, "attn_merge"));
+        assert!(!timing_skips(&[], "attn_split_g4_h128"));
     }
 }

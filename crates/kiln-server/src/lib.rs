@@ -139,6 +139,9 @@ fn use_cuda(model: &mut Model, n: usize) -> Result<(), String> {
             d.arch,
             d.weight_bytes() as f64 / (1u64 << 30) as f64
         );
+        if let Some(w) = &d.warning {
+            eprintln!("kiln serve: warning: {w}");
+        }
     }
     Ok(())
 }

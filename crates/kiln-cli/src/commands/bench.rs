@@ -84,6 +84,9 @@ impl Device {
                         d.arch,
                         d.weight_bytes() as f64 / (1u64 << 30) as f64
                     );
+                    if let Some(w) = &d.warning {
+                        eprintln!("kiln: warning: {w}");
+                    }
                 }
                 Ok(())
             }
