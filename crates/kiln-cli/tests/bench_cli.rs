@@ -265,6 +265,8 @@ fn ab_runs_both_arms_and_prints_the_ratio() {
             r["b_median_ts"].as_f64().unwrap(),
         );
         assert!((r["ratio_b_over_a"].as_f64().unwrap() - b / a).abs() < 1e-9);
+        let delta = r["us_per_token_b_minus_a"].as_f64().unwrap();
+        assert!((delta - (1e6 / b - 1e6 / a)).abs() < 1e-6 * delta.abs().max(1.0));
     }
 }
 

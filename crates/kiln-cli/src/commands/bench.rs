@@ -636,11 +636,12 @@ fn run_ab(args: &Args, spec: &str) -> Result<()> {
                 .iter()
                 .map(|(n, a, b)| {
                     format!(
-                        "{{\"metric\": {}, \"a_median_ts\": {}, \"b_median_ts\": {}, \"ratio_b_over_a\": {}, \"runs\": {}}}",
+                        "{{\"metric\": {}, \"a_median_ts\": {}, \"b_median_ts\": {}, \"ratio_b_over_a\": {}, \"us_per_token_b_minus_a\": {}, \"runs\": {}}}",
                         json_str(n),
                         json_num(*a),
                         json_num(*b),
                         json_num(b / a),
+                        json_num(us_per_token_delta(*a, *b)),
                         args.reps
                     )
                 })
@@ -659,16 +660,29 @@ fn run_ab(args: &Args, spec: &str) -> Result<()> {
             );
             let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(6).max(6);
             println!(
-                "| {:<w$} | {:>10} | {:>10} | {:>7} |",
-                "metric", "A t/s", "B t/s", "B/A"
+                "| {:<w$} | {:>10} | {:>10} | {:>7} | {:>10} |",
+                "metric", "A t/s", "B t/s", "B/A", "B−A µs/t"
             );
-            println!("| {:-<w$} | {:->10}: | {:->9}: | {:->6}: |", "", "", "", "");
+            println!(
+                "| {:-<w$} | {:->10}: | {:->9}: | {:->6}: | {:->9}: |",
+                "", "", "", "", ""
+            );
             for (n, a, b) in rows {
-                println!("| {n:<w$} | {a:>10.2} | {b:>10.2} | {:>7.3} |", b / a);
+                println!(
+                    "| {n:<w$} | {a:>10.2} | {b:>10.2} | {:>7.3} | {:>10.2} |",
+                    b / a,
+                    us_per_token_delta(a, b)
+                );
             }
         }
     }
     Ok(())
+}
+
+/// What B changes in the time of one token (µs; negative when B is faster): with `KILN_CUDA_TIMING_SKIP` as B,
+/// minus the cost of the launches left out.
+fn us_per_token_delta(a_ts: f64, b_ts: f64) -> f64 {
+    1e6 / b_ts - 1e6 / a_ts
 }
 
 #[cfg(test)]
