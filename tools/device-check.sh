@@ -251,8 +251,9 @@ fi
 
 # 5c. What each launch costs in place (STEPS=ablate, not in the default): the 8B Q4_K_M's tg128 with and without
 # the launches of one kernel or weight role at a time (KILN_CUDA_TIMING_SKIP, interleaved A/B; the outputs of the
-# B side are wrong, its time is the point). 1/B - 1/A is that launch's share of a step inside the graph, overlap
-# with its neighbours included, which ncu (kernels alone) does not give. ABLATE overrides the list.
+# B side are wrong, its time is the point). The table's B−A µs/t column is minus that launch's share of a token
+# inside the graph, overlap with its neighbours included, which ncu (kernels alone) does not give. ABLATE
+# overrides the list.
 if want ablate; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     for p in ${ABLATE:-attn_q attn_output ffn_gate ffn_down output attn_split attn_merge rms_norm_q8 swiglu_q8}; do
