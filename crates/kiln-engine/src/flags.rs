@@ -2,8 +2,9 @@
 //! `KILN_NO_<NAME>=1` environment variable that falls back to the simpler path, so before/after is one binary.
 //!
 //! The environment is read ONCE, by [`Flags::from_env`], into a [`Flags`] value that is passed down to whatever
-//! needs it; nothing else in kiln reads `KILN_*` variables. [`REGISTRY`] is the one table of flags (`kiln info
-//! --flags` prints it). User choices (KV cache type, context size, threads) are CLI options, not flags.
+//! needs it; besides the settings in [`NON_FLAG_VARS`] (tests, tools, the CUDA tuning and timing aids), nothing
+//! else in kiln reads `KILN_*` variables. [`REGISTRY`] is the one table of flags (`kiln info --flags` prints it).
+//! User choices (KV cache type, context size, threads) are CLI options, not flags.
 
 /// One kill switch: its environment variable, what it disables, and its default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -307,9 +308,13 @@ impl Flags {
     }
 }
 
-/// `KILN_*` variables that are not kill switches (settings of the server, tests and test tools) and therefore must
-/// not be warned about.
+/// `KILN_*` variables that are not kill switches (settings of the server, tests and test tools; the CUDA kernel
+/// constants of a tuning run, the launches left out to time a step, where the kernel check writes its cubins) and
+/// therefore must not be warned about.
 pub const NON_FLAG_VARS: &[&str] = &[
+    "KILN_CUDA_DEFINES",
+    "KILN_CUDA_TIMING_SKIP",
+    "KILN_CUBIN_DIR",
     "KILN_API_KEY",
     "KILN_LOG",
     "KILN_TEST_ASSETS",
@@ -354,6 +359,8 @@ mod tests {
             ("KILN_NO_SIMD", "maybe"),
             ("KILN_TEST_ASSETS", "/x"),
             ("KILN_API_KEY", "secret"),
+            ("KILN_CUDA_DEFINES", "-DGV_U=8"),
+            ("KILN_CUDA_TIMING_SKIP", "attn_output"),
             ("PATH", "/bin"),
         ]));
         assert_eq!(f, Flags::default());
