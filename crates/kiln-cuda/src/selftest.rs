@@ -44,6 +44,17 @@ impl Rng {
     }
 }
 
+/// RMSNorm of each row of `x` (rows as wide as `w`) times `w`, in f64.
+fn host_rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f64> {
+    x.chunks(w.len())
+        .flat_map(|r| {
+            let ss = r.iter().map(|&v| v as f64 * v as f64).sum::<f64>();
+            let s = 1.0 / (ss / w.len() as f64 + eps as f64).sqrt();
+            r.iter().zip(w).map(move |(&v, &w)| v as f64 * s * w as f64)
+        })
+        .collect()
+}
+
 fn rel_err(got: &[f32], want: &[f64]) -> f64 {
     let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len().max(1) as f64)
         .sqrt()
@@ -369,17 +380,7 @@ fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
     for (n, width) in [(5usize, 300usize), (3, 576), (3, 4096), (20, 4096)] {
         let x = rng.vec(n * width);
         let wv = rng.vec(width);
-        let want: Vec<f64> = x
-            .chunks(width)
-            .flat_map(|r| {
-                let ss = r.iter().map(|&v| v as f64 * v as f64).sum::<f64>();
-                let s = 1.0 / (ss / width as f64 + eps as f64).sqrt();
-                r.iter()
-                    .zip(&wv)
-                    .map(move |(&v, &w)| v as f64 * s * w as f64)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let want = host_rms_norm(&x, &wv, eps);
         let (xb, wb) = (dev.upload(&x)?, dev.upload(&wv)?);
         let mut ob = dev.alloc(n * width)?;
         dev.rms_norm(&mut ob, &xb, &wb, n, width, eps)?;
@@ -399,17 +400,7 @@ fn ops_checks(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
     dev.rms_norm_inplace(&mut xqb, &wqb, heads, hd, eps)?;
     let mut gq = vec![0f32; heads * hd];
     dev.read(&xqb, &mut gq)?;
-    let wantq: Vec<f64> = xq
-        .chunks(hd)
-        .flat_map(|r| {
-            let ss = r.iter().map(|&v| v as f64 * v as f64).sum::<f64>();
-            let s = 1.0 / (ss / hd as f64 + eps as f64).sqrt();
-            r.iter()
-                .zip(&wq)
-                .map(move |(&v, &w)| v as f64 * s * w as f64)
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let wantq = host_rms_norm(&xq, &wq, eps);
     checks.push(Check {
         name: "rms_norm in place (QK-norm) 7x64".into(),
         err: rel_err(&gq, &wantq),
