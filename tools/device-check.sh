@@ -157,8 +157,9 @@ if want bench; then
     ab_want() { [[ " ${AB_SKIP:-} " != *" $1 "* ]]; }
     ab_want KILN_NO_CUDA_GRAPH && step ab-KILN_NO_CUDA_GRAPH "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
         -p 0 -n 128 -r 2 --ab KILN_NO_CUDA_GRAPH=1
-    # Attention: one-row passes (prep in the split kernel) and rows of one split (finished there).
-    for flag in KILN_NO_CUDA_PREP_IN_SPLIT KILN_NO_CUDA_SPLIT_DIRECT; do
+    # Attention: one-row passes (prep in the split kernel), rows of one split (finished there), and a KV head's
+    # query heads over several blocks (short rows).
+    for flag in KILN_NO_CUDA_PREP_IN_SPLIT KILN_NO_CUDA_SPLIT_DIRECT KILN_NO_CUDA_ATTN_HEAD_SPLIT; do
         ab_want "$flag" && step "ab-$flag" "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" \
             --device cuda -p 0 -n 128 -r 2 --ab "$flag=1"
     done
@@ -180,7 +181,7 @@ if want bench; then
         --ab KILN_NO_CUDA_FLASH_ATTN=1
     say "bench (CUDA):"
     for f in bench-tg bench-block16 bench-pp ab-KILN_NO_CUDA_GRAPH ab-KILN_NO_CUDA_PREP_IN_SPLIT \
-        ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
+        ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_ATTN_HEAD_SPLIT ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
         ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_GEMV_STAGE ab-KILN_NO_CUDA_EARLY_WEIGHTS \
         ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_PREFILL_K8 \
         ab-KILN_NO_CUDA_BLOCK_MMA \

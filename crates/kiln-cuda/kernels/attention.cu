@@ -224,8 +224,10 @@ __device__ __forceinline__ int attn_chunk(int n_pos, int n_splits) {
     return max(AT_MIN_CHUNK, (per + 63) / 64 * 64);
 }
 
-// One block (4 warps) per (KV head, row, split of attn_chunk positions) over an f16 cache: the partial softmax state of the G
-// query heads of the KV head over positions [split * chunk, min(split * chunk + chunk, pos + 1)), in the log2 domain
+// One block (4 warps) per (G query heads, row, split of attn_chunk positions) over an f16 cache: block x takes query
+// heads G x .. G x + G - 1, which share one KV head (G is the whole group, or a part of it: then a KV head's K/V
+// is read by several blocks, which spreads a short row's fixed work over more multiprocessors). The partial
+// softmax state of the G query heads over positions [split * chunk, min(split * chunk + chunk, pos + 1)), in the log2 domain
 // (q is pre-multiplied by scale * log2 e). A group of head_dim / 8 lanes takes one position (8 elements a lane),
 // a warp takes 32 / (head_dim / 8) positions a step and AT_U steps a tile: the next tile's K/V loads are issued
 // before the current tile's scores, one max per head for the whole warp, and the V sums. The lane groups' partial
@@ -245,7 +247,9 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     __shared__ float sacc[4 * G * HD];
     __shared__ __align__(16) float qs[G * HD];
     __shared__ float sm[4 * G], sl[4 * G];
-    int g = blockIdx.x, r = blockIdx.y, sp = blockIdx.z;
+    int r = blockIdx.y, sp = blockIdx.z;
+    int qh0 = blockIdx.x * G;           // the block's first query head
+    int g = qh0 / (n_head / n_head_kv); // its KV head
     int n_pos = attn_len(positions, r, n_vis);
     int chunk = attn_chunk(n_pos, n_splits);
     int start = sp * chunk;
@@ -263,10 +267,10 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     const float qscale = scale * 1.4426950408889634f;
     if (prep) {
         // attn_prep in this launch (a one-row pass; the host skips attn_prep): warp w preps query heads w, w + 4,
-        // ... of the group straight into qs (attn_prep's bits, times qscale as below), and the split holding the
-        // row's own position the KV head's K/V into the cache, read back below after the barrier (so the K/V
-        // loads are plain ones: the non-coherent path need not see this launch's writes). Other splits do not
-        // read that position. A warp's heads (up to NH) load together, then the block computes the RoPE table once.
+        // ... of the block straight into qs (attn_prep's bits, times qscale as below), and the split holding the
+        // row's own position the KV head's K/V into the cache (each block of the KV head there writes the same
+        // bits), read back below after the barrier (so the K/V loads are plain ones: the non-coherent path need
+        // not see this launch's writes). Other splits do not read that position. A warp's heads (up to NH) load together, then the block computes the RoPE table once.
         __shared__ float phb[4][HD], rope[HD];
         constexpr int NH = (G + 4) / 4;
         int kvd = n_head_kv * HD;
@@ -277,7 +281,7 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
             int hh = warp + 4 * j;
             bool is_q = hh < G;
             if (hh > G || (!is_q && end != n_pos)) break; // warp-uniform
-            const float* src = is_q ? q + ((long long)r * n_head + g * G + hh) * HD : k + (long long)r * kvd + g * HD;
+            const float* src = is_q ? q + ((long long)r * n_head + qh0 + hh) * HD : k + (long long)r * kvd + g * HD;
             prep_load(in[j], src, is_q ? q_norm : k_norm, is_q ? nullptr : v + (long long)r * kvd + g * HD, is_q, HD);
         }
         rope_table(rope, (float)(n_pos - 1) * freq_scale, theta, HD, threadIdx.x, blockDim.x);
@@ -292,7 +296,7 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
             __syncwarp();
         }
     } else {
-        const float* qg = q + ((long long)r * n_head + g * G) * head_dim;
+        const float* qg = q + ((long long)r * n_head + qh0) * head_dim;
         for (int i = threadIdx.x; i < G * head_dim; i += blockDim.x) qs[q_swz(i)] = qg[i] * qscale;
     }
     __syncthreads();
@@ -427,7 +431,7 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     constexpr int PASSES = (G * HD + 127) / 128;
     float ov[PASSES];
     __shared__ float mk[(G * HD + 31) / 32];
-    long long ob = ((long long)r * n_head + g * G) * head_dim; // the group's first output element
+    long long ob = ((long long)r * n_head + qh0) * head_dim; // the block's first output element
 #pragma unroll
     for (int k = 0; k < PASSES; k++) {
         int idx = threadIdx.x + 128 * k;
@@ -444,7 +448,7 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
             if (xq) q8_warp(ov[k], xq, xd, xs, (ob + idx) / 32);
             if (kq) k8_publish(ov[k], true, &mk[idx / 32]);
         } else {
-            float* part = ws + (((long long)r * n_head + g * G + gi) * n_splits + sp) * (head_dim + 2);
+            float* part = ws + (((long long)r * n_head + qh0 + gi) * n_splits + sp) * (head_dim + 2);
             part[e] = A;
             if (e == 0) {
                 part[head_dim] = sM[gi];

@@ -42,6 +42,11 @@ pub const G16_MIN_ROWS: usize = 4;
 pub(crate) const K8_TYPE_OFFSET: i32 = 1000;
 /// Graphs kept before the cache is cleared (one per batch shape in practice).
 const MAX_GRAPHS: usize = 64;
+/// Positions below which every row of a pass must sit for a split-KV block to take part of a KV head's query
+/// heads (`attn_head_split`). Split at every depth, the 8B's decode was faster at depth 4,096 (1.010x) and
+/// slower at 32,768 (0.959x), where each block reading its KV head's K/V costs more than the fixed work it
+/// spreads; between them unmeasured.
+const HEAD_SPLIT_MAX_POS: usize = 8192;
 
 /// Which fast paths the device uses. Each is on by default and has a kill switch in kiln's flag registry, so
 /// before/after is one binary.
@@ -61,6 +66,12 @@ pub struct Options {
     /// With `fused` and `split_kv`: a one-row pass's QK-norm, RoPE and K/V append are done by the split kernel
     /// (same bits); else by `attn_prep` before it.
     pub prep_in_split: bool,
+    /// With `split_kv`: a split kernel block takes the fewest query heads of a KV head whose outputs fill whole
+    /// activation blocks (Q8: 128 elements a pass, K8: 256), e.g. 2 of the 8B's 4, so a short row's per-block
+    /// work (prep, epilogue) is spread over more multiprocessors, for passes whose rows are all below
+    /// [`HEAD_SPLIT_MAX_POS`] (same bits: a head's sums do not depend on the heads beside it); else one block
+    /// per KV head with all of its query heads.
+    pub attn_head_split: bool,
     /// The one-row K8 GEMVs stage their activation row in shared memory for rows 4,096 to 12,288 wide (same
     /// bits); else every warp reads it from global memory. A kernel define (`GV_STAGE_MAXW=0` when off).
     pub gemv_stage: bool,
@@ -105,6 +116,7 @@ impl Default for Options {
             split_kv: true,
             split_direct: true,
             prep_in_split: true,
+            attn_head_split: true,
             gemv_stage: true,
             early_weights: true,
             graphs: true,
@@ -140,7 +152,7 @@ struct Meta {
 }
 
 /// CUDA graphs by pass key. A graph is only touched under the device's lock.
-struct Graphs(HashMap<[u64; 6], CudaGraph>);
+struct Graphs(HashMap<[u64; 7], CudaGraph>);
 // SAFETY: CudaGraph holds raw driver handles; every use is serialized by the Mutex around `Graphs`.
 unsafe impl Send for Graphs {}
 
@@ -1172,6 +1184,13 @@ impl Device {
             .map_err(drv("uploading pass metadata"))
     }
 
+    /// Every row of the pass is below [`HEAD_SPLIT_MAX_POS`] (a drafter block's rows see up to its last row's
+    /// position: also below).
+    fn short_rows(&self) -> bool {
+        let m = self.lock(&self.meta);
+        m.rows.iter().all(|&(_, p)| p < HEAD_SPLIT_MAX_POS)
+    }
+
     /// Device pointers of the pass metadata: tokens, slots, positions, logit rows.
     fn meta_ptrs(&self) -> [u64; 4] {
         let m = self.lock(&self.meta);
@@ -1194,7 +1213,9 @@ impl Device {
         }
         let mut graphs = self.lock(&self.graphs);
         let gen = *self.lock(&self.generation);
-        let full = [key[0], key[1], key[2], key[3], key[4], gen];
+        // The attention's launch shape depends on the rows' positions (`short_rows`).
+        let short = self.short_rows() as u64;
+        let full = [key[0], key[1], key[2], key[3], key[4], gen, short];
         if let Some(g) = graphs.0.get(&full) {
             return g.launch().map_err(drv("launching a graph"));
         }
@@ -2284,6 +2305,21 @@ impl Device {
         )
     }
 
+    /// Query heads a split kernel block takes of a KV head's `group`, and that kernel: with `attn_head_split`
+    /// and the pass's rows short ([`HEAD_SPLIT_MAX_POS`]), the fewest that divide the group and write whole
+    /// `unit`-element activation blocks (a head's bits do not depend on the heads beside it), else the group.
+    fn split_heads(&self, group: usize, head_dim: usize, unit: usize) -> (usize, &'static str) {
+        let fewest = (1..group).find(|&h| {
+            group.is_multiple_of(h)
+                && (h * head_dim).is_multiple_of(unit)
+                && split_kernel(h, head_dim).is_some()
+        });
+        match fewest.filter(|_| self.opts.attn_head_split && self.short_rows()) {
+            Some(h) => (h, split_kernel(h, head_dim).unwrap_or_default()),
+            None => (group, split_kernel(group, head_dim).unwrap_or_default()),
+        }
+    }
+
     /// The split-KV decode kernel for `group` query heads a KV head of `head_dim` over `kv`, when it is used.
     fn split_path(&self, kv: &DKv, group: usize, head_dim: usize) -> Option<&'static str> {
         split_kernel(group, head_dim).filter(|_| self.opts.split_kv && kv.f16)
@@ -2360,8 +2396,7 @@ impl Device {
                 ],
             );
         }
-        let split = self.split_path(kv, group, head_dim);
-        if split.is_none() {
+        if self.split_path(kv, group, head_dim).is_none() {
             return self.launch(
                 "attn_decode",
                 grid(n_head as u32, n as u32, 128),
@@ -2377,21 +2412,20 @@ impl Device {
         // The K8 shadow (for a K-quant o-proj) needs a block to hold whole 256-element K8 blocks: 256 / head_dim
         // heads a block.
         let width = n_head * head_dim;
-        let heads = 256 / head_dim;
         let k8 = fused
             && matches!(head_dim, 64 | 128 | 256)
-            && n_head.is_multiple_of(heads)
+            && n_head.is_multiple_of(256 / head_dim)
             && self.fused_k8(out, n * width, width);
         let ((xq, xd, xs), q8) = match self.q8_ptrs(out, k8) {
             (ptrs, true) if fused => (ptrs, true),
             _ => ((0, 0, 0), false),
         };
         let (kq, kd, ks) = self.k8_ptrs(out, k8);
-        // Rows whose span is one split finished by the split kernel (its block writes a KV head's query heads
-        // in passes of 128 elements: whole K8 blocks when it writes them); the merge kernel skips them.
-        let direct = self.opts.split_direct
-            && fused
-            && (group * head_dim).is_multiple_of(if k8 { 256 } else { 128 });
+        // Rows whose span is one split finished by the split kernel (its block writes its query heads in passes
+        // of 128 elements: whole K8 blocks when it writes them); the merge kernel skips them.
+        let unit = if k8 { 256 } else { 128 };
+        let (heads, split) = self.split_heads(group, head_dim, unit);
+        let direct = self.opts.split_direct && fused && (heads * head_dim).is_multiple_of(unit);
         let (split_out, direct) = if direct { (o, 1i32) } else { (0, 0) };
         let (sxq, sxd, sxs, skq, skd, sks) = if direct == 1 {
             (xq, xd, xs, kq, kd, ks)
@@ -2401,9 +2435,9 @@ impl Device {
         let pr = prep.unwrap_or_default();
         let on = prep.is_some() as i32;
         self.launch(
-            split.unwrap_or_default(),
+            split,
             LaunchConfig {
-                grid_dim: (n_head_kv as u32, n as u32, n_splits as u32),
+                grid_dim: ((n_head / heads) as u32, n as u32, n_splits as u32),
                 block_dim: (128, 1, 1),
                 shared_mem_bytes: 0,
             },
@@ -2440,10 +2474,14 @@ impl Device {
                 &on,
             ],
         )?;
-        let heads = if k8 { heads } else { 1 };
+        let merge_heads = if k8 { 256 / head_dim } else { 1 };
         self.launch(
             "attn_merge",
-            grid((n_head / heads) as u32, n as u32, (heads * head_dim) as u32),
+            grid(
+                (n_head / merge_heads) as u32,
+                n as u32,
+                (merge_heads * head_dim) as u32,
+            ),
             &[
                 &o, &xq, &xd, &xs, &kq, &kd, &ks, &wsp, &pp, &nh, &hd, &nsp, &vis, &direct,
             ],

@@ -552,12 +552,27 @@ fn test_shape(nh: usize, nkv: usize, hd: usize, eps: f32) -> AttnShape {
     }
 }
 
-/// The attention merge's fused shadows (Q8 per head, K8 over 4 heads of 64 in one block) are the bits of
-/// quantizing its output separately, for a Q8_0 and a Q4_K o-proj.
+/// The attention's fused shadows (Q8 per head, K8 over 256 elements: 4 heads of 64, or 2 of 128 with a KV head's
+/// 4 query heads over two blocks) are the bits of quantizing its output separately, for a Q8_0 and a Q4_K o-proj,
+/// in passes of 10 rows and of one (QK-norm, RoPE and the K/V append in the split kernel).
 fn merge_shadow_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
-    let (n, nh, nkv, hd, rows) = (10usize, 8usize, 2usize, 64usize, 24usize);
+    for (n, hd) in [(10usize, 64usize), (10, 128), (1, 128)] {
+        merge_shadow_case(dev, rng, n, hd, checks)?;
+    }
+    Ok(())
+}
+
+fn merge_shadow_case(
+    dev: &Device,
+    rng: &mut Rng,
+    n: usize,
+    hd: usize,
+    checks: &mut Vec<Check>,
+) -> Result<()> {
+    let (nh, nkv, rows) = (8usize, 2usize, 24usize);
     let width = nh * hd;
     let shape = test_shape(nh, nkv, hd, 1e-6);
+    let (qn, kn) = (dev.upload(&rng.vec(hd))?, dev.upload(&rng.vec(hd))?);
     for ty in [GgmlType::Q8_0, GgmlType::Q4_K] {
         let w = dev.upload_weight(
             "test.oproj",
@@ -568,7 +583,9 @@ fn merge_shadow_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> R
             true,
         )?;
         let mut kv = dev.alloc_kv(1, 1, 64, nkv * hd, true)?;
-        let pass: Vec<(usize, usize)> = (0..n).map(|p| (0, p)).collect();
+        // One row at position 9 (over the zeros of a fresh cache), or rows at 0..n.
+        let first = if n == 1 { 9 } else { 0 };
+        let pass: Vec<(usize, usize)> = (0..n).map(|p| (0, first + p)).collect();
         dev.set_pass(&[], &pass, &[], false)?;
         let (mut qb, mut kb) = (
             dev.upload(&rng.vec(n * width))?,
@@ -576,9 +593,21 @@ fn merge_shadow_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> R
         );
         let vb = dev.upload(&rng.vec(n * nkv * hd))?;
         let mut ob = dev.alloc(n * width)?;
-        dev.attention_fused(&mut ob, &mut qb, &mut kb, &vb, &mut kv, 0, n, &shape, None)?;
+        dev.attention_fused(
+            &mut ob,
+            &mut qb,
+            &mut kb,
+            &vb,
+            &mut kv,
+            0,
+            n,
+            &shape,
+            Some((&qn, &kn)),
+        )?;
         checks.push(Check {
-            name: format!("attention merge shadow for {ty} == quantized copy"),
+            name: format!(
+                "attention shadow for {ty} ({n} rows, {nh}/{nkv}x{hd}) == quantized copy"
+            ),
             err: shadow_differs(dev, &w, &ob, n)?,
             tol: 0.0,
         });

@@ -84,6 +84,13 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_ATTN_HEAD_SPLIT",
+        disables: "CUDA: a split-KV attention block takes the fewest query heads of a KV head that fill whole \
+                   activation blocks (2 of the 8B's 4), so a short row's prep and epilogue spread over more \
+                   multiprocessors; one block per KV head with all of its query heads instead (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_PREFILL_MMA",
         disables: "CUDA: int8 tensor-core matmul for prompt prefill (Q4_K/Q6_K/Q8_0, more than 16 rows); prefill \
                    rows go through the decode-path kernels instead",
@@ -164,6 +171,8 @@ pub struct Flags {
     pub cuda_split_direct: bool,
     /// CUDA: a one-row pass's attention prep inside the split-KV kernel.
     pub cuda_prep_in_split: bool,
+    /// See `KILN_NO_CUDA_ATTN_HEAD_SPLIT`.
+    pub cuda_attn_head_split: bool,
     /// CUDA: the one-row K8 GEMV's activation row staged in shared memory.
     pub cuda_gemv_stage: bool,
     /// CUDA: the K8 GEMVs' first weight loads before the launch wait.
@@ -203,6 +212,7 @@ impl Default for Flags {
             cuda_split_kv: true,
             cuda_split_direct: true,
             cuda_prep_in_split: true,
+            cuda_attn_head_split: true,
             cuda_gemv_stage: true,
             cuda_early_weights: true,
             cuda_graph: true,
@@ -232,6 +242,7 @@ impl Flags {
             cuda_split_kv: false,
             cuda_split_direct: false,
             cuda_prep_in_split: false,
+            cuda_attn_head_split: false,
             cuda_gemv_stage: false,
             cuda_early_weights: false,
             cuda_graph: false,
@@ -289,6 +300,7 @@ impl Flags {
                 "KILN_NO_CUDA_SPLIT_KV" => flags.cuda_split_kv = !disabled,
                 "KILN_NO_CUDA_SPLIT_DIRECT" => flags.cuda_split_direct = !disabled,
                 "KILN_NO_CUDA_PREP_IN_SPLIT" => flags.cuda_prep_in_split = !disabled,
+                "KILN_NO_CUDA_ATTN_HEAD_SPLIT" => flags.cuda_attn_head_split = !disabled,
                 "KILN_NO_CUDA_GEMV_STAGE" => flags.cuda_gemv_stage = !disabled,
                 "KILN_NO_CUDA_EARLY_WEIGHTS" => flags.cuda_early_weights = !disabled,
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,

@@ -33,6 +33,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         split_kv: false,
         split_direct: false,
         prep_in_split: false,
+        attn_head_split: false,
         gemv_stage: false,
         early_weights: false,
         graphs: false,
@@ -57,10 +58,12 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         ..kiln_cuda::Options::default()
     };
     // The K8 GEMVs with their in-kernel switches off (KILN_NO_CUDA_GEMV_STAGE, KILN_NO_CUDA_EARLY_WEIGHTS: kernels
-    // compiled with other defines).
+    // compiled with other defines), and a split-KV attention block per KV head (KILN_NO_CUDA_ATTN_HEAD_SPLIT; with
+    // per-32 activations above, a block takes fewer heads than with K8 activations).
     let k8_plain = kiln_cuda::Options {
         gemv_stage: false,
         early_weights: false,
+        attn_head_split: false,
         ..kiln_cuda::Options::default()
     };
     for (label, opts) in [
@@ -69,7 +72,10 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
             "fast paths on per-32 activations, prep and merge kernels",
             per32,
         ),
-        ("fast paths, K8 GEMVs unstaged and waiting first", k8_plain),
+        (
+            "fast paths, K8 GEMVs unstaged and waiting first, a block per KV head",
+            k8_plain,
+        ),
         ("kill switches + reference", simple),
     ] {
         let t0 = std::time::Instant::now();
