@@ -39,9 +39,24 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
         "attn_flash_h128" => "FA_SMEM_H128",
         _ => return 0,
     };
-    static SIZES: std::sync::OnceLock<std::collections::HashMap<String, u32>> =
+    source_define(name)
+}
+
+/// The split-KV kernels' fewest positions a split (`AT_MIN_CHUNK` in attention.cu, or the value
+/// `KILN_CUDA_DEFINES` gives it): a row whose span is no longer is one split.
+pub fn attn_min_chunk() -> usize {
+    tuning_defines()
+        .iter()
+        .rev()
+        .find_map(|d| d.strip_prefix("-DAT_MIN_CHUNK=")?.parse().ok())
+        .unwrap_or(source_define("AT_MIN_CHUNK") as usize)
+}
+
+/// The value of a numeric `#define NAME value` in the kernel source.
+fn source_define(name: &str) -> u32 {
+    static DEFINES: std::sync::OnceLock<std::collections::HashMap<String, u32>> =
         std::sync::OnceLock::new();
-    let sizes = SIZES.get_or_init(|| {
+    let defines = DEFINES.get_or_init(|| {
         KERNEL_FILES
             .iter()
             .flat_map(|(_, text)| text.lines())
@@ -52,7 +67,7 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
             })
             .collect()
     });
-    sizes[name]
+    defines[name]
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
@@ -395,6 +410,15 @@ mod tests {
             ["-DGV_U=8", "-DAT_U=2", "-DAT_MIN_CHUNK=64"]
         );
         assert!(split_defines(" ; ").is_empty());
+    }
+
+    #[test]
+    fn host_reads_the_split_size_the_kernels_use() {
+        // The host leaves out the merge launch for rows of at most this many positions: it must be the kernels'.
+        assert_eq!(source_define("AT_MIN_CHUNK"), 128);
+        if std::env::var_os("KILN_CUDA_DEFINES").is_none() {
+            assert_eq!(attn_min_chunk(), 128);
+        }
     }
 
     #[test]

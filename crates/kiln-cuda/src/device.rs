@@ -188,6 +188,8 @@ pub struct Device {
     weight_bytes: AtomicU64,
     /// Launches left out to time what they cost inside a step (`KILN_CUDA_TIMING_SKIP`, [`timing_skips`]).
     timing_skip: Vec<String>,
+    /// The split-KV kernels' fewest positions a split ([`crate::compile::attn_min_chunk`]).
+    min_chunk: usize,
     /// Marketing name of the GPU.
     pub name: String,
     /// The architecture the kernels were compiled for (`sm_90a`).
@@ -528,6 +530,7 @@ impl Device {
             q8_read: AtomicBool::new(false),
             weight_bytes: AtomicU64::new(0),
             timing_skip,
+            min_chunk: crate::compile::attn_min_chunk(),
             name,
             arch,
             cache_hit,
@@ -1184,11 +1187,18 @@ impl Device {
             .map_err(drv("uploading pass metadata"))
     }
 
-    /// Every row of the pass is below [`HEAD_SPLIT_MAX_POS`] (a drafter block's rows see up to its last row's
-    /// position: also below).
-    fn short_rows(&self) -> bool {
+    /// What the attention's launches depend on in the pass's positions (part of the graph key; a drafter
+    /// block's rows see up to its last row's position, so the largest position bounds every span).
+    fn spans(&self) -> Spans {
         let m = self.lock(&self.meta);
-        m.rows.iter().all(|&(_, p)| p < HEAD_SPLIT_MAX_POS)
+        let last = m.rows.iter().map(|&(_, p)| p).max().unwrap_or(0);
+        if last < self.min_chunk {
+            Spans::OneSplit
+        } else if last < HEAD_SPLIT_MAX_POS {
+            Spans::Short
+        } else {
+            Spans::Long
+        }
     }
 
     /// Device pointers of the pass metadata: tokens, slots, positions, logit rows.
@@ -1213,9 +1223,9 @@ impl Device {
         }
         let mut graphs = self.lock(&self.graphs);
         let gen = *self.lock(&self.generation);
-        // The attention's launch shape depends on the rows' positions (`short_rows`).
-        let short = self.short_rows() as u64;
-        let full = [key[0], key[1], key[2], key[3], key[4], gen, short];
+        // The attention's launches depend on the rows' positions (`spans`).
+        let spans = self.spans() as u64;
+        let full = [key[0], key[1], key[2], key[3], key[4], gen, spans];
         if let Some(g) = graphs.0.get(&full) {
             return g.launch().map_err(drv("launching a graph"));
         }
@@ -2314,7 +2324,7 @@ impl Device {
                 && (h * head_dim).is_multiple_of(unit)
                 && split_kernel(h, head_dim).is_some()
         });
-        match fewest.filter(|_| self.opts.attn_head_split && self.short_rows()) {
+        match fewest.filter(|_| self.opts.attn_head_split && self.spans() != Spans::Long) {
             Some(h) => (h, split_kernel(h, head_dim).unwrap_or_default()),
             None => (group, split_kernel(group, head_dim).unwrap_or_default()),
         }
@@ -2474,18 +2484,22 @@ impl Device {
                 &on,
             ],
         )?;
-        let merge_heads = if k8 { 256 / head_dim } else { 1 };
-        self.launch(
-            "attn_merge",
-            grid(
-                (n_head / merge_heads) as u32,
-                n as u32,
-                (merge_heads * head_dim) as u32,
-            ),
-            &[
-                &o, &xq, &xd, &xs, &kq, &kd, &ks, &wsp, &pp, &nh, &hd, &nsp, &vis, &direct,
-            ],
-        )?;
+        // With every row finished by the split kernel the merge would only wait and return: a graph node and a
+        // kernel boundary in the decode chain, left out.
+        if direct == 0 || self.spans() != Spans::OneSplit {
+            let merge_heads = if k8 { 256 / head_dim } else { 1 };
+            self.launch(
+                "attn_merge",
+                grid(
+                    (n_head / merge_heads) as u32,
+                    n as u32,
+                    (merge_heads * head_dim) as u32,
+                ),
+                &[
+                    &o, &xq, &xd, &xs, &kq, &kd, &ks, &wsp, &pp, &nh, &hd, &nsp, &vis, &direct,
+                ],
+            )?;
+        }
         if q8 {
             out.q8_valid.store(n * width, Ordering::Relaxed);
         }
@@ -2494,6 +2508,15 @@ impl Device {
         }
         Ok(())
     }
+}
+
+/// Where a pass's rows sit, for the attention's launches: every row's span within one split (the merge kernel
+/// has nothing to do), every row below [`HEAD_SPLIT_MAX_POS`], or not.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spans {
+    OneSplit,
+    Short,
+    Long,
 }
 
 /// What `attn_prep` would take, for a split kernel that preps a one-row pass itself (device pointers; norms 0
