@@ -250,19 +250,18 @@ if want tune; then
     done
 fi
 
-# 5c. What each launch costs in place (STEPS=ablate, not in the default): the 8B Q4_K_M's tg128 with and without
-# the launches of one kernel or weight role at a time (KILN_CUDA_TIMING_SKIP, interleaved A/B; the outputs of the
-# B side are wrong, its time is the point). The table's B−A µs/t column is minus that launch's share of a token
-# inside the graph, overlap with its neighbours included, which ncu (kernels alone) does not give. ABLATE
-# overrides the list.
+# 5c. What each launch costs in place (STEPS=ablate, not in the default): the 8B Q4_K_M's tg128 with all launches
+# and without one kernel or weight role at a time (`kiln bench --skip-each`: KILN_CUDA_TIMING_SKIP's patterns set
+# in one process, the variants interleaved per repetition; the outputs of those runs are wrong, their time is the
+# point). The table's Δ µs/t column is minus that launch's share of a token inside the graph, overlap with its
+# neighbours included, which ncu (kernels alone) does not give. ABLATE overrides the list (sets separated by
+# spaces, a set's patterns by commas).
 if want ablate; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
-    for p in ${ABLATE:-attn_q attn_output ffn_gate ffn_down output attn_split attn_merge rms_norm_q8 swiglu_q8}; do
-        step "ablate-$p" "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -r 2 \
-            --ab "KILN_CUDA_TIMING_SKIP=$p"
-        say "without $p:"
-        grep -E "^\|" "$OUT/ablate-$p.log" | tail -n 1 | tee -a "$OUT/summary.txt"
-    done
+    step ablate "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -r 3 --skip-each \
+        "${ABLATE:-attn_q attn_v attn_output ffn_gate ffn_down output attn_split attn_merge rms_norm_q8 swiglu_q8}"
+    say "in-place cost of each launch kind (8B Q4_K_M tg128):"
+    grep -E "^\|" "$OUT/ablate.log" | tee -a "$OUT/summary.txt"
 fi
 
 # 6. Where a decode step's time goes: ncu times every kernel alone (graphs off; caches and clocks left as they

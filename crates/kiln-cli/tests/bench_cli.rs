@@ -280,6 +280,37 @@ fn bench_rejects_cuda_without_a_cuda_build() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("CUDA"));
 }
 
+#[test]
+fn skip_each_needs_cuda_and_a_set() {
+    let m = smollm2();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "-m",
+            m.to_str().unwrap(),
+            "-p",
+            "0",
+            "-n",
+            "2",
+            "-r",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    // On the CPU (or in a build without CUDA) it says why instead of timing anything.
+    let cpu = run(&["--skip-each", "attn_q ffn_gate"]);
+    assert!(!cpu.status.success());
+    assert!(String::from_utf8_lossy(&cpu.stderr).contains("CUDA"));
+    // With --ab it is refused by the parser: both would time variants.
+    let both = run(&["--skip-each", "attn_q", "--ab", "KILN_NO_SIMD=1"]);
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"));
+}
+
 /// `--draft`: plain and speculative generation side by side. Forced acceptance of at most 3 drafts per round
 /// gives τ = 11/3 for 12 tokens (the first comes from the prompt); the speculative output is checked against
 /// the plain one inside the bench (a mismatch fails the command).

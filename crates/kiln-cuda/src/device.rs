@@ -187,7 +187,7 @@ pub struct Device {
     /// Bytes of weights uploaded (repacking keeps sizes; a tied output head counts twice).
     weight_bytes: AtomicU64,
     /// Launches left out to time what they cost inside a step (`KILN_CUDA_TIMING_SKIP`, [`timing_skips`]).
-    timing_skip: Vec<String>,
+    timing_skip: Mutex<Vec<String>>,
     /// The split-KV kernels' fewest positions a split ([`crate::compile::attn_min_chunk`]).
     min_chunk: usize,
     /// Marketing name of the GPU.
@@ -529,13 +529,25 @@ impl Device {
             k8_weights: AtomicBool::new(false),
             q8_read: AtomicBool::new(false),
             weight_bytes: AtomicU64::new(0),
-            timing_skip,
+            timing_skip: Mutex::new(timing_skip),
             min_chunk: crate::compile::attn_min_chunk(),
             name,
             arch,
             cache_hit,
             warning,
         })
+    }
+
+    /// Leaves out from now on the launches `list` names (comma-separated, as `KILN_CUDA_TIMING_SKIP`; empty:
+    /// none), so one process can time a step without each kind of launch in turn (`kiln bench --skip-each`).
+    /// Graphs are captured anew. The outputs are wrong while anything is left out.
+    pub fn set_timing_skip(&self, list: &str) {
+        *self.lock(&self.timing_skip) = skip_list(list);
+        self.bump_generation();
+    }
+
+    fn skipped(&self, name: &str) -> bool {
+        timing_skips(&self.lock(&self.timing_skip), name)
     }
 
     /// Bytes of weights uploaded so far (the device memory they take).
@@ -1263,7 +1275,7 @@ impl Device {
     }
 
     fn launch(&self, name: &'static str, cfg: LaunchConfig, args: &[&dyn Arg]) -> Result<()> {
-        if timing_skips(&self.timing_skip, name) {
+        if self.skipped(name) {
             return Ok(());
         }
         let (f, smem) = self.f(name);
@@ -1476,7 +1488,7 @@ impl Device {
             },
         )?;
         out.invalidate();
-        if n_rows == 0 || timing_skips(&self.timing_skip, weight_role(&w.name)) {
+        if n_rows == 0 || self.skipped(weight_role(&w.name)) {
             return Ok(());
         }
         let (o, wp, xp) = (self.ptr(&out.data), self.ptr(&w.data), self.ptr(&x.data));
@@ -1683,7 +1695,7 @@ impl Device {
                 )?;
                 o.invalidate();
             }
-            if n_rows == 0 || timing_skips(&self.timing_skip, weight_role(&ws[i].name)) {
+            if n_rows == 0 || self.skipped(weight_role(&ws[i].name)) {
                 continue;
             }
             // One activation format for the group (its kernel's name says which).
@@ -2562,9 +2574,11 @@ fn split_kernel(group: usize, head_dim: usize) -> Option<&'static str> {
 /// with its neighbours by programmatic dependent launch), which a profiler timing kernels alone does not give.
 /// A profiling aid only: the outputs are wrong.
 fn timing_skip_patterns() -> Vec<String> {
-    std::env::var("KILN_CUDA_TIMING_SKIP")
-        .unwrap_or_default()
-        .split(',')
+    skip_list(&std::env::var("KILN_CUDA_TIMING_SKIP").unwrap_or_default())
+}
+
+fn skip_list(list: &str) -> Vec<String> {
+    list.split(',')
         .map(|p| p.trim().to_string())
         .filter(|p| !p.is_empty())
         .collect()

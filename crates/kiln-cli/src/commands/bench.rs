@@ -193,6 +193,12 @@ pub struct Args {
     /// by spaces or commas) interleaved, each run in its own process, and print medians and the ratio.
     #[arg(long, value_name = "VAR=VALUE")]
     pub ab: Option<String>,
+    /// CUDA: what each kind of launch costs inside a step. Every test is also timed with the launches of each
+    /// set left out in turn (sets separated by spaces, a set's kernel-name prefixes or weight roles by commas,
+    /// as `KILN_CUDA_TIMING_SKIP`), in this process (one model load), the variants interleaved per repetition.
+    /// The runs without launches compute wrong outputs on purpose; their time is the point.
+    #[arg(long, value_name = "SETS", conflicts_with_all = ["ab", "draft", "ctx_start", "ctx_max"])]
+    pub skip_each: Option<String>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -226,6 +232,14 @@ pub fn run(args: Args) -> Result<()> {
         .max()
         .unwrap_or(1)
         .max(1);
+    if let Some(sets) = &args.skip_each {
+        #[cfg(feature = "cuda")]
+        return run_skip_each(&args, flags, &tests, n_ctx, sets);
+        #[cfg(not(feature = "cuda"))]
+        bail!(
+            "--skip-each ({sets}) times CUDA launches: this kiln was built without --features cuda"
+        );
+    }
     let mut records = Vec::new();
     for path in &args.models {
         for &threads in &args.threads {
@@ -675,6 +689,90 @@ fn run_ab(args: &Args, spec: &str) -> Result<()> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// `kiln bench --skip-each`: every test with all launches and without each set, interleaved per repetition in
+/// one process; prints each variant's median and its difference from all launches in µs a token.
+#[cfg(feature = "cuda")]
+fn run_skip_each(
+    args: &Args,
+    flags: Flags,
+    tests: &[kiln_engine::bench::TestSpec],
+    n_ctx: usize,
+    sets: &str,
+) -> Result<()> {
+    let variants: Vec<&str> = std::iter::once("").chain(sets.split_whitespace()).collect();
+    if variants.len() < 2 {
+        bail!("--skip-each needs at least one set of launches");
+    }
+    if args.device == Device::Cpu {
+        bail!("--skip-each leaves out CUDA launches: use --device cuda");
+    }
+    // (model, test, variant, median t/s)
+    let mut rows: Vec<(String, String, String, f64)> = Vec::new();
+    for path in &args.models {
+        let mut model = load(path, args.threads[0], flags)?;
+        args.device.attach(&mut model)?;
+        let Some(dev) = model.cuda().map(|c| c.device()) else {
+            bail!("{}: not on the GPU", path.display());
+        };
+        let name = ModelInfo::of(&model, path).filename;
+        let mut session = Session::new(&model, session_config(args, n_ctx))?;
+        for (i, t) in tests.iter().enumerate() {
+            let mut tps = vec![Vec::new(); variants.len()];
+            for rep in 0..args.reps {
+                for (v, set) in variants.iter().enumerate() {
+                    dev.set_timing_skip(set);
+                    let s = run_test(&mut session, t, 1, i as u64 + 1)
+                        .with_context(|| format!("{}: {}", path.display(), t.name()))?;
+                    tps[v].push(t.tokens() as f64 / s[0]);
+                    eprintln!(
+                        "kiln bench: {name} {} run {}/{} without [{set}]: {:.2} t/s",
+                        t.name(),
+                        rep + 1,
+                        args.reps,
+                        tps[v][rep]
+                    );
+                }
+            }
+            dev.set_timing_skip("");
+            for (v, set) in variants.iter().enumerate() {
+                let label = if set.is_empty() {
+                    "(all launches)"
+                } else {
+                    set
+                };
+                rows.push((
+                    name.clone(),
+                    t.name(),
+                    label.to_string(),
+                    Stats::of(&tps[v]).median,
+                ));
+            }
+        }
+    }
+    println!(
+        "each test with all launches and without each set (KILN_CUDA_TIMING_SKIP patterns; outputs wrong there), \
+         {} runs each interleaved in one process; medians in t/s; Δ = minus that set's cost in place",
+        args.reps
+    );
+    let w = rows.iter().map(|r| r.2.len()).max().unwrap_or(8).max(8);
+    println!(
+        "| model | test | {:<w$} | {:>10} | {:>10} |",
+        "without", "t/s", "Δ µs/t"
+    );
+    println!("| --- | --- | {:-<w$} | {:->9}: | {:->9}: |", "", "", "");
+    let mut base = 0.0;
+    for (model, test, set, ts) in &rows {
+        if set == "(all launches)" {
+            base = *ts;
+        }
+        println!(
+            "| {model} | {test} | {set:<w$} | {ts:>10.2} | {:>10.2} |",
+            us_per_token_delta(base, *ts)
+        );
     }
     Ok(())
 }
