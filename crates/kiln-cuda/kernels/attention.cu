@@ -242,7 +242,7 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
                                                 int n_vis, float* out, signed char* xq, float* xd, float* xs,
                                                 signed char* kq, float* kd, int* ks, const float* k,
                                                 const float* v, const float* q_norm, const float* k_norm, float eps,
-                                                float theta, float freq_scale, int neox, int prep) {
+                                                float theta, float freq_scale, int neox, int prep, int pair) {
     constexpr int head_dim = HD, LP = HD / 8, PPW = 32 / LP;
     __shared__ float sacc[4 * G * HD];
     __shared__ __align__(16) float qs[G * HD];
@@ -424,7 +424,8 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
         sinv[gi] = 1.0f / L;
     }
     __syncthreads();
-    // A row whose span is one split (with `out` non-null: G * HD % 128 == 0, % 256 with kq) is finished here:
+    // A row whose span is one split (with `out` non-null: G * HD % 128 == 0, % 256 with kq unless G * HD = 128 in
+    // clusters of 2, `pair`) is finished here:
     // attn_merge of one split computes M = m, weight 2^0 = 1, L = 0 + l, A = 0 + acc, so out = acc (1 / l) is
     // its bits, and the merge kernel skips the row. Else the partials go to `ws`.
     bool direct = out && start == 0 && end == n_pos;
@@ -457,6 +458,23 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
         }
     }
     if (!direct || !kq) return;
+    if (G * HD == 128) {
+        // Half a K8 block: launched as clusters of 2 (`pair`: the host does so only then), rank 0 with the
+        // block's first 128 elements. The block's 4 warp maxima and the partner's make the block's 8 (max is
+        // exact in any order: the bits of one block writing all 256); the second barrier keeps each block's
+        // maxima alive until the partner has read them.
+        if (!pair) __trap();
+        __shared__ float g8[8];
+        unsigned rank = cluster_rank();
+        cluster_sync();
+        if (threadIdx.x < 8) {
+            unsigned from = threadIdx.x / 4;
+            g8[threadIdx.x] = from == rank ? mk[threadIdx.x % 4] : cluster_load(&mk[threadIdx.x % 4], from);
+        }
+        cluster_sync();
+        k8_write(ov[0], g8, kq, kd, ks, ob + threadIdx.x, rank == 0 && threadIdx.x < 32);
+        return;
+    }
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < PASSES; k++) {
@@ -474,11 +492,11 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
         int layer, int n_slots, int slot_ctx, int n_head, int n_head_kv, float scale, int n_splits, int n_vis,  \
         float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd, int* ks, const float* k,  \
         const float* v, const float* q_norm, const float* k_norm, float eps, float theta, float freq_scale,     \
-        int neox, int prep) {                                                                                   \
+        int neox, int prep, int pair) {                                                                         \
         wait_prior_kernel();                                                                                    \
         attn_split_body<G, HD>(ws, q, kc, vc, slots, positions, layer, n_slots, slot_ctx, n_head, n_head_kv,    \
                                scale, n_splits, n_vis, out, xq, xd, xs, kq, kd, ks, k, v, q_norm, k_norm, eps,  \
-                               theta, freq_scale, neox, prep);                                                 \
+                               theta, freq_scale, neox, prep, pair);                                           \
     }
 ATTN_SPLIT_KERNEL(attn_split_g1_h64, 1, 64, 4)
 ATTN_SPLIT_KERNEL(attn_split_g2_h64, 2, 64, 4)

@@ -80,6 +80,38 @@ __device__ __forceinline__ void wait_prior_kernel() {
 #endif
 }
 
+// Thread block clusters (sm_90 and later; the host launches a kernel as clusters only there): a barrier of every
+// thread of the cluster's blocks that also orders their shared memory writes before the reads after it, and a
+// float read from the shared memory of the cluster's block `rank` at the address of `p` in this block's.
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r = 0;
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+    return r;
+}
+
+__device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
+#if __CUDA_ARCH__ >= 900
+    unsigned a = (unsigned)__cvta_generic_to_shared(p), peer;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(peer) : "memory");
+    return v;
+#else
+    __trap();
+    return 0.0f;
+#endif
+}
+
 // Launches over up to three weights that read the same activations (Q/K/V, gate/up: gemv3_*, gemv16_k8, the
 // prefill matmuls): blocks [0, b1) along grid x take weight 0, [b1, b2) weight 1, the rest weight 2. `tile` is
 // the block's output tile within its weight; each output's bits are those of a launch over its weight alone.

@@ -67,10 +67,11 @@ pub struct Options {
     /// (same bits); else by `attn_prep` before it.
     pub prep_in_split: bool,
     /// With `split_kv`: a split kernel block takes the fewest query heads of a KV head whose outputs fill whole
-    /// activation blocks (Q8: 128 elements a pass, K8: 256), e.g. 2 of the 8B's 4, so a short row's per-block
-    /// work (prep, epilogue) is spread over more multiprocessors, for passes whose rows are all below
-    /// [`HEAD_SPLIT_MAX_POS`] (same bits: a head's sums do not depend on the heads beside it); else one block
-    /// per KV head with all of its query heads.
+    /// activation blocks (Q8: 128 elements a pass; K8: 256, or 128 on a GPU with thread block clusters, two
+    /// blocks of a cluster sharing a K8 block's scale), e.g. 1 of the 8B's 4, so a short row's per-block work
+    /// (prep, epilogue) is spread over more multiprocessors, for passes whose rows are all below
+    /// [`HEAD_SPLIT_MAX_POS`] (same bits: a head's sums do not depend on the heads beside it, and a maximum not
+    /// on which block takes it); else one block per KV head with all of its query heads.
     pub attn_head_split: bool,
     /// The one-row K8 GEMVs stage their activation row in shared memory for rows 4,096 to 12,288 wide (same
     /// bits); else every warp reads it from global memory. A kernel define (`GV_STAGE_MAXW=0` when off).
@@ -166,6 +167,8 @@ pub struct Device {
     opts: Options,
     /// `opts.pdl` on a GPU that has it (compute capability 9.0 or later).
     pdl: bool,
+    /// Thread block clusters (compute capability 9.0 or later).
+    clusters: bool,
     meta: Mutex<Meta>,
     /// Attention scratch (split partials or scores), grown only outside graph capture.
     ws: Mutex<CudaSlice<f32>>,
@@ -519,6 +522,7 @@ impl Device {
             funcs,
             opts,
             pdl: opts.pdl && major >= 9,
+            clusters: major >= 9,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
             argmax_out: Mutex::new(argmax_out),
@@ -1275,15 +1279,40 @@ impl Device {
     }
 
     fn launch(&self, name: &'static str, cfg: LaunchConfig, args: &[&dyn Arg]) -> Result<()> {
+        self.launch_clusters(name, cfg, 1, args)
+    }
+
+    /// [`Device::launch`] with the blocks in clusters of `cluster` along x (sm_90 and later; 1: no clusters).
+    fn launch_clusters(
+        &self,
+        name: &'static str,
+        cfg: LaunchConfig,
+        cluster: u32,
+        args: &[&dyn Arg],
+    ) -> Result<()> {
         if self.skipped(name) {
             return Ok(());
         }
         let (f, smem) = self.f(name);
         let mut params: Vec<*mut c_void> = args.iter().map(|a| a.param()).collect();
-        // SAFETY: a plain-old-data union; zeroed is a valid value, then its one field for this id is set.
+        // SAFETY: plain-old-data unions; zeroed is a valid value, then the one field for each id is set.
         let mut pdl: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };
         pdl.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         pdl.value.programmaticStreamSerializationAllowed = 1;
+        let mut dims: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        dims.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        dims.value.clusterDim.x = cluster;
+        dims.value.clusterDim.y = 1;
+        dims.value.clusterDim.z = 1;
+        let mut attrs = Vec::with_capacity(2);
+        // Kernels with dynamic shared memory (prefill and block matmuls, flash attention) launch after the previous
+        // kernel: launched early, the 16-row block pass of the 8B model measured 9 % slower.
+        if self.pdl && *smem == 0 {
+            attrs.push(pdl);
+        }
+        if cluster > 1 {
+            attrs.push(dims);
+        }
         let config = cu::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
@@ -1293,10 +1322,8 @@ impl Device {
             blockDimZ: cfg.block_dim.2,
             sharedMemBytes: *smem,
             hStream: self.stream.cu_stream(),
-            attrs: &mut pdl,
-            // Kernels with dynamic shared memory (prefill and block matmuls, flash attention) launch after the previous
-            // kernel: launched early, the 16-row block pass of the 8B model measured 9 % slower.
-            numAttrs: (self.pdl && *smem == 0) as u32,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: attrs.len() as u32,
         };
         self.ctx
             .bind_to_thread()
@@ -2431,8 +2458,6 @@ impl Device {
         let n_splits = attn_splits(slot_ctx);
         let nsp = n_splits as i32;
         let fused = self.opts.fused && head_dim.is_multiple_of(32);
-        // The K8 shadow (for a K-quant o-proj) needs a block to hold whole 256-element K8 blocks: 256 / head_dim
-        // heads a block.
         let width = n_head * head_dim;
         let k8 = fused
             && matches!(head_dim, 64 | 128 | 256)
@@ -2444,10 +2469,13 @@ impl Device {
         };
         let (kq, kd, ks) = self.k8_ptrs(out, k8);
         // Rows whose span is one split finished by the split kernel (its block writes its query heads in passes
-        // of 128 elements: whole K8 blocks when it writes them); the merge kernel skips them.
-        let unit = if k8 { 256 } else { 128 };
+        // of 128 elements: whole K8 blocks when it writes them, or with `attn_head_split` on a GPU with clusters,
+        // half of one in each block of a cluster of 2); the merge kernel skips them.
+        let pairs = k8 && self.clusters && self.opts.attn_head_split;
+        let unit = if k8 && !pairs { 256 } else { 128 };
         let (heads, split) = self.split_heads(group, head_dim, unit);
         let direct = self.opts.split_direct && fused && (heads * head_dim).is_multiple_of(unit);
+        let pair = (direct && k8 && heads * head_dim == 128) as i32;
         let (split_out, direct) = if direct { (o, 1i32) } else { (0, 0) };
         let (sxq, sxd, sxs, skq, skd, sks) = if direct == 1 {
             (xq, xd, xs, kq, kd, ks)
@@ -2456,13 +2484,14 @@ impl Device {
         };
         let pr = prep.unwrap_or_default();
         let on = prep.is_some() as i32;
-        self.launch(
+        self.launch_clusters(
             split,
             LaunchConfig {
                 grid_dim: ((n_head / heads) as u32, n as u32, n_splits as u32),
                 block_dim: (128, 1, 1),
                 shared_mem_bytes: 0,
             },
+            1 + pair as u32,
             &[
                 &wsp,
                 &qp,
@@ -2494,6 +2523,7 @@ impl Device {
                 &pr.freq_scale,
                 &pr.neox,
                 &on,
+                &pair,
             ],
         )?;
         // With every row finished by the split kernel the merge would only wait and return: a graph node and a

@@ -552,9 +552,10 @@ fn test_shape(nh: usize, nkv: usize, hd: usize, eps: f32) -> AttnShape {
     }
 }
 
-/// The attention's fused shadows (Q8 per head, K8 over 256 elements: 4 heads of 64, or 2 of 128 with a KV head's
-/// 4 query heads over two blocks) are the bits of quantizing its output separately, for a Q8_0 and a Q4_K o-proj,
-/// in passes of 10 rows and of one (QK-norm, RoPE and the K/V append in the split kernel).
+/// The attention's fused shadows (Q8 per head; K8 over 256 elements, written by the merge or by split kernel
+/// blocks of 256 outputs, or of 128 in clusters of 2 that share the scale: 2 heads of 64 or 1 of 128 a block on
+/// sm_90+) are the bits of quantizing its output separately, for a Q8_0 and a Q4_K o-proj, in passes of 10 rows
+/// and of one (QK-norm, RoPE and the K/V append in the split kernel).
 fn merge_shadow_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
     for (n, hd) in [(10usize, 64usize), (10, 128), (1, 128)] {
         merge_shadow_case(dev, rng, n, hd, checks)?;

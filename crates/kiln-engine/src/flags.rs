@@ -86,8 +86,9 @@ pub const REGISTRY: &[FlagInfo] = &[
     FlagInfo {
         env: "KILN_NO_CUDA_ATTN_HEAD_SPLIT",
         disables: "CUDA: a split-KV attention block takes the fewest query heads of a KV head that fill whole \
-                   activation blocks (2 of the 8B's 4), so a short row's prep and epilogue spread over more \
-                   multiprocessors; one block per KV head with all of its query heads instead (same bits)",
+                   activation blocks (K8: half of one in each block of a 2-block cluster on sm_90+; 1 of the 8B's \
+                   4 heads), so a short row's prep and epilogue spread over more multiprocessors; one block per \
+                   KV head with all of its query heads instead (same bits)",
         default_on: true,
     },
     FlagInfo {

@@ -58,8 +58,8 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         ..kiln_cuda::Options::default()
     };
     // The K8 GEMVs with their in-kernel switches off (KILN_NO_CUDA_GEMV_STAGE, KILN_NO_CUDA_EARLY_WEIGHTS: kernels
-    // compiled with other defines), and a split-KV attention block per KV head (KILN_NO_CUDA_ATTN_HEAD_SPLIT; with
-    // per-32 activations above, a block takes fewer heads than with K8 activations).
+    // compiled with other defines), and a split-KV attention block per KV head (KILN_NO_CUDA_ATTN_HEAD_SPLIT: no
+    // 2-block clusters either).
     let k8_plain = kiln_cuda::Options {
         gemv_stage: false,
         early_weights: false,
