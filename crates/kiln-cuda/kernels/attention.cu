@@ -471,6 +471,7 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
             unsigned from = threadIdx.x / 4;
             g8[threadIdx.x] = from == rank ? mk[threadIdx.x % 4] : cluster_load(&mk[threadIdx.x % 4], from);
         }
+        __syncwarp(); // the cluster barrier is .aligned: whole warps
         cluster_sync();
         k8_write(ov[0], g8, kq, kd, ks, ob + threadIdx.x, rank == 0 && threadIdx.x < 32);
         return;
