@@ -118,14 +118,21 @@ fi
 
 # 2b. The same bits as another build (STEPS=bits, REF_KILN=path/to/the/other/kiln): for a change that keeps every
 # bit by construction (a kernel rebuilt on the same integers and float order), synth Qwen3 0.6B Q4_K_M and Q8_0 are
-# scored on CUDA by both binaries in passes of 64 rows (the prefill kernels) and 16 rows (the block kernels), and
-# the logits compared: KL 0 expected; then both builds' per-kernel timings.
+# scored on CUDA by both binaries in passes of 64 rows (the prefill kernels), 16 rows (the block kernels) and one
+# row (the decode path: prep in the split kernel, graphs), the 8B Q4_K_M in one-row passes, and the logits
+# compared: KL 0 expected; then both builds' per-kernel timings and their decode speed, alternated.
 if want bits; then
     [ -x "${REF_KILN:-}" ] || { say "bits: REF_KILN must name the other build's kiln binary"; exit 1; }
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    sc=(score -m "$WORK/q8b-q4km.gguf" -f "$WORK/text.txt" -c 256 --chunks 1 --device cuda -b 1)
+    step bits-ref-8b-b1 "$REF_KILN" "${sc[@]}" --dump-logits "$WORK/bits-ref-8b-b1"
+    step bits-8b-b1 "$KILN" "${sc[@]}" --ref-logits "$WORK/bits-ref-8b-b1"
+    say "bits, 8B q4_k_m, one-row passes:"
+    grep -iE "KL" "$OUT/bits-8b-b1.log" | head -n 2 | tee -a "$OUT/summary.txt"
     for quant in q4_k_m q8_0; do
         m="$WORK/qwen3-$quant.gguf"
         synth "synth-qwen3-$quant" "$m" --arch qwen3 --preset 0.6b --quant "$quant" "${tok[@]}"
-        for b in 64 16; do
+        for b in 64 16 1; do
             sc=(score -m "$m" -f "$WORK/text.txt" -c "$CTX" --chunks "$CHUNKS" --device cuda -b "$b")
             step "bits-ref-$quant-b$b" "$REF_KILN" "${sc[@]}" --dump-logits "$WORK/bits-ref-$quant-b$b"
             step "bits-$quant-b$b" "$KILN" "${sc[@]}" --ref-logits "$WORK/bits-ref-$quant-b$b"
@@ -140,6 +147,17 @@ if want bits; then
         step "bits-kernels-$who" "$bin" selftest --device cuda --bench
         say "kernel timings ($who build):"
         grep -E "^\| (gemv|mmq|attention|moe|in a graph)" "$OUT/bits-kernels-$who.log" | tee -a "$OUT/summary.txt"
+    done
+    synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
+    for i in 1 2; do
+        for who in ref this; do
+            bin=$KILN
+            [ "$who" = ref ] && bin=$REF_KILN
+            step "bits-speed-$who-$i" "$bin" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
+                -p 0 -n 128 -r 2
+            say "decode speed ($who build, run $i):"
+            grep -E "^\| qwen3" "$OUT/bits-speed-$who-$i.log" | tee -a "$OUT/summary.txt"
+        done
     done
 fi
 
