@@ -171,7 +171,7 @@ if want bench; then
     step bench-block16 "$KILN" bench "${models[@]}" --device cuda -p 16 -b 16 -n 0 -r 5
     step bench-pp "$KILN" bench "${models[@]}" --device cuda -p 512,4096 -b 512 -n 0 -r 2
     # Kill-switch A/B (interleaved, one process per run): graphs matter most on the launch-bound 0.6B.
-    # AB_SKIP="FLAG ..." leaves out A/Bs already measured for this build (to fit one device call).
+    # AB_SKIP="FLAG ..." leaves out A/Bs already measured for this build (to fit a time-limited run).
     ab_want() { [[ " ${AB_SKIP:-} " != *" $1 "* ]]; }
     ab_want KILN_NO_CUDA_GRAPH && step ab-KILN_NO_CUDA_GRAPH "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
         -p 0 -n 128 -r 2 --ab KILN_NO_CUDA_GRAPH=1
