@@ -2474,8 +2474,14 @@ impl Device {
         let pairs = k8 && self.clusters && self.opts.attn_head_split;
         let unit = if k8 && !pairs { 256 } else { 128 };
         let (heads, split) = self.split_heads(group, head_dim, unit);
-        let direct = self.opts.split_direct && fused && (heads * head_dim).is_multiple_of(unit);
-        let pair = (direct && k8 && heads * head_dim == 128) as i32;
+        let block = heads * head_dim;
+        let pair = pairs && block == 128;
+        // (A group that is not split, e.g. 3 heads of 128 for long rows, may fill no whole K8 blocks.)
+        let direct = self.opts.split_direct
+            && fused
+            && block.is_multiple_of(128)
+            && (!k8 || pair || block.is_multiple_of(256));
+        let pair = (direct && pair) as i32;
         let (split_out, direct) = if direct { (o, 1i32) } else { (0, 0) };
         let (sxq, sxd, sxs, skq, skd, sks) = if direct == 1 {
             (xq, xd, xs, kq, kd, ks)
