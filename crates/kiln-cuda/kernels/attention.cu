@@ -227,8 +227,8 @@ __device__ __forceinline__ int attn_chunk(int n_pos, int n_splits) {
 // One block (4 warps) per (G query heads, row, split of attn_chunk positions) over an f16 cache: block x takes query
 // heads G x .. G x + G - 1, which share one KV head (G is the whole group, or a part of it: then a KV head's K/V
 // is read by several blocks, which spreads a short row's fixed work over more multiprocessors). The partial
-// softmax state of the G query heads over positions [split * chunk, min(split * chunk + chunk, pos + 1)), in the log2 domain
-// (q is pre-multiplied by scale * log2 e). A group of head_dim / 8 lanes takes one position (8 elements a lane),
+// softmax state of the G query heads over positions [split * chunk, min(split * chunk + chunk, pos + 1)), in the
+// log2 domain (q is pre-multiplied by scale * log2 e). A group of head_dim / 8 lanes takes one position (8 elements a lane),
 // a warp takes 32 / (head_dim / 8) positions a step and AT_U steps a tile: the next tile's K/V loads are issued
 // before the current tile's scores, one max per head for the whole warp, and the V sums. The lane groups' partial
 // sums are combined by an xor-shuffle tree and the four warps in warp order: the result depends only on the row's
@@ -270,7 +270,8 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
         // ... of the block straight into qs (attn_prep's bits, times qscale as below), and the split holding the
         // row's own position the KV head's K/V into the cache (each block of the KV head there writes the same
         // bits), read back below after the barrier (so the K/V loads are plain ones: the non-coherent path need
-        // not see this launch's writes). Other splits do not read that position. A warp's heads (up to NH) load together, then the block computes the RoPE table once.
+        // not see this launch's writes). Other splits do not read that position. A warp's heads (up to NH) load
+        // together, then the block computes the RoPE table once.
         __shared__ float phb[4][HD], rope[HD];
         constexpr int NH = (G + 4) / 4;
         int kvd = n_head_kv * HD;
