@@ -225,16 +225,16 @@ __device__ __forceinline__ int attn_chunk(int n_pos, int n_splits) {
 }
 
 // One block (4 warps) per (G query heads, row, split of attn_chunk positions) over an f16 cache: block x takes query
-// heads G x .. G x + G - 1, which share one KV head (G is the whole group, or a part of it: then a KV head's K/V
-// is read by several blocks, which spreads a short row's fixed work over more multiprocessors). The partial
-// softmax state of the G query heads over positions [split * chunk, min(split * chunk + chunk, pos + 1)), in the
-// log2 domain (q is pre-multiplied by scale * log2 e). A group of head_dim / 8 lanes takes one position (8
-// elements a lane), a warp takes 32 / (head_dim / 8) positions a step and AT_U steps a tile: the next tile's K/V loads are issued
-// before the current tile's scores, one max per head for the whole warp, and the V sums. The lane groups' partial
-// sums are combined by an xor-shuffle tree and the four warps in warp order: the result depends only on the row's
-// own position and data. Writes (acc[head_dim], max, sum) per (row, query head, split) to `ws`, or, with `out`
-// given, a one-split row's output and its Q8/K8 shadows (xq, kq: null to skip). With `prep` (a one-row pass) it
-// does attn_prep's work for its heads first (k, v, the QK-norm weights and RoPE parameters are attn_prep's).
+// heads G x .. G x + G - 1, which share one KV head (G is the whole group, or a part of it: then a KV head's K/V is
+// read by several blocks, which spreads a short row's fixed work over more multiprocessors). The partial softmax state
+// of the G query heads over positions [split * chunk, min(split * chunk + chunk, pos + 1)), in the log2 domain (q is
+// pre-multiplied by scale * log2 e). A group of head_dim / 8 lanes takes one position (8 elements a lane), a warp takes
+// 32 / (head_dim / 8) positions a step and AT_U steps a tile: the next tile's K/V loads are issued before the current
+// tile's scores, one max per head for the whole warp, and the V sums. The lane groups' partial sums are combined by an
+// xor-shuffle tree and the four warps in warp order: the result depends only on the row's own position and data. Writes
+// (acc[head_dim], max, sum) per (row, query head, split) to `ws`, or, with `out` given, a one-split row's output and
+// its Q8/K8 shadows (xq, kq: null to skip). With `prep` (a one-row pass) it does attn_prep's work for its heads first
+// (k, v, the QK-norm weights and RoPE parameters are attn_prep's).
 template <int G, int HD>
 __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const void* kc, const void* vc,
                                                 const int* slots, const int* positions, int layer, int n_slots,
