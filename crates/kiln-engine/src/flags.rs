@@ -172,7 +172,7 @@ pub struct Flags {
     pub cuda_split_direct: bool,
     /// CUDA: a one-row pass's attention prep inside the split-KV kernel.
     pub cuda_prep_in_split: bool,
-    /// See `KILN_NO_CUDA_ATTN_HEAD_SPLIT`.
+    /// CUDA: short rows' split-KV attention over blocks of fewer query heads (2-block clusters for K8).
     pub cuda_attn_head_split: bool,
     /// CUDA: the one-row K8 GEMV's activation row staged in shared memory.
     pub cuda_gemv_stage: bool,

@@ -739,15 +739,10 @@ fn run_skip_each(
             }
             dev.set_timing_skip("");
             for (v, set) in variants.iter().enumerate() {
-                let label = if set.is_empty() {
-                    "(all launches)"
-                } else {
-                    set
-                };
                 rows.push((
                     name.clone(),
                     t.name(),
-                    label.to_string(),
+                    set.to_string(),
                     Stats::of(&tps[v]).median,
                 ));
             }
@@ -758,19 +753,25 @@ fn run_skip_each(
          {} runs each interleaved in one process; medians in t/s; Δ = minus that set's cost in place",
         args.reps
     );
-    let w = rows.iter().map(|r| r.2.len()).max().unwrap_or(8).max(8);
+    let w = rows.iter().map(|r| r.2.len()).max().unwrap_or(14).max(14);
     println!(
         "| model | test | {:<w$} | {:>10} | {:>10} |",
         "without", "t/s", "Δ µs/t"
     );
     println!("| --- | --- | {:-<w$} | {:->9}: | {:->9}: |", "", "", "");
+    // Each test's rows start with its all-launches run (the empty set), the base of its Δ.
     let mut base = 0.0;
     for (model, test, set, ts) in &rows {
-        if set == "(all launches)" {
+        if set.is_empty() {
             base = *ts;
         }
+        let label = if set.is_empty() {
+            "(all launches)"
+        } else {
+            set
+        };
         println!(
-            "| {model} | {test} | {set:<w$} | {ts:>10.2} | {:>10.2} |",
+            "| {model} | {test} | {label:<w$} | {ts:>10.2} | {:>10.2} |",
             us_per_token_delta(base, *ts)
         );
     }
