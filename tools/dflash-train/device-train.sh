@@ -43,17 +43,17 @@ PY
 mkdir -p "$out"
 call_minutes=5
 [ -f "$out/state.pt" ] && call_minutes=8
-# GPU defaults: 2 drafter layers, 16 sequences x 64 anchors a step (1024 blocks; the LM head over the 15 drafted
+# GPU defaults: 3 drafter layers, 16 sequences x 64 anchors a step (1024 blocks; the LM head over the 15 drafted
 # positions of every block is most of the work). The committed data (~275 training responses) alone overfits within
-# a minute on this GPU, so the target first adds data of its own: 4 sampled responses per training prompt, and
-# 5000 prompts it writes itself, answered greedily. Generation (transformers `generate`) is bound by per-step
-# overhead, not the GPU: batch 512 made ~7 k tokens/s; 2048 is asked for (halved automatically if memory runs
-# out; not yet measured). Later arguments override these.
+# a minute on this GPU, and ~8,000 responses of the target's own left the held-out loss flat after 7 minutes, so the
+# target first writes much more: 16 sampled responses per training prompt, and 60,000 prompts it writes itself,
+# answered greedily (fastgen.py: batches of 4096, halved automatically if memory runs out). Later arguments
+# override these.
 export PYTHONUNBUFFERED=1
 python3 "$here/train.py" --gguf "$gguf" --data "$here/data.jsonl.gz" --out "$out" --minutes "$minutes" \
     --resume --stop-after "$call_minutes" \
-    --layers 2 --batch 16 --anchors 64 --warmup 100 --eval-every 2 --eval-batch 8 --eval-anchors 64 \
-    --gen-samples 4 --gen-prompts 5000 --gen-batch 2048 "$@" 2>&1 | grep -v -i warning | tee -a "$out/train.log"
+    --layers 3 --batch 16 --anchors 64 --warmup 100 --eval-every 2 --eval-batch 8 --eval-anchors 64 \
+    --gen-samples 16 --gen-prompts 60000 --gen-batch 4096 "$@" 2>&1 | grep -v -i warning | tee -a "$out/train.log"
 rm -f "$out"/model.safetensors.part-*
 split -b 9000000 "$out/model.safetensors" "$out/model.safetensors.part-"
 ls -l "$out"

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fastgen import generate_batch  # noqa: E402
 from gguf_target import load_llama  # noqa: E402
 
 IGNORE = -100
@@ -206,17 +207,16 @@ def load_data(path, max_len):
     return train, test
 
 
-@torch.no_grad()
-def generate(target, prompts, temp, max_new, batch, eos, device):
+def generate(target, prompts, temp, max_new, batch, eos):
     """The target's continuation of each prompt (sampled at `temp`, top-p 0.95; greedy when temp is 0), cut after
-    its first EOS. Batched with left padding, so every prompt ends where generation starts. A batch that runs out
-    of GPU memory is split in halves (and the smaller size kept), so a large --gen-batch is safe to ask for."""
+    its first EOS, in batches (fastgen.py). A batch that runs out of GPU memory is split in halves (and the smaller
+    size kept), so a large --gen-batch is safe to ask for."""
     out = []
     i = 0
     while i < len(prompts):
         chunk = prompts[i:i + batch]
         try:
-            out += generate_batch(target, chunk, temp, max_new, eos, device)
+            out += generate_batch(target, chunk, temp, max_new, eos)
         except torch.cuda.OutOfMemoryError:
             if batch == 1:
                 raise
@@ -228,20 +228,7 @@ def generate(target, prompts, temp, max_new, batch, eos, device):
     return out
 
 
-def generate_batch(target, chunk, temp, max_new, eos, device):
-    width = max(len(p) for p in chunk)
-    ids = torch.full((len(chunk), width), eos, dtype=torch.long)
-    att = torch.zeros(len(chunk), width, dtype=torch.long)
-    for j, p in enumerate(chunk):
-        ids[j, width - len(p):] = torch.tensor(p)
-        att[j, width - len(p):] = 1
-    kw = dict(do_sample=True, temperature=temp, top_p=0.95, top_k=0) if temp > 0 else dict(do_sample=False)
-    gen = target.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=max_new,
-                          eos_token_id=eos, pad_token_id=eos, **kw)
-    return [row[:row.index(eos) + 1] if eos in row else row for row in gen[:, width:].tolist()]
-
-
-def self_instruct(target, rows, n, max_new, batch, eos, device, user_header, temp=1.0):
+def self_instruct(target, rows, n, max_new, batch, eos, user_header, temp=1.0):
     """More prompts than any hand-written set: the target writes the user turn itself (sampled after the chat
     template's user header), then answers it greedily, as at inference. Returns (ids, prompt length) rows."""
     ids0 = rows[0][0][:rows[0][1]]
@@ -254,10 +241,10 @@ def self_instruct(target, rows, n, max_new, batch, eos, device, user_header, tem
     tail = [eos] + ids0[len(ids0) - 5:] if ids0[-6] == eos else None
     if tail is None:
         sys.exit("--gen-prompts: the data's prompts do not end with <|im_end|> + newline + assistant header")
-    questions = generate(target, [prefix] * n, temp, 96, batch, eos, device)
+    questions = generate(target, [prefix] * n, temp, 96, batch, eos)
     prompts = [prefix + [t for t in q if t != eos] + tail for q in questions
                if q and q[-1] == eos and len(q) >= 4]  # keep finished, non-trivial questions
-    answers = generate(target, prompts, 0.0, max_new, batch, eos, device)
+    answers = generate(target, prompts, 0.0, max_new, batch, eos)
     return [(p + a, len(p)) for p, a in zip(prompts, answers) if len(a) >= 2]
 
 
@@ -504,7 +491,7 @@ def main():
         t1 = time.time()
         prompts = [list(p) for p in {tuple(ids[:p]): None for ids, p in train}]
         jobs = [p for p in prompts for _ in range(args.gen_samples)]
-        answers = generate(target, jobs, args.gen_temp, args.gen_max_new, args.gen_batch, eos, dev)
+        answers = generate(target, jobs, args.gen_temp, args.gen_max_new, args.gen_batch, eos)
         extra = [(p + a, len(p)) for p, a in zip(jobs, answers) if len(a) >= 2]
         print(f"sampled {len(extra)} extra responses ({sum(len(s) - p for s, p in extra)} tokens) "
               f"in {time.time() - t1:.0f} s", flush=True)
@@ -512,7 +499,7 @@ def main():
     if args.gen_prompts:
         t1 = time.time()
         header = [int(x) for x in args.user_header.split(",")]
-        extra = self_instruct(target, train, args.gen_prompts, args.gen_max_new, args.gen_batch, eos, dev, header)
+        extra = self_instruct(target, train, args.gen_prompts, args.gen_max_new, args.gen_batch, eos, header)
         print(f"self-instructed {len(extra)} prompts + greedy answers ({sum(len(s) - p for s, p in extra)} "
               f"response tokens) in {time.time() - t1:.0f} s", flush=True)
         train += extra

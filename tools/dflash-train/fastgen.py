@@ -1,0 +1,93 @@
+"""Batched generation with the target's own weights and a preallocated KV cache, for the drafter's training data.
+
+transformers' `generate` spends most of each step in per-step Python work on a model this small (~7 k tokens/s at
+batches of 512 on an H200); here a step is the model's matmuls over the whole batch and nothing else. Same model
+(the `LlamaForCausalLM` from gguf_target.py, its modules called directly), same positions as `generate` with left
+padding (a row's first real token is position 0), same top-p sampling. check_generate.py compares it with
+transformers' greedy `generate`.
+"""
+import torch
+import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+
+def pick(logits, temp, top_p):
+    """Greedy at temp 0; otherwise sampled at `temp` from the smallest set of tokens whose probability reaches
+    `top_p` (the token that crosses it included), as transformers' top-p."""
+    if temp == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temp, -1)
+    sorted_p, order = probs.sort(-1, descending=True)
+    sorted_p[(sorted_p.cumsum(-1) - sorted_p) > top_p] = 0
+    return order.gather(-1, torch.multinomial(sorted_p, 1)).squeeze(-1)
+
+
+@torch.no_grad()
+def generate_batch(target, prompts, temp, max_new, eos, top_p=0.95):
+    """Each prompt's continuation (greedy at temp 0), cut after its first EOS."""
+    m, cfg = target.model, target.config
+    dev = target.lm_head.weight.device
+    dt = target.lm_head.weight.dtype
+    n, width = len(prompts), max(len(p) for p in prompts)
+    total = width + max_new
+    n_head, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_head
+    group = n_head // n_kv
+    scale = head_dim ** -0.5
+
+    ids = torch.full((n, width), eos, dtype=torch.long)
+    for j, p in enumerate(prompts):
+        ids[j, width - len(p):] = torch.tensor(p)
+    ids = ids.to(dev)
+    pad = torch.tensor([width - len(p) for p in prompts], device=dev)
+    cols = torch.arange(total, device=dev)
+    positions = (cols[None] - pad[:, None]).clamp(min=0)
+    real = cols[None] >= pad[:, None]  # (n, total): key j holds a real token of row b
+    caches = [(torch.empty(n, n_kv, total, head_dim, device=dev, dtype=dt),
+               torch.empty(n, n_kv, total, head_dim, device=dev, dtype=dt)) for _ in m.layers]
+
+    def forward(tokens, start):
+        """Logits of the last of `tokens` (n, t), which sit at columns start..start+t-1."""
+        t = tokens.shape[1]
+        end = start + t
+        h = m.embed_tokens(tokens)
+        cos, sin = m.rotary_emb(h, positions[:, start:end])
+        q_col = torch.arange(start, end, device=dev)
+        # A query sees real keys up to itself; a padding query sees only itself (no all-masked row, no NaN that a
+        # later zero weight would still carry through).
+        allowed = (real[:, None, :end] | (cols[None, None, :end] == q_col[None, :, None])) \
+            & (cols[None, None, :end] <= q_col[None, :, None])
+        bias = torch.zeros(n, 1, 1, t, end, device=dev, dtype=dt).masked_fill(~allowed[:, None, None], float("-inf"))
+        for layer, (kc, vc) in zip(m.layers, caches):
+            a = layer.self_attn
+            x = layer.input_layernorm(h)
+            q = a.q_proj(x).view(n, t, n_head, head_dim).transpose(1, 2)
+            k = a.k_proj(x).view(n, t, n_kv, head_dim).transpose(1, 2)
+            v = a.v_proj(x).view(n, t, n_kv, head_dim).transpose(1, 2)
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            kc[:, :, start:end] = k
+            vc[:, :, start:end] = v
+            # Grouped-query attention without repeating K/V: the query heads of a KV head share its matmul.
+            q = q.reshape(n, n_kv, group * t, head_dim)
+            s = (q @ kc[:, :, :end].transpose(-1, -2) * scale).view(n, n_kv, group, t, end) + bias
+            o = torch.softmax(s, -1).view(n, n_kv, group * t, end) @ vc[:, :, :end]
+            o = o.view(n, n_head, t, head_dim).transpose(1, 2).reshape(n, t, n_head * head_dim)
+            h = h + a.o_proj(o)
+            x = layer.post_attention_layernorm(h)
+            h = h + layer.mlp(x)
+        return target.lm_head(m.norm(h[:, -1]))
+
+    out = torch.empty(n, max_new, dtype=torch.long, device=dev)
+    done = torch.zeros(n, dtype=torch.bool, device=dev)
+    logits = forward(ids, 0)
+    steps = 0
+    for i in range(max_new):
+        tok = torch.where(done, eos, pick(logits, temp, top_p))
+        out[:, i] = tok
+        steps = i + 1
+        done |= tok == eos
+        if i + 1 == max_new or bool(done.all()):
+            break
+        logits = forward(tok[:, None], width + i)
+    rows = out[:, :steps].tolist()
+    return [row[:row.index(eos) + 1] if eos in row else row for row in rows]
