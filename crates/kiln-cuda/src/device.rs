@@ -67,11 +67,11 @@ pub struct Options {
     /// (same bits); else by `attn_prep` before it.
     pub prep_in_split: bool,
     /// With `split_kv`: a split kernel block takes the fewest query heads of a KV head whose outputs fill whole
-    /// activation blocks (Q8: 128 elements a pass; K8: 256, or 128 on a GPU with thread block clusters, two
-    /// blocks of a cluster sharing a K8 block's scale), e.g. 1 of the 8B's 4, so a short row's per-block work
-    /// (prep, epilogue) is spread over more multiprocessors, for passes whose rows are all below
-    /// [`HEAD_SPLIT_MAX_POS`] (same bits: a head's sums do not depend on the heads beside it, and a maximum not
-    /// on which block takes it); else one block per KV head with all of its query heads.
+    /// activation blocks (Q8: 128 elements a pass; K8: 256, or 128 when every row is one split on a GPU with
+    /// thread block clusters, two blocks of a cluster sharing a K8 block's scale), e.g. 1 of the 8B's 4, so a
+    /// short row's per-block work (prep, epilogue) is spread over more multiprocessors, for passes whose rows
+    /// are all below [`HEAD_SPLIT_MAX_POS`] (same bits: a head's sums do not depend on the heads beside it, and a
+    /// maximum not on which block takes it); else one block per KV head with all of its query heads.
     pub attn_head_split: bool,
     /// The one-row K8 GEMVs stage their activation row in shared memory for rows 4,096 to 12,288 wide (same
     /// bits); else every warp reads it from global memory. A kernel define (`GV_STAGE_MAXW=0` when off).
@@ -2470,8 +2470,12 @@ impl Device {
         let (kq, kd, ks) = self.k8_ptrs(out, k8);
         // Rows whose span is one split finished by the split kernel (its block writes its query heads in passes
         // of 128 elements: whole K8 blocks when it writes them, or with `attn_head_split` on a GPU with clusters,
-        // half of one in each block of a cluster of 2); the merge kernel skips them.
-        let pairs = k8 && self.clusters && self.opts.attn_head_split;
+        // half of one in each block of a cluster of 2); the merge kernel skips them. Clusters only when every row
+        // is one split: at position 4,000 the 8B's attention over a block per query head took 19.6 µs against
+        // 12.9 with two heads a block (each block re-reads its KV head's K/V), and its tg128 @ d4096 was 0.963x
+        // the speed with the head split off.
+        let pairs =
+            k8 && self.clusters && self.opts.attn_head_split && self.spans() == Spans::OneSplit;
         let unit = if k8 && !pairs { 256 } else { 128 };
         let (heads, split) = self.split_heads(group, head_dim, unit);
         let block = heads * head_dim;

@@ -554,11 +554,20 @@ fn test_shape(nh: usize, nkv: usize, hd: usize, eps: f32) -> AttnShape {
 
 /// The attention's fused shadows (Q8 per head; K8 over 256 elements, written by the merge or by split kernel
 /// blocks of 256 outputs, or of 128 in clusters of 2 that share the scale: 2 heads of 64 or 1 of 128 a block on
-/// sm_90+) are the bits of quantizing its output separately, for a Q8_0 and a Q4_K o-proj, in passes of 10 rows
-/// and of one (QK-norm, RoPE and the K/V append in the split kernel).
+/// sm_90+ when every row is one split) are the bits of quantizing its output separately, for a Q8_0 and a Q4_K
+/// o-proj, in passes of 10 rows and of one (QK-norm, RoPE and the K/V append in the split kernel), from position
+/// 0 or 9 (one split), 120 (rows of one split and of two in a pass: some shadows written by the split kernel,
+/// the rest by the merge) and 200.
 fn merge_shadow_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
-    for (n, hd) in [(10usize, 64usize), (10, 128), (1, 128)] {
-        merge_shadow_case(dev, rng, n, hd, checks)?;
+    for (n, hd, first) in [
+        (10usize, 64usize, 0usize),
+        (10, 128, 0),
+        (1, 128, 9),
+        (10, 64, 120),
+        (10, 128, 120),
+        (1, 128, 200),
+    ] {
+        merge_shadow_case(dev, rng, n, hd, first, checks)?;
     }
     Ok(())
 }
@@ -568,6 +577,7 @@ fn merge_shadow_case(
     rng: &mut Rng,
     n: usize,
     hd: usize,
+    first: usize,
     checks: &mut Vec<Check>,
 ) -> Result<()> {
     let (nh, nkv, rows) = (8usize, 2usize, 24usize);
@@ -583,9 +593,8 @@ fn merge_shadow_case(
             &random_weight(rng, ty, rows, width)?,
             true,
         )?;
-        let mut kv = dev.alloc_kv(1, 1, 64, nkv * hd, true)?;
-        // One row at position 9 (over the zeros of a fresh cache), or rows at 0..n.
-        let first = if n == 1 { 9 } else { 0 };
+        // Rows at first..first + n, over the zeros of a fresh cache before them.
+        let mut kv = dev.alloc_kv(1, 1, 256, nkv * hd, true)?;
         let pass: Vec<(usize, usize)> = (0..n).map(|p| (0, first + p)).collect();
         dev.set_pass(&[], &pass, &[], false)?;
         let (mut qb, mut kb) = (
@@ -607,7 +616,7 @@ fn merge_shadow_case(
         )?;
         checks.push(Check {
             name: format!(
-                "attention shadow for {ty} ({n} rows, {nh}/{nkv}x{hd}) == quantized copy"
+                "attention shadow for {ty} ({n} rows from {first}, {nh}/{nkv}x{hd}) == quantized copy"
             ),
             err: shadow_differs(dev, &w, &ob, n)?,
             tol: 0.0,
