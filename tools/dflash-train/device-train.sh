@@ -8,7 +8,7 @@
 # 8 minutes (later calls), so that each call ends within 10 minutes; run the same command again to continue
 # until it says "finished" (the state and the generated data stay in OUT_DIR; keep OUT_DIR on the machine).
 # GGUF may arrive in parts (a 98 MB file over a transfer limit): when GGUF itself is absent, GGUF.part-* are
-# concatenated (in name order) into a temporary file. Make the parts with tools/dflash-train/split-gguf.sh.
+# concatenated (in name order) into it. Make the parts with tools/dflash-train/split-gguf.sh.
 # The weights are also left as model.safetensors.part-* of at most 9 MB (for transfers that cap file sizes;
 # `cat` joins them). Needs python3 with torch, transformers, safetensors and numpy; neither the `gguf` package
 # nor network access (gguf_target.py reads the GGUF itself). The training data is data.jsonl.gz (committed).
@@ -27,11 +27,9 @@ if [ ! -f "$gguf" ]; then
         echo "error: $gguf not found, and no $gguf.part-* to join" >&2
         exit 1
     fi
-    joined=$(mktemp --suffix=.gguf)
-    trap 'rm -f "$joined"' EXIT
-    cat "${parts[@]}" > "$joined"
-    echo "joined ${#parts[@]} parts of $gguf ($(stat -c %s "$joined") bytes)"
-    gguf=$joined
+    # Joined at GGUF's own path (the training log names it; a later job finds it there).
+    cat "${parts[@]}" > "$gguf.tmp" && mv "$gguf.tmp" "$gguf"
+    echo "joined ${#parts[@]} parts of $gguf ($(stat -c %s "$gguf") bytes)"
 fi
 
 python3 - <<'PY'

@@ -230,7 +230,7 @@ fn spec_agree_trained_drafter_held_out_prompts() {
     let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
     let drafter = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../tools/dflash-train/trained/smollm2-135m-dflash-2l-q8_0.gguf"
+        "/../../tools/dflash-train/trained/smollm2-135m-dflash-3l-q8_0.gguf"
     );
     let d = Drafter::load(drafter, &m).unwrap();
     let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
