@@ -79,3 +79,28 @@ fn missing_model_is_one_error_line() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("/nonexistent/model.gguf"), "{err}");
 }
+
+#[test]
+fn lines_tokenizes_each_line_on_its_own() {
+    let dir = std::env::temp_dir().join(format!("kiln-tokenize-lines-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("texts.txt");
+    std::fs::write(&file, "Hello, world!\n\n<|im_start|>user\n").unwrap();
+    let out = stdout(&kiln(&["--lines", file.to_str().unwrap()]));
+    // One line per input line, each as the text alone tokenizes (an empty line has no ids; control-token text
+    // stays plain without --special).
+    let plain_ctl = stdout(&kiln(&["--json", "<|im_start|>user"]));
+    assert_eq!(
+        out,
+        format!("{{\"ids\": [19556, 28, 905, 17]}}\n{{\"ids\": []}}\n{plain_ctl}")
+    );
+    let special = stdout(&kiln(&["--lines", file.to_str().unwrap(), "--special"]));
+    assert_eq!(special.lines().nth(2), Some("{\"ids\": [1, 4093]}"));
+    // TEXT and --lines together, or neither, are usage errors; a missing file names itself.
+    assert!(!kiln(&["--lines", file.to_str().unwrap(), "x"]).status.success());
+    assert!(!kiln(&[]).status.success());
+    let missing = kiln(&["--lines", "/nonexistent/texts.txt"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/texts.txt"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
