@@ -228,24 +228,35 @@ def generate(target, prompts, temp, max_new, batch, eos):
     return out
 
 
-def self_instruct(target, rows, n, max_new, batch, eos, user_header, temp=1.0):
-    """More prompts than any hand-written set: the target writes the user turn itself (sampled after the chat
-    template's user header), then answers it greedily, as at inference. Returns (ids, prompt length) rows."""
+def chat_parts(rows, user_header, eos):
+    """The chat template around one user message, from the data's first prompt: (system turn + user header, what
+    follows the user's text: <|im_end|> "\n" then the assistant header)."""
     ids0 = rows[0][0][:rows[0][1]]
     h = len(user_header)
     at = next((i for i in range(len(ids0) - h + 1) if ids0[i:i + h] == user_header), None)
     if at is None:
-        sys.exit(f"--gen-prompts: the chat template's user header {user_header} is not in the data's prompts")
-    prefix = ids0[:at + h]  # system turn + user header
-    # What follows the user's text: <|im_end|> "\n" then the assistant header, as the data's prompts end.
-    tail = [eos] + ids0[len(ids0) - 5:] if ids0[-6] == eos else None
-    if tail is None:
-        sys.exit("--gen-prompts: the data's prompts do not end with <|im_end|> + newline + assistant header")
+        sys.exit(f"the chat template's user header {user_header} is not in the data's prompts")
+    if ids0[-6] != eos:
+        sys.exit("the data's prompts do not end with <|im_end|> + newline + assistant header")
+    return ids0[:at + h], [eos] + ids0[len(ids0) - 5:]
+
+
+def self_instruct(target, prefix, tail, n, max_new, batch, eos, temp=1.0):
+    """More prompts than any hand-written set: the target writes the user turn itself (sampled after the chat
+    template's user header), then answers it greedily, as at inference. Returns (ids, prompt length) rows."""
     questions = generate(target, [prefix] * n, temp, 96, batch, eos)
     prompts = [prefix + [t for t in q if t != eos] + tail for q in questions
                if q and q[-1] == eos and len(q) >= 4]  # keep finished, non-trivial questions
     answers = generate(target, prompts, 0.0, max_new, batch, eos)
     return [(p + a, len(p)) for p, a in zip(prompts, answers) if len(a) >= 2]
+
+
+def answer_prompts(target, prompts, samples, temp, max_new, batch, eos):
+    """Each prompt answered greedily (as at inference) and `samples` times at `temp`: (ids, prompt length) rows."""
+    jobs = prompts + [p for p in prompts for _ in range(samples)]
+    answers = generate(target, prompts, 0.0, max_new, batch, eos)
+    answers += generate(target, jobs[len(prompts):], temp, max_new, batch, eos) if samples else []
+    return [(p + a, len(p)) for p, a in zip(jobs, answers) if len(a) >= 2]
 
 
 class Batcher:
@@ -425,6 +436,11 @@ def main():
     ap.add_argument("--gen-temp", type=float, default=0.8)
     ap.add_argument("--gen-prompts", type=int, default=0,
                     help="before training, let the target write this many user prompts and answer them greedily (GPU)")
+    ap.add_argument("--gen-prompt-ids", default="",
+                    help="before training, answer these prompts (extra_prompts.py's user-text ids, wrapped in the "
+                         "data's chat template) greedily (GPU)")
+    ap.add_argument("--gen-prompt-samples", type=int, default=0,
+                    help="with --gen-prompt-ids, also this many sampled answers (at --gen-temp) per prompt")
     ap.add_argument("--user-header", default="1,4093,198",
                     help="token ids of the chat template's user header (SmolLM2: <|im_start|> user \\n)")
     ap.add_argument("--gen-max-new", type=int, default=256)
@@ -486,6 +502,7 @@ def main():
         print(f"resuming at step {state['step']}: {len(extra)} generated rows from {gen_path}", flush=True)
         train += extra
         args.gen_samples = args.gen_prompts = 0
+        args.gen_prompt_ids = ""
     n_data = len(train)
     if args.gen_samples:
         t1 = time.time()
@@ -496,10 +513,19 @@ def main():
         print(f"sampled {len(extra)} extra responses ({sum(len(s) - p for s, p in extra)} tokens) "
               f"in {time.time() - t1:.0f} s", flush=True)
         train += extra
+    prefix, tail = chat_parts(train, [int(x) for x in args.user_header.split(",")], eos)
+    if args.gen_prompt_ids:
+        t1 = time.time()
+        with gzip.open(args.gen_prompt_ids, "rt") as f:
+            prompts = [prefix + json.loads(line)["ids"] + tail for line in f]
+        extra = answer_prompts(target, prompts, args.gen_prompt_samples, args.gen_temp, args.gen_max_new,
+                               args.gen_batch, eos)
+        print(f"answered {len(prompts)} prompts of {args.gen_prompt_ids} ({len(extra)} responses, "
+              f"{sum(len(s) - p for s, p in extra)} tokens) in {time.time() - t1:.0f} s", flush=True)
+        train += extra
     if args.gen_prompts:
         t1 = time.time()
-        header = [int(x) for x in args.user_header.split(",")]
-        extra = self_instruct(target, train, args.gen_prompts, args.gen_max_new, args.gen_batch, eos, header)
+        extra = self_instruct(target, prefix, tail, args.gen_prompts, args.gen_max_new, args.gen_batch, eos)
         print(f"self-instructed {len(extra)} prompts + greedy answers ({sum(len(s) - p for s, p in extra)} "
               f"response tokens) in {time.time() - t1:.0f} s", flush=True)
         train += extra
