@@ -151,6 +151,20 @@ def build_extra(seed=9):
     return out
 
 
+USER = 4093  # "user", after <|im_start|> and before the newline that starts the user's text
+
+
+def tokenize_lines(kiln, model, texts):
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+        f.write("".join(t + "\n" for t in texts))
+        f.flush()
+        out = subprocess.run([kiln, "tokenize", "-m", model, "--lines", f.name], check=True,
+                             capture_output=True, text=True).stdout.splitlines()
+    if len(out) != len(texts):
+        sys.exit(f"kiln tokenize --lines gave {len(out)} lines for {len(texts)} texts")
+    return [json.loads(line)["ids"] for line in out]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="the target GGUF (its tokenizer)")
@@ -158,17 +172,22 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "extra_prompts.jsonl.gz"))
     a = ap.parse_args()
     texts = build_extra()
-    with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
-        f.write("".join(t + "\n" for t in texts))
-        f.flush()
-        out = subprocess.run([a.kiln, "tokenize", "-m", a.model, "--lines", f.name], check=True,
-                             capture_output=True, text=True).stdout.splitlines()
-    if len(out) != len(texts):
-        sys.exit(f"kiln tokenize --lines gave {len(out)} lines for {len(texts)} prompts")
-    with gzip.open(a.out, "wt") as f:
-        for t, line in zip(texts, out):
-            f.write(json.dumps({"prompt": t, "ids": json.loads(line)["ids"]}, separators=(",", ":")) + "\n")
-    print(f"{a.out}: {len(texts)} prompts")
+    # prompts.py's prompts go through the same tokenization first: wrapped in the chat template around the data's
+    # first prompt, their ids must equal the data's prompt ids (made from the whole rendered template).
+    data = [json.loads(line) for line in gzip.open(os.path.join(HERE, "data.jsonl.gz"), "rt")]
+    data = [r for r in data if r.get("sample", 0) == 0]
+    by_id = {r["id"]: r["prompt"] for r in base.build()}
+    ids = tokenize_lines(a.kiln, a.model, [by_id[r["id"]] for r in data] + texts)
+    p0 = data[0]["prompt_ids"]
+    prefix, tail = p0[:p0.index(USER) + 2], p0[-6:]  # through the newline; <|im_end|> "\n" <|im_start|> assistant "\n"
+    bad = [r["id"] for r, u in zip(data, ids) if prefix + u + tail != r["prompt_ids"]]
+    if bad:
+        sys.exit(f"the chat template around the user text's ids differs from the data's for prompts {bad[:10]}")
+    ids = ids[len(data):]
+    rows = "".join(json.dumps({"prompt": t, "ids": i}, separators=(",", ":")) + "\n" for t, i in zip(texts, ids))
+    with open(a.out, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0) as z:  # the same bytes each run
+        z.write(rows.encode())
+    print(f"{a.out}: {len(texts)} prompts ({len(data)} of prompts.py's checked against the data's prompt ids)")
 
 
 if __name__ == "__main__":
