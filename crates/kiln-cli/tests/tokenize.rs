@@ -97,7 +97,9 @@ fn lines_tokenizes_each_line_on_its_own() {
     let special = stdout(&kiln(&["--lines", file.to_str().unwrap(), "--special"]));
     assert_eq!(special.lines().nth(2), Some("{\"ids\": [1, 4093]}"));
     // TEXT and --lines together, or neither, are usage errors; a missing file names itself.
-    assert!(!kiln(&["--lines", file.to_str().unwrap(), "x"]).status.success());
+    assert!(!kiln(&["--lines", file.to_str().unwrap(), "x"])
+        .status
+        .success());
     assert!(!kiln(&[]).status.success());
     let missing = kiln(&["--lines", "/nonexistent/texts.txt"]);
     assert!(!missing.status.success());
