@@ -354,6 +354,15 @@ def draft_loss(drafter, head_w, batch, pos_weight, block, amp):
     return loss, accepted[has_block].float(), correct, valid
 
 
+def timer(on, dev):
+    """A wall-clock mark after the device's queued work (when `on`), else 0."""
+    if not on:
+        return 0.0
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
 def lr_at(progress, step, warmup, peak, floor=0.1):
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -564,15 +573,27 @@ def main():
             rng.shuffle(order)
         idx = order[cursor:cursor + args.batch]
         cursor += args.batch
+        # Every 200th step is timed in parts (synchronized, so only those steps pay for it): where a step's
+        # time goes on the GPU decides what to make faster.
+        timed = step % 200 == 100
+        marks = [timer(timed, dev)]
         batch = batcher.build([train[i] for i in idx], args.anchors, rng, [("train", i) for i in idx])
+        marks.append(timer(timed, dev))
         lr = lr_at(progress, step, args.warmup, args.lr)
         for g in opt.param_groups:
             g["lr"] = lr
         loss, accepted, _, _ = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block, amp)
+        marks.append(timer(timed, dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        marks.append(timer(timed, dev))
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         opt.step()
+        marks.append(timer(timed, dev))
+        if timed:
+            parts = [f"{name} {1e3 * (b - a):.1f}" for name, a, b in
+                     zip(("batch (features, masks)", "forward + loss", "backward", "optimizer"), marks, marks[1:])]
+            print(f"step {step} time, ms: " + ", ".join(parts), flush=True)
         step += 1
         run_loss += loss.item()
         run_acc += accepted.mean().item() if accepted.numel() else 0.0
