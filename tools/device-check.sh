@@ -9,7 +9,8 @@
 #      kill-switch A/B of each optimization.
 # Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip its debug info to copy it over).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
-# Sections: STEPS="selftest sanitizer kernels parity bench moe dflash profile" (default all; kernels = per-kernel timings;
+# Sections: STEPS="selftest sanitizer kernels parity bench prefill moe dflash profile" (default all; kernels = per-kernel timings;
+# prefill = the prefill matmuls on cuBLAS against the int8 kernels, by pass size;
 # bits = logits bit-equal to another build's, REF_KILN=path, not in the default;
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
 # dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10;
@@ -27,7 +28,7 @@ WORK=${WORK:-/tmp/kiln-device-work}
 mkdir -p "$WORK"
 CHUNKS=${CHUNKS:-4}
 CTX=${CTX:-256}
-STEPS=${STEPS:-selftest sanitizer kernels parity bench moe dflash profile}
+STEPS=${STEPS:-selftest sanitizer kernels parity bench prefill moe dflash profile}
 TOKENIZER=${TOKENIZER:-.test-assets/tokenizer-qwen3/tokenizer.json}
 mkdir -p "$OUT"
 export XDG_CACHE_HOME="$WORK/cache-$$" # a fresh kernel cache: the first self-test compiles, the second loads
@@ -217,6 +218,22 @@ if want bench; then
     step frontier-no-mma timeout 300 env KILN_NO_CUDA_PREFILL_MMA=1 KILN_NO_CUDA_FLASH_ATTN=1 "$KILN" "${fr[@]}" \
         --ref-frontier-logits "$WORK/frontier-mma"
     grep -E "^\||frontier" "$OUT/frontier.log" "$OUT/frontier-no-mma.log" | tee -a "$OUT/summary.txt"
+fi
+
+# 3b. Prefill matmuls on cuBLAS (bf16 copies of the weights, the default from 64 rows) against the int8 kernels
+# (KILN_NO_CUDA_PREFILL_BLAS): by rows a pass around the switch-over, then the pp512 / pp4096 in chunks
+# of 512 and the 4096-token prompt in one pass.
+if want prefill; then
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    synth synth-8b-q8 "$WORK/q8b-q8.gguf" --arch qwen3 --preset 8b --quant q8_0 "${tok[@]}"
+    step prefill-rows "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 32,64,128,256 -b 256 -n 0 -r 2 \
+        --ab KILN_NO_CUDA_PREFILL_BLAS=1
+    step prefill-pp "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q8b-q8.gguf" --device cuda -p 512,4096 \
+        -b 512 -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS=1
+    step prefill-one-pass "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 4096 -b 4096 -n 0 -r 2
+    say "prefill (CUDA, cuBLAS vs int8 kernels):"
+    grep -hE "^\||ratio|GiB" "$OUT/prefill-rows.log" "$OUT/prefill-pp.log" "$OUT/prefill-one-pass.log" |
+        tee -a "$OUT/summary.txt"
 fi
 
 # 4. Qwen3-MoE: a synth 30B-A3B Q4_K_M (128 experts, 8 a token): decode, a 16-row block and prefill, the

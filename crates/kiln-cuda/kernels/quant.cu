@@ -371,3 +371,48 @@ extern "C" __global__ void quantize_k8(signed char* kq, float* kd, int* ks, cons
     if ((lane & 3) == 0) ks[blk * 8 + (lane >> 2)] = sum;
     if (lane == 0) kd[blk] = d;
 }
+
+// f32 -> bf16 bits, rounded to nearest even (NaN kept a NaN). Written out so it needs no header and no sm_80.
+__device__ __forceinline__ u16 f2bf(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+
+// The dense copy of a quantized weight for the prefill GEMM on cuBLAS (`prefill_blas`): every element decoded by
+// wq32 (the GGUF layout) as s * q + mn in f32, then rounded to bf16. out is rows x width, row-major. One thread
+// per 32-element block; grid.x covers rows * width / 32 blocks.
+extern "C" __global__ void dequant_bf16(u16* out, const u8* w, long long row_bytes, int ty, int width, int rows) {
+    wait_prior_kernel();
+    long long nb = width / 32;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nb * rows) return;
+    long long r = i / nb;
+    int b = (int)(i % nb);
+    signed char q[32];
+    float s[2], mn[2];
+    if (!wq32(ty, w + r * row_bytes, b, q, s, mn)) __trap();
+    u32 v[16];
+    for (int j = 0; j < 16; j++) {
+        u32 lo = f2bf(s[(2 * j) >> 4] * (float)q[2 * j] + mn[(2 * j) >> 4]);
+        u32 hi = f2bf(s[(2 * j + 1) >> 4] * (float)q[2 * j + 1] + mn[(2 * j + 1) >> 4]);
+        v[j] = lo | (hi << 16);
+    }
+    uint4* o = (uint4*)(out + r * width + b * 32);
+    for (int j = 0; j < 4; j++) o[j] = make_uint4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+}
+
+// Activations as bf16 for the prefill GEMM: out[i] = bf16(x[i]) for n elements (n % 8 == 0), 8 a thread.
+extern "C" __global__ void to_bf16(u16* out, const float* x, long long n) {
+    wait_prior_kernel();
+    long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    float4 a = *(const float4*)(x + i), b = *(const float4*)(x + i + 4);
+    uint4 v;
+    v.x = (u32)f2bf(a.x) | ((u32)f2bf(a.y) << 16);
+    v.y = (u32)f2bf(a.z) | ((u32)f2bf(a.w) << 16);
+    v.z = (u32)f2bf(b.x) | ((u32)f2bf(b.y) << 16);
+    v.w = (u32)f2bf(b.z) | ((u32)f2bf(b.w) << 16);
+    *(uint4*)(out + i) = v;
+}

@@ -71,7 +71,7 @@ fn source_define(name: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 66] = [
+pub const KERNEL_NAMES: [&str; 68] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -107,6 +107,8 @@ pub const KERNEL_NAMES: [&str; 66] = [
     "gemv16_k8",
     "quantize_k8",
     "matmul_deq",
+    "dequant_bf16",
+    "to_bf16",
     "rms_norm_q8",
     "swiglu_q8",
     "quantize_q8_warp",

@@ -12,6 +12,7 @@
 
 use crate::compile::{arch_name, cubin_cached};
 use crate::error::{drv, Error, Result};
+use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
     sys as cu, CudaContext, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream, DevicePtr,
     LaunchConfig,
@@ -36,6 +37,16 @@ const ROW_THREADS: u32 = 256;
 /// Rows above which a prefill pass's matmuls use the tensor-core kernel (below, the GEMV's one weight read serves
 /// a few rows as well).
 pub const MMQ_MIN_ROWS: usize = 16;
+/// Rows from which a prefill pass's matmul on a weight with a dense bf16 copy runs on cuBLAS ([`Options::prefill_blas`]):
+/// with fewer rows the GEMM reads the copy's 2 bytes a weight for too little arithmetic, and the int8 kernel on the
+/// quantized bytes is the faster one.
+pub const BLAS_MIN_ROWS: usize = 64;
+/// cuBLAS workspace, set once at open so that a captured pass never has cuBLAS allocate.
+const BLAS_WORKSPACE: usize = 32 << 20;
+/// Device memory a dense copy must leave free (besides this share of the card): the KV cache and the scratch are
+/// allocated after the weights.
+const DENSE_KEEP_FREE: usize = 4 << 30;
+const DENSE_KEEP_FREE_SHARE: usize = 8;
 /// Rows from which other passes' Q4_K/Q6_K/Q8_0 matmuls use the tensor-core block kernel (same bits as the GEMV).
 pub const G16_MIN_ROWS: usize = 4;
 /// Added to a K-quant's type id for the GEMV kernels' K8 bodies (`K8_Q4_K` / `K8_Q6_K` in gemv.cu).
@@ -101,6 +112,11 @@ pub struct Options {
     /// weight read (`moe_gemv_tiles`; same bits as one GEMV per choice, which is what this turns off) or, in
     /// prefill passes with the prefill kernel on, 64 per weight tile on tensor cores (`moe_mmq_*`).
     pub moe_group: bool,
+    /// Prefill passes of [`BLAS_MIN_ROWS`] rows or more multiply quantized weights on cuBLAS (bf16 tensor cores,
+    /// f32 accumulation, its own float order) against a bf16 copy of each 2-D weight, decoded at upload while
+    /// device memory allows ([`Device::dense_bytes`]), and the activations rounded to bf16; else the int8 prefill
+    /// kernel (mmq.cu) on the quantized bytes.
+    pub prefill_blas: bool,
     /// Programmatic dependent launch (sm_90 and later): each kernel may be launched while the one before it
     /// runs, and waits on the device for it (`wait_prior_kernel`), so launch latency and block start-up overlap
     /// the previous kernel's tail. Same bits.
@@ -127,6 +143,7 @@ impl Default for Options {
             prefill_k8: true,
             flash_attn: true,
             moe_group: true,
+            prefill_blas: true,
             pdl: true,
             reference: false,
         }
@@ -156,6 +173,43 @@ struct Meta {
 struct Graphs(HashMap<[u64; 7], CudaGraph>);
 // SAFETY: CudaGraph holds raw driver handles; every use is serialized by the Mutex around `Graphs`.
 unsafe impl Send for Graphs {}
+
+/// The cuBLAS handle of the prefill GEMM, bound to the device's stream, with its fixed workspace.
+struct Blas {
+    handle: CudaBlas,
+    _workspace: CudaSlice<u8>,
+}
+
+impl Blas {
+    fn new(stream: &Arc<CudaStream>) -> std::result::Result<Blas, String> {
+        // SAFETY: probes dlopen with cudarc's candidate names only.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err("no cuBLAS library found (libcublas.so)".into());
+        }
+        let handle = CudaBlas::new(stream.clone()).map_err(|e| format!("cuBLAS handle: {e}"))?;
+        let ws = stream
+            .alloc_zeros::<u8>(BLAS_WORKSPACE)
+            .map_err(|e| format!("cuBLAS workspace: {e}"))?;
+        let p = {
+            let (p, _sync) = ws.device_ptr(stream);
+            p
+        };
+        // SAFETY: the workspace outlives the handle (both live in this struct) and is used on its stream only.
+        unsafe {
+            cudarc::cublas::sys::cublasSetWorkspace_v2(
+                *handle.handle(),
+                p as *mut c_void,
+                BLAS_WORKSPACE,
+            )
+        }
+        .result()
+        .map_err(|e| format!("cuBLAS workspace: {e}"))?;
+        Ok(Blas {
+            handle,
+            _workspace: ws,
+        })
+    }
+}
 
 /// An open GPU with the kernels loaded.
 pub struct Device {
@@ -189,6 +243,13 @@ pub struct Device {
     q8_read: AtomicBool,
     /// Bytes of weights uploaded (repacking keeps sizes; a tied output head counts twice).
     weight_bytes: AtomicU64,
+    /// cuBLAS for the prefill GEMM ([`Options::prefill_blas`]; none when off or when the library is missing).
+    blas: Option<Blas>,
+    /// Bytes of the weights' dense bf16 copies, and the widest such weight (sizes `dense_x`).
+    dense_bytes: AtomicU64,
+    dense_cols: AtomicUsize,
+    /// The bf16 activations of a cuBLAS matmul, grown only outside graph capture.
+    dense_x: Mutex<CudaSlice<u16>>,
     /// Launches left out to time what they cost inside a step (`KILN_CUDA_TIMING_SKIP`, [`timing_skips`]).
     timing_skip: Mutex<Vec<String>>,
     /// The split-KV kernels' fewest positions a split ([`crate::compile::attn_min_chunk`]).
@@ -232,12 +293,22 @@ pub struct DWeight {
     pub row_bytes: usize,
     layout: Layout,
     data: CudaSlice<u8>,
+    /// Every element decoded to bf16, `rows × cols` row-major, for the prefill GEMM on cuBLAS.
+    dense: Option<CudaSlice<u16>>,
 }
 
 impl DWeight {
     /// Whether the weight is repacked for a 16-byte-load GEMV kernel.
     pub fn is_repacked(&self) -> bool {
         self.layout == Layout::Gemv
+    }
+    /// Whether the weight has a dense bf16 copy for the prefill GEMM on cuBLAS.
+    pub fn has_dense(&self) -> bool {
+        self.dense.is_some()
+    }
+    /// Frees the dense copy (the self-test's int8 prefill checks).
+    pub(crate) fn drop_dense(&mut self) {
+        self.dense = None;
     }
 }
 
@@ -515,6 +586,24 @@ impl Device {
         let argmax_out = stream
             .alloc_zeros::<i32>(64)
             .map_err(drv("allocating argmax output"))?;
+        let blas = if opts.prefill_blas && !opts.reference {
+            match Blas::new(&stream) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    let note = format!("{e}: prefill matmuls stay on the int8 kernels");
+                    warning = Some(match warning {
+                        Some(w) => format!("{w}; {note}"),
+                        None => note,
+                    });
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let dense_x = stream
+            .alloc_zeros::<u16>(8)
+            .map_err(drv("allocating bf16 activations"))?;
         Ok(Device {
             ctx,
             stream,
@@ -533,6 +622,10 @@ impl Device {
             k8_weights: AtomicBool::new(false),
             q8_read: AtomicBool::new(false),
             weight_bytes: AtomicU64::new(0),
+            blas,
+            dense_bytes: AtomicU64::new(0),
+            dense_cols: AtomicUsize::new(0),
+            dense_x: Mutex::new(dense_x),
             timing_skip: Mutex::new(timing_skip),
             min_chunk: crate::compile::attn_min_chunk(),
             name,
@@ -557,6 +650,29 @@ impl Device {
     /// Bytes of weights uploaded so far (the device memory they take).
     pub fn weight_bytes(&self) -> u64 {
         self.weight_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the dense bf16 weight copies the prefill GEMM on cuBLAS reads ([`Options::prefill_blas`]).
+    pub fn dense_bytes(&self) -> u64 {
+        self.dense_bytes.load(Ordering::Relaxed)
+    }
+
+    /// One line for the user: the GPU, its architecture and the device memory the weights take.
+    pub fn summary(&self) -> String {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let mut s = format!(
+            "{} ({}), {:.2} GiB of weights",
+            self.name,
+            self.arch,
+            gib(self.weight_bytes())
+        );
+        if self.dense_bytes() > 0 {
+            s.push_str(&format!(
+                " + {:.2} GiB of bf16 copies for prefill",
+                gib(self.dense_bytes())
+            ));
+        }
+        s
     }
 
     /// The fast paths in use.
@@ -754,6 +870,12 @@ impl Device {
         } else {
             (Layout::Native, self.stream.clone_htod(bytes))
         };
+        // A dense copy for the prefill GEMM: 2-D matrices (not expert stacks or lookup tables) of quantized types.
+        let dense = if self.blas.is_some() && gemv && parts == 1 && !is_float(ty) {
+            self.dense_copy(name, ty, cols, rows, row_bytes, bytes)?
+        } else {
+            None
+        };
         let w = DWeight {
             name: name.into(),
             ty,
@@ -762,6 +884,7 @@ impl Device {
             row_bytes,
             layout,
             data: data.map_err(drv(format!("uploading tensor '{name}'")))?,
+            dense,
         };
         if self.uses_k8(&w, 1) {
             self.k8_weights.store(true, Ordering::Relaxed);
@@ -769,6 +892,169 @@ impl Device {
         self.weight_bytes
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(w)
+    }
+
+    /// `rows × cols` bf16 elements decoded on the device from GGUF `bytes` (`dequant_bf16`), or none when that
+    /// would leave less than [`DENSE_KEEP_FREE`] (or an eighth of the card) free.
+    fn dense_copy(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        cols: usize,
+        rows: usize,
+        row_bytes: usize,
+        bytes: &[u8],
+    ) -> Result<Option<CudaSlice<u16>>> {
+        let need = rows * cols * 2;
+        self.ctx
+            .bind_to_thread()
+            .map_err(drv("querying free memory"))?;
+        let (free, total) =
+            cudarc::driver::result::mem_get_info().map_err(drv("querying free memory"))?;
+        let keep = DENSE_KEEP_FREE.max(total / DENSE_KEEP_FREE_SHARE);
+        if free < need + bytes.len() + keep {
+            return Ok(None);
+        }
+        let raw = self
+            .stream
+            .clone_htod(bytes)
+            .map_err(drv(format!("uploading tensor '{name}'")))?;
+        let out = self
+            .stream
+            .alloc_zeros::<u16>(rows * cols)
+            .map_err(drv(format!("allocating the bf16 copy of '{name}'")))?;
+        let blocks = rows * cols / 32;
+        let (op, rp) = (self.ptr(&out), self.ptr(&raw));
+        self.launch(
+            "dequant_bf16",
+            grid(blocks.div_ceil(256) as u32, 1, 256),
+            &[
+                &op,
+                &rp,
+                &(row_bytes as i64),
+                &(ty.id() as i32),
+                &(cols as i32),
+                &(rows as i32),
+            ],
+        )?;
+        self.dense_bytes.fetch_add(need as u64, Ordering::Relaxed);
+        self.dense_cols.fetch_max(cols, Ordering::Relaxed);
+        Ok(Some(out))
+    }
+
+    /// Sizes the bf16 activations of the cuBLAS matmuls for passes of up to `rows` rows (before any pass is
+    /// captured).
+    pub fn reserve_dense(&self, rows: usize) -> Result<()> {
+        if self.dense_bytes() > 0 {
+            self.dense_scratch(rows * self.dense_cols.load(Ordering::Relaxed))?;
+        }
+        Ok(())
+    }
+
+    /// The bf16 activation scratch, at least `n` elements long.
+    fn dense_scratch(&self, n: usize) -> Result<u64> {
+        let mut s = self.lock(&self.dense_x);
+        if s.len() < n {
+            if self.capturing.load(Ordering::Relaxed) {
+                return Err(Error::Shape {
+                    op: "matmul",
+                    detail: "bf16 activations not reserved before graph capture".into(),
+                });
+            }
+            *s = self
+                .stream
+                .alloc_zeros::<u16>(n)
+                .map_err(drv("allocating bf16 activations"))?;
+            drop(s);
+            self.bump_generation();
+            return Ok(self.ptr(&self.lock(&self.dense_x)));
+        }
+        Ok(self.ptr(&s))
+    }
+
+    /// `x`'s first `n` elements rounded to bf16 in the scratch (`to_bf16`); returns its pointer.
+    fn dense_input(&self, x: &DBuf, n: usize) -> Result<u64> {
+        self.check("matmul", n.is_multiple_of(8) && n <= x.len(), || {
+            format!(
+                "bf16 activations of {n} elements from a buffer of {}",
+                x.len()
+            )
+        })?;
+        let xb = self.dense_scratch(n)?;
+        let xp = self.ptr(&x.data);
+        self.launch(
+            "to_bf16",
+            grid((n / 8).div_ceil(256) as u32, 1, 256),
+            &[&xb, &xp, &(n as i64)],
+        )?;
+        Ok(xb)
+    }
+
+    /// `w`'s dense copy when a matmul of `n_rows` rows of the current pass takes cuBLAS.
+    fn dense_for<'a>(&self, w: &'a DWeight, n_rows: usize) -> Option<&'a CudaSlice<u16>> {
+        let d = w.dense.as_ref()?;
+        (self.blas.is_some() && n_rows >= BLAS_MIN_ROWS && self.lock(&self.meta).prefill)
+            .then_some(d)
+    }
+
+    /// `out[r] (+)= W · x[r]` on cuBLAS: `W` the dense copy (`n_out × cols`, row-major, i.e. column-major
+    /// `cols × n_out`, transposed), `x` bf16 `n_rows × cols`, `out` f32 `n_rows × n_out`; f32 accumulation.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_dense(
+        &self,
+        out: u64,
+        w: &CudaSlice<u16>,
+        xb: u64,
+        n_out: usize,
+        cols: usize,
+        n_rows: usize,
+        accumulate: bool,
+        name: &str,
+    ) -> Result<()> {
+        use cudarc::cublas::sys::{
+            cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType,
+        };
+        let Some(blas) = &self.blas else {
+            return Err(Error::Shape {
+                op: "matmul",
+                detail: format!("'{name}': no cuBLAS handle"),
+            });
+        };
+        let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0 });
+        let wp = self.ptr(w);
+        self.ctx
+            .bind_to_thread()
+            .map_err(drv(format!("cuBLAS matmul '{name}'")))?;
+        // SAFETY: the pointers are live device allocations of the checked sizes (w: n_out × cols, xb: at least
+        // n_rows × cols from `dense_input`, out: n_rows × n_out by the caller's check); alpha and beta are host
+        // values read during the call; the handle's stream is the device's one stream.
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                *blas.handle.handle(),
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                n_out as i32,
+                n_rows as i32,
+                cols as i32,
+                &alpha as *const f32 as *const c_void,
+                wp as *const c_void,
+                cudaDataType::CUDA_R_16BF,
+                cols as i32,
+                xb as *const c_void,
+                cudaDataType::CUDA_R_16BF,
+                cols as i32,
+                &beta as *const f32 as *const c_void,
+                out as *mut c_void,
+                cudaDataType::CUDA_R_32F,
+                n_out as i32,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| Error::Shape {
+            op: "matmul",
+            detail: format!("cuBLAS on '{name}' ({n_out} x {cols}, {n_rows} rows): {e}"),
+        })
     }
 
     /// KV storage of `n_layer × n_slots × slot_ctx × kv_dim` keys and values.
@@ -1518,6 +1804,11 @@ impl Device {
         if n_rows == 0 || self.skipped(weight_role(&w.name)) {
             return Ok(());
         }
+        if let Some(d) = self.dense_for(w, n_rows) {
+            let xb = self.dense_input(x, n_rows * w.cols)?;
+            let o = self.ptr(&out.data);
+            return self.gemm_dense(o, d, xb, w.rows, w.cols, n_rows, accumulate, &w.name);
+        }
         let (o, wp, xp) = (self.ptr(&out.data), self.ptr(&w.data), self.ptr(&x.data));
         let (rb, ty, width, n_out, nr, acc) = (
             w.row_bytes as i64,
@@ -1665,6 +1956,33 @@ impl Device {
         n_rows: usize,
     ) -> Result<()> {
         let cols = ws.first().map(|w| w.cols).unwrap_or(0);
+        // On cuBLAS, the activations are rounded to bf16 once for all the weights.
+        if !ws.is_empty()
+            && outs.len() == ws.len()
+            && ws
+                .iter()
+                .all(|w| w.cols == cols && self.dense_for(w, n_rows).is_some())
+        {
+            for (o, w) in outs.iter().zip(ws) {
+                self.check(
+                    "matmul",
+                    x.len() >= n_rows * cols && o.len() >= n_rows * w.rows,
+                    || format!("'{}' [{} x {}] on {n_rows} rows", w.name, w.rows, w.cols),
+                )?;
+                o.invalidate();
+            }
+            let xb = self.dense_input(x, n_rows * cols)?;
+            for (o, w) in outs.iter().zip(ws) {
+                if self.skipped(weight_role(&w.name)) {
+                    continue;
+                }
+                if let Some(d) = self.dense_for(w, n_rows) {
+                    let op = self.ptr(&o.data);
+                    self.gemm_dense(op, d, xb, w.rows, cols, n_rows, false, &w.name)?;
+                }
+            }
+            return Ok(());
+        }
         let joinable = self.opts.fused
             && !self.opts.reference
             && outs.len() == ws.len()
@@ -1673,7 +1991,7 @@ impl Device {
                 .all(|w| w.layout == Layout::Gemv && w.cols == cols);
         // Each weight's job kernel and tile (rows, outputs), if it has one.
         let job_kernel = |w: &DWeight| -> Option<(&'static str, (usize, usize))> {
-            if !joinable {
+            if !joinable || self.dense_for(w, n_rows).is_some() {
                 return None;
             }
             match self.tensor_core_kernel(w, n_rows) {

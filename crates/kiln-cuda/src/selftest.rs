@@ -190,6 +190,9 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
     for ty in [Q4_K, Q6_K, Q8_0] {
         mmq_check(dev, &mut rng, ty, &mut checks)?;
     }
+    for ty in [Q4_K, Q6_K, Q8_0, Q5_K, Q4_0] {
+        dense_check(dev, &mut rng, ty, &mut checks)?;
+    }
     ops_checks(dev, &mut rng, &mut checks)?;
     shadow_checks(dev, &mut rng, &mut checks)?;
     many_check(dev, &mut rng, &mut checks)?;
@@ -224,7 +227,9 @@ fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>)
         && dev.options().prefill_k8
         && matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
     let want = reference_matmul(ty, &wq, rows, cols, &x, n, if k8 { 256 } else { 32 })?;
-    let w = dev.upload_weight(&format!("test.mmq.{ty}"), ty, cols, rows, &wq, true)?;
+    let mut w = dev.upload_weight(&format!("test.mmq.{ty}"), ty, cols, rows, &wq, true)?;
+    // The int8 kernel itself, not cuBLAS on a dense copy (`dense_check`).
+    w.drop_dense();
     let run = |xs: &[f32], m: usize, prefill: bool, init: Option<&[f32]>| -> Result<Vec<f32>> {
         dev.set_pass(&[], &[], &[], prefill)?;
         let xb = dev.upload(xs)?;
@@ -266,6 +271,115 @@ fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>)
         err: bits_differ(&one, &dec[5 * rows..6 * rows]),
         tol: 0.0,
     });
+    dev.set_pass(&[], &[], &[], false)?;
+    Ok(())
+}
+
+/// The prefill GEMM on cuBLAS against a weight's dense bf16 copy (`prefill_blas`, prefill passes of 64+ rows):
+/// against a host model of the same rounding (bf16 weights and activations, f64 sums: only cuBLAS's f32
+/// accumulation order differs) and the exact product, the residual form, run-to-run bits, Q/K sharing one
+/// rounding of the activations, graph replay, and decode passes of the same size keeping the GEMV's bits.
+fn dense_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>) -> Result<()> {
+    let (cols, rows) = (768usize, 130usize);
+    let wq = random_weight(rng, ty, rows, cols)?;
+    let w = dev.upload_weight(&format!("test.dense.{ty}"), ty, cols, rows, &wq, true)?;
+    if !w.has_dense() {
+        return Ok(());
+    }
+    let bf = |v: f32| half::bf16::from_f32(v).to_f32();
+    let wd = dequantize_rows(ty, &wq, rows, cols)?;
+    let wb: Vec<f32> = wd.iter().map(|&v| bf(v)).collect();
+    for n in [64usize, 133] {
+        let x = rng.vec(n * cols);
+        let xr: Vec<f32> = x.iter().map(|&v| bf(v)).collect();
+        let model: Vec<f64> = (0..n * rows)
+            .map(|i| {
+                let (r, o) = (i / rows, i % rows);
+                (0..cols)
+                    .map(|c| wb[o * cols + c] as f64 * xr[r * cols + c] as f64)
+                    .sum()
+            })
+            .collect();
+        let exact = reference_matmul(ty, &wq, rows, cols, &x, n, 0)?;
+        let xb = dev.upload(&x)?;
+        let run = |prefill: bool, init: Option<&[f32]>| -> Result<Vec<f32>> {
+            dev.set_pass(&[], &[], &[], prefill)?;
+            let mut out = match init {
+                Some(y) => dev.upload(y)?,
+                None => dev.alloc(n * rows)?,
+            };
+            dev.matmul(&mut out, &w, &xb, n, init.is_some())?;
+            let mut got = vec![0f32; n * rows];
+            dev.read(&out, &mut got)?;
+            Ok(got)
+        };
+        let got = run(true, None)?;
+        checks.push(Check {
+            name: format!("cuBLAS {ty} {rows}x{cols}, {n} rows vs host bf16 model"),
+            err: rel_err(&got, &model),
+            tol: 1e-3,
+        });
+        checks.push(Check {
+            name: format!("cuBLAS {ty} {rows}x{cols}, {n} rows vs exact product"),
+            err: rel_err(&got, &exact),
+            tol: 3e-2,
+        });
+        checks.push(Check {
+            name: format!("cuBLAS {ty} {n} rows run to run"),
+            err: bits_differ(&run(true, None)?, &got),
+            tol: 0.0,
+        });
+        let y = rng.vec(n * rows);
+        let sum: Vec<f64> = y.iter().zip(&got).map(|(&a, &b)| (a + b) as f64).collect();
+        checks.push(Check {
+            name: format!("cuBLAS {ty} {n} rows accumulate"),
+            err: rel_err(&run(true, Some(&y))?, &sum),
+            tol: 1e-6,
+        });
+        // Two weights on one rounding of the activations: each as its own matmul.
+        dev.set_pass(&[], &[], &[], true)?;
+        let (mut o1, mut o2) = (dev.alloc(n * rows)?, dev.alloc(n * rows)?);
+        dev.matmul_many(&mut [&mut o1, &mut o2], &[&w, &w], &xb, n)?;
+        let (mut g1, mut g2) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+        dev.read(&o1, &mut g1)?;
+        dev.read(&o2, &mut g2)?;
+        checks.push(Check {
+            name: format!("cuBLAS {ty} {n} rows, two weights in one call"),
+            err: bits_differ(&g1, &got) + bits_differ(&g2, &got),
+            tol: 0.0,
+        });
+        // Captured in a graph and replayed: the eager bits.
+        dev.reserve_dense(n)?;
+        let mut out = dev.alloc(n * rows)?;
+        let mut graphed = Vec::new();
+        for _ in 0..2 {
+            dev.set_pass(&[], &[], &[], true)?;
+            dev.run_pass([8, n as u64, ty.id() as u64, 0, 0], true, &mut || {
+                dev.matmul(&mut out, &w, &xb, n, false)
+            })?;
+            let mut g = vec![0f32; n * rows];
+            dev.read(&out, &mut g)?;
+            graphed.push(g);
+        }
+        checks.push(Check {
+            name: format!("cuBLAS {ty} {n} rows in a graph, captured and replayed"),
+            err: bits_differ(&graphed[0], &got) + bits_differ(&graphed[1], &got),
+            tol: 0.0,
+        });
+        // Decode passes of the same rows stay on the GEMV family: row 5 as in a pass of its own.
+        let dec = run(false, None)?;
+        dev.set_pass(&[], &[], &[], false)?;
+        let x5 = dev.upload(&x[5 * cols..6 * cols])?;
+        let mut o5 = dev.alloc(rows)?;
+        dev.matmul(&mut o5, &w, &x5, 1, false)?;
+        let mut g5 = vec![0f32; rows];
+        dev.read(&o5, &mut g5)?;
+        checks.push(Check {
+            name: format!("cuBLAS {ty}: decode passes keep the GEMV"),
+            err: bits_differ(&g5, &dec[5 * rows..6 * rows]),
+            tol: 0.0,
+        });
+    }
     dev.set_pass(&[], &[], &[], false)?;
     Ok(())
 }

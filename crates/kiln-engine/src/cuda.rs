@@ -94,6 +94,7 @@ impl CudaBackend {
             k8: flags.cuda_k8,
             prefill_k8: flags.cuda_prefill_k8,
             moe_group: flags.cuda_moe_group,
+            prefill_blas: flags.cuda_prefill_blas,
             graphs: flags.cuda_graph,
             pdl: flags.cuda_pdl,
             reference: !flags.quant_act,
@@ -159,6 +160,7 @@ impl CudaBackend {
         self.dev
             .reserve_attention(rows, hp.n_head, hp.head_dim, slot_ctx)
             .map_err(dev_err)?;
+        self.dev.reserve_dense(rows).map_err(dev_err)?;
         if hp.n_expert > 0 {
             let m = moe_shape(
                 hp.n_expert,

@@ -98,6 +98,13 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_PREFILL_BLAS",
+        disables: "CUDA: prompt prefill matmuls of 64+ rows on cuBLAS bf16 tensor cores against a bf16 copy of each \
+                   quantized 2-D weight made at load (while device memory allows; reported at load); the int8 \
+                   prefill kernel on the quantized weights instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_BLOCK_MMA",
         disables: "CUDA: int8 tensor-core kernel for blocks of 4+ decode/verify rows (Q4_K/Q6_K/Q8_0; the GEMV's bits); \
                    the 8-row GEMV instead",
@@ -194,6 +201,8 @@ pub struct Flags {
     pub cuda_prefill_k8: bool,
     /// CUDA: MoE choices grouped by expert.
     pub cuda_moe_group: bool,
+    /// CUDA: prefill matmuls on cuBLAS against dense bf16 weight copies.
+    pub cuda_prefill_blas: bool,
     /// Greedy tokens chosen by the backend where the logits are.
     pub device_argmax: bool,
     /// CUDA: a DFlash drafter on its target's GPU.
@@ -224,6 +233,7 @@ impl Default for Flags {
             cuda_k8: true,
             cuda_prefill_k8: true,
             cuda_moe_group: true,
+            cuda_prefill_blas: true,
             device_argmax: true,
             cuda_drafter: true,
         }
@@ -254,6 +264,7 @@ impl Flags {
             cuda_k8: false,
             cuda_prefill_k8: false,
             cuda_moe_group: false,
+            cuda_prefill_blas: false,
             device_argmax: false,
             cuda_drafter: false,
         }
@@ -312,6 +323,7 @@ impl Flags {
                 "KILN_NO_CUDA_K8" => flags.cuda_k8 = !disabled,
                 "KILN_NO_CUDA_PREFILL_K8" => flags.cuda_prefill_k8 = !disabled,
                 "KILN_NO_CUDA_MOE_GROUP" => flags.cuda_moe_group = !disabled,
+                "KILN_NO_CUDA_PREFILL_BLAS" => flags.cuda_prefill_blas = !disabled,
                 "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),

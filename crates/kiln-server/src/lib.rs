@@ -133,12 +133,7 @@ fn use_cuda(model: &mut Model, n: usize) -> Result<(), String> {
         .map_err(|e| format!("opening CUDA device {n}: {e}"))?;
     if let Some(be) = model.cuda() {
         let d = be.device();
-        eprintln!(
-            "kiln serve: CUDA device {n}: {} ({}), {:.2} GiB of weights",
-            d.name,
-            d.arch,
-            d.weight_bytes() as f64 / (1u64 << 30) as f64
-        );
+        eprintln!("kiln serve: CUDA device {n}: {}", d.summary());
         if let Some(w) = &d.warning {
             eprintln!("kiln serve: warning: {w}");
         }

@@ -78,12 +78,7 @@ impl Device {
                 bar.finish_and_clear();
                 if let Some(be) = model.cuda() {
                     let d = be.device();
-                    eprintln!(
-                        "kiln: CUDA device {n}: {} ({}), {:.2} GiB of weights",
-                        d.name,
-                        d.arch,
-                        d.weight_bytes() as f64 / (1u64 << 30) as f64
-                    );
+                    eprintln!("kiln: CUDA device {n}: {}", d.summary());
                     if let Some(w) = &d.warning {
                         eprintln!("kiln: warning: {w}");
                     }

@@ -43,6 +43,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         k8: false,
         prefill_k8: false,
         moe_group: false,
+        prefill_blas: false,
         pdl: false,
         reference: true,
     };
