@@ -37,6 +37,13 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CPU_REPACK",
+        disables: "CPU (AVX2): Q4_0/Q4_1/Q8_0 weights repacked at first use into groups of 8 interleaved rows, \
+                   multiplied with any number of activation rows without horizontal sums (its own float order, \
+                   the same for 1 or many rows); the row-by-row dot kernels on the GGUF bytes instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CPU_ONE_REGION",
         disables: "CPU decode: Q/K/V and gate/up matmuls share one activation quantization and one thread-pool \
                    region; one region per matmul instead (same bits)",
@@ -167,6 +174,8 @@ pub struct Flags {
     pub simd: bool,
     /// CPU: the tiled Q4_K/Q6_K prefill kernel (off: row-by-row dot kernels, same bits).
     pub cpu_gemm: bool,
+    /// CPU: Q4_0/Q4_1/Q8_0 weights repacked for the interleaved kernel.
+    pub cpu_repack: bool,
     /// CPU decode: weights reading the same input matmul'd in one thread-pool region.
     pub cpu_one_region: bool,
     /// CUDA: repacked weights and the 16-byte-load GEMV kernels.
@@ -216,6 +225,7 @@ impl Default for Flags {
             quant_act: true,
             simd: true,
             cpu_gemm: true,
+            cpu_repack: true,
             cpu_one_region: true,
             cuda_gemv: true,
             cuda_fuse: true,
@@ -247,6 +257,7 @@ impl Flags {
             quant_act: false,
             simd: false,
             cpu_gemm: false,
+            cpu_repack: false,
             cpu_one_region: false,
             cuda_gemv: false,
             cuda_fuse: false,
@@ -306,6 +317,7 @@ impl Flags {
                 "KILN_NO_QUANT_ACT" => flags.quant_act = !disabled,
                 "KILN_NO_SIMD" => flags.simd = !disabled,
                 "KILN_NO_CPU_GEMM" => flags.cpu_gemm = !disabled,
+                "KILN_NO_CPU_REPACK" => flags.cpu_repack = !disabled,
                 "KILN_NO_CPU_ONE_REGION" => flags.cpu_one_region = !disabled,
                 "KILN_NO_CUDA_GEMV" => flags.cuda_gemv = !disabled,
                 "KILN_NO_CUDA_FUSE" => flags.cuda_fuse = !disabled,

@@ -59,6 +59,17 @@ impl WeightView<'_> {
 }
 
 impl Weight {
+    /// Identifies the weight within the process for a backend's cache: its file and binding index. The file
+    /// ([`Weight::file`]) must be kept alive by whoever keys by this, so that no other file can take its address.
+    pub(crate) fn cache_key(&self) -> (usize, usize) {
+        (Arc::as_ptr(&self.file) as usize, self.id)
+    }
+
+    /// The mapped file holding the weight.
+    pub(crate) fn file(&self) -> Arc<GgufFile> {
+        self.file.clone()
+    }
+
     /// The raw bytes of the whole tensor.
     pub fn bytes(&self) -> &[u8] {
         self.file.tensor_data(&self.info)

@@ -15,11 +15,14 @@
 use super::CpuBackend;
 use crate::error::{Error, Result};
 use crate::weights::WeightView;
+use kiln_gguf::GgufFile;
 use kiln_quant::dot::{
     dot_fn, dot_kernel, gemm_kernel, quantize_activation_isa, vec_dot_type, GemmKernel,
+    RepackKernel,
 };
 use kiln_quant::GgmlType;
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// A raw output pointer shared by tiles that write disjoint elements.
 #[derive(Clone, Copy)]
@@ -91,11 +94,84 @@ fn tile_rows(n_w_rows: usize, n_act_rows: usize, threads: usize) -> usize {
     }
 }
 
+/// A weight repacked for the interleaved Q4_0/Q4_1/Q8_0 kernel ([`RepackKernel`]): every matmul on it reads
+/// this copy, one row or many, so its rows keep the same bits in decode, prefill and verify passes.
+pub(crate) struct Repacked {
+    kernel: RepackKernel,
+    bytes: Vec<u8>,
+    /// The GGUF the weight came from, kept mapped while its cache key (the file's address) is in use.
+    _file: Option<Arc<GgufFile>>,
+}
+
+impl Repacked {
+    /// Packs `w` on the backend's pool, groups of rows in parallel.
+    pub(crate) fn new(
+        be: &CpuBackend,
+        kernel: RepackKernel,
+        w: &WeightView,
+        file: Option<Arc<GgufFile>>,
+    ) -> Repacked {
+        let (k, m, rb) = (w.cols, w.rows, w.row_bytes);
+        let group = kernel.group_len(k);
+        let mut bytes = vec![0u8; kernel.packed_len(k, m)];
+        // 64 groups of 8 rows a task.
+        let chunk = 64 * RepackKernel::GROUP_ROWS;
+        be.pool.install(|| {
+            bytes
+                .par_chunks_mut(64 * group)
+                .enumerate()
+                .for_each(|(t, out)| {
+                    let r0 = t * chunk;
+                    kernel.pack(k, &w.bytes[r0 * rb..], rb, (m - r0).min(chunk), out);
+                })
+        });
+        Repacked {
+            kernel,
+            bytes,
+            _file: file,
+        }
+    }
+
+    /// Weight rows `r0..r1` (`r0` a multiple of [`RepackKernel::GROUP_ROWS`]) times the `n_act` activation rows
+    /// `acts` (`arb` bytes each), stored at `out[j * m + r]`.
+    #[allow(clippy::too_many_arguments)]
+    fn run_rows(
+        &self,
+        k: usize,
+        m: usize,
+        (r0, r1): (usize, usize),
+        acts: &[u8],
+        arb: usize,
+        n_act: usize,
+        out: OutPtr,
+    ) {
+        let packed = &self.bytes[r0 / RepackKernel::GROUP_ROWS * self.kernel.group_len(k)..];
+        self.kernel
+            .run_with(k, packed, r1 - r0, acts, arb, n_act, |j, i0, vals| {
+                // SAFETY: (j, r0 + i0 ..) lie in rows r0..r1 of activation row j, which only this caller's
+                // tile writes; in bounds as out.len() >= n_act * m was checked by the matmul.
+                unsafe { out.write_row(j * m + r0 + i0, vals) };
+            });
+    }
+}
+
 /// `out[j * w.rows + r] = w.row(r) · x[j * w.cols ..]` for `j < n_rows`.
 pub(crate) fn matmul(
     be: &CpuBackend,
     out: &mut [f32],
     w: &WeightView,
+    x: &[f32],
+    n_rows: usize,
+) -> Result<()> {
+    matmul_packed(be, out, w, None, x, n_rows)
+}
+
+/// [`matmul`] on the weight's repacked copy when it has one.
+pub(crate) fn matmul_packed(
+    be: &CpuBackend,
+    out: &mut [f32],
+    w: &WeightView,
+    packed: Option<&Repacked>,
     x: &[f32],
     n_rows: usize,
 ) -> Result<()> {
@@ -144,6 +220,16 @@ pub(crate) fn matmul(
             pairs.into_iter().try_for_each(quantize)?;
         }
         let acts: &[u8] = &acts[..n_rows * arb];
+        if let Some(p) = packed {
+            let tile = tile.next_multiple_of(RepackKernel::GROUP_ROWS);
+            be.pool.install(|| {
+                (0..m.div_ceil(tile)).into_par_iter().for_each(|t| {
+                    let rows = (t * tile, ((t + 1) * tile).min(m));
+                    p.run_rows(k, m, rows, acts, arb, n_rows, out_ptr);
+                })
+            });
+            return Ok(());
+        }
         let tiled = be.flags.cpu_gemm && n_rows >= GEMM_MIN_ROWS;
         if let Some(g) = gemm_kernel(w.ty, be.isa).filter(|_| tiled) {
             gemm_tiles(be, g, w, acts, arb, n_rows, out_ptr);
@@ -204,6 +290,7 @@ pub(crate) fn matmul_many(
     be: &CpuBackend,
     outs: &mut [&mut [f32]],
     ws: &[WeightView],
+    packed: &[Option<&Repacked>],
     x: &[f32],
     n_rows: usize,
 ) -> Result<()> {
@@ -219,8 +306,8 @@ pub(crate) fn matmul_many(
             .iter()
             .all(|w| Some(vec_dot_type(w.ty)) == act_ty && w.cols == k && w.ty != GgmlType::F32);
     if !one_region {
-        for (o, w) in outs.iter_mut().zip(ws) {
-            matmul(be, o, w, x, n_rows)?;
+        for (i, (o, w)) in outs.iter_mut().zip(ws).enumerate() {
+            matmul_packed(be, o, w, packed.get(i).copied().flatten(), x, n_rows)?;
         }
         return Ok(());
     }
@@ -242,6 +329,9 @@ pub(crate) fn matmul_many(
         kernels[i] = Some(dot_kernel(w.ty, be.isa).map_err(|e| quant_err(w.name, e))?);
         ptrs[i] = OutPtr(o.as_mut_ptr());
         tiles[i] = tile_rows(w.rows, n_rows, be.threads);
+        if packed.get(i).copied().flatten().is_some() {
+            tiles[i] = tiles[i].next_multiple_of(RepackKernel::GROUP_ROWS);
+        }
         total += w.rows.div_ceil(tiles[i]);
         ends[i] = total;
     }
@@ -269,6 +359,11 @@ pub(crate) fn matmul_many(
             let first = if i == 0 { 0 } else { ends[i - 1] };
             let (w, m) = (&ws[i], ws[i].rows);
             let r0 = (job - first) * tiles[i];
+            if let Some(p) = packed.get(i).copied().flatten() {
+                let rows = (r0, (r0 + tiles[i]).min(m));
+                p.run_rows(k, m, rows, acts, arb, n_rows, ptrs[i]);
+                return;
+            }
             let Some(kernel) = kernels[i] else { return };
             let mut tmp = [0f32; GEMM_MIN_ROWS];
             for r in r0..(r0 + tiles[i]).min(m) {
@@ -597,13 +692,113 @@ mod tests {
                 let x = rand_vec(n_rows * k, 9 + n_rows as u64);
                 let mut a = vec![f32::NAN; n_rows * 37];
                 let mut b = vec![f32::NAN; n_rows * 20];
-                matmul_many(&be, &mut [&mut a, &mut b], &views, &x, n_rows).unwrap();
+                matmul_many(
+                    &be,
+                    &mut [&mut a, &mut b],
+                    &views,
+                    &[None, None],
+                    &x,
+                    n_rows,
+                )
+                .unwrap();
                 for (got, w) in [&a, &b].into_iter().zip(&views) {
                     let mut want = vec![f32::NAN; n_rows * w.rows];
                     matmul(&be, &mut want, w, &x, n_rows).unwrap();
                     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(got), bits(&want), "{tys:?} {n_rows} rows");
                 }
+            }
+        }
+    }
+
+    /// The repacked Q4_0/Q4_1/Q8_0 kernel through the matmul: against the dequantized product, every row of a
+    /// many-row call (partial groups of 8 weight rows, partial tiles) the bits of that row alone, and
+    /// `matmul_many` on repacked weights the bits of separate matmuls (1 and 2 rows: one region; 5: the fallback).
+    #[test]
+    fn repacked_rows_are_exact_alone_in_any_batch_and_in_one_region() {
+        let be = CpuBackend::new(2, Flags::default()).unwrap();
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let Some(kernel) = kiln_quant::dot::repack_kernel(ty, be.isa) else {
+                eprintln!("no repacked kernel on this CPU");
+                return;
+            };
+            let at = vec_dot_type(ty);
+            let mut packs = Vec::new();
+            for (k, m, n) in [(256usize, 37usize, 5usize), (1536, 44, 17)] {
+                let rb = ty.row_bytes(k as u64).unwrap() as usize;
+                let mut wq = vec![0u8; m * rb];
+                kiln_quant::quantize(ty, &rand_vec(m * k, m as u64), &mut wq).unwrap();
+                let view = WeightView {
+                    name: "w",
+                    ty,
+                    cols: k,
+                    rows: m,
+                    row_bytes: rb,
+                    bytes: &wq,
+                };
+                let p = Repacked::new(&be, kernel, &view, None);
+                let x = rand_vec(n * k, 3 + n as u64);
+                let mut all = vec![f32::NAN; n * m];
+                matmul_packed(&be, &mut all, &view, Some(&p), &x, n).unwrap();
+                for j in 0..n {
+                    let mut one = vec![f32::NAN; m];
+                    matmul_packed(&be, &mut one, &view, Some(&p), &x[j * k..], 1).unwrap();
+                    let xr = &x[j * k..(j + 1) * k];
+                    let arb = at.row_bytes(k as u64).unwrap() as usize;
+                    let (mut xq, mut xd) = (vec![0u8; arb], vec![0f32; k]);
+                    kiln_quant::dot::quantize_activation(at, xr, &mut xq).unwrap();
+                    kiln_quant::dequantize(at, &xq, &mut xd).unwrap();
+                    let mut wd = vec![0f32; m * k];
+                    kiln_quant::dequantize(ty, &wq, &mut wd).unwrap();
+                    for r in 0..m {
+                        assert_eq!(
+                            one[r].to_bits(),
+                            all[j * m + r].to_bits(),
+                            "{ty} {k}: act {j} row {r}"
+                        );
+                        let prods = (0..k).map(|i| wd[r * k + i] as f64 * xd[i] as f64);
+                        let (want, scale) =
+                            prods.fold((0.0, 0.0), |(s, a), p| (s + p, a + p.abs()));
+                        // Q4_1's min term carries the f16 rounding of Q8_1's block sum `s`, as in ggml.
+                        let tol = if ty == GgmlType::Q4_1 { 2e-3 } else { 1e-5 };
+                        assert!(
+                            (one[r] as f64 - want).abs() <= tol * scale + 1e-4,
+                            "{ty} row {r}: {} vs {want}",
+                            one[r]
+                        );
+                    }
+                }
+                packs.push((wq, m, rb, k));
+            }
+            // Two repacked weights of one width in one call.
+            let (wq, m, rb, k) = &packs[0];
+            let view = WeightView {
+                name: "w",
+                ty,
+                cols: *k,
+                rows: *m,
+                row_bytes: *rb,
+                bytes: wq,
+            };
+            let p = Repacked::new(&be, kernel, &view, None);
+            for n_rows in [1usize, 2, 5] {
+                let x = rand_vec(n_rows * k, 40 + n_rows as u64);
+                let (mut a, mut b) = (vec![f32::NAN; n_rows * m], vec![f32::NAN; n_rows * m]);
+                let views = [view, view];
+                matmul_many(
+                    &be,
+                    &mut [&mut a, &mut b],
+                    &views,
+                    &[Some(&p), Some(&p)],
+                    &x,
+                    n_rows,
+                )
+                .unwrap();
+                let mut want = vec![f32::NAN; n_rows * m];
+                matmul_packed(&be, &mut want, &view, Some(&p), &x, n_rows).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&want), "{ty} {n_rows} rows, first output");
+                assert_eq!(bits(&b), bits(&want), "{ty} {n_rows} rows, second output");
             }
         }
     }

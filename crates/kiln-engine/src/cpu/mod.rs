@@ -17,7 +17,8 @@ use crate::weights::Weight;
 use kiln_quant::dot::Isa;
 use kiln_quant::GgmlType;
 
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// The largest head dimension the CPU attention supports (stack buffers are sized by it).
 pub const MAX_HEAD_DIM: usize = 512;
@@ -29,6 +30,9 @@ pub struct CpuBackend {
     isa: Isa,
     flags: Flags,
     act_scratch: Mutex<Vec<u8>>,
+    /// Weights repacked for the interleaved kernel ([`Flags::cpu_repack`]), built at first use, by
+    /// [`crate::weights::Weight::cache_key`].
+    repacked: Mutex<HashMap<(usize, usize), Arc<matmul::Repacked>>>,
 }
 
 impl std::fmt::Debug for CpuBackend {
@@ -65,6 +69,7 @@ impl CpuBackend {
             isa,
             flags,
             act_scratch: Mutex::new(Vec::new()),
+            repacked: Mutex::new(HashMap::new()),
         })
     }
 
@@ -81,6 +86,28 @@ impl CpuBackend {
     /// The kill switches in effect.
     pub fn flags(&self) -> Flags {
         self.flags
+    }
+
+    /// `w` repacked for the interleaved kernel, when it applies (2-D Q4_0/Q4_1/Q8_0 on AVX2, quantized
+    /// activations, [`Flags::cpu_repack`]); packed on the pool at first use and kept for the backend's lifetime.
+    fn repacked(&self, w: &Weight) -> Option<Arc<matmul::Repacked>> {
+        if !self.flags.cpu_repack || !self.flags.quant_act || w.shape.len() != 2 {
+            return None;
+        }
+        let kernel = kiln_quant::dot::repack_kernel(w.ty, self.isa)?;
+        let key = w.cache_key();
+        let mut cache = self.repacked.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = cache.get(&key) {
+            return Some(p.clone());
+        }
+        let p = Arc::new(matmul::Repacked::new(
+            self,
+            kernel,
+            &w.view(),
+            Some(w.file()),
+        ));
+        cache.insert(key, p.clone());
+        Some(p)
     }
 }
 
@@ -246,7 +273,8 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, out: &mut Vec<f32>, w: &Weight, x: &Vec<f32>, n_rows: usize) -> Result<()> {
-        matmul::matmul(self, out, &w.view(), x, n_rows)
+        let p = self.repacked(w);
+        matmul::matmul_packed(self, out, &w.view(), p.as_deref(), x, n_rows)
     }
 
     fn matmul_many(
@@ -259,15 +287,27 @@ impl Backend for CpuBackend {
         // Q/K/V and gate/up; without allocating (every decoded token comes through here).
         match (outs, ws) {
             ([a, b], [wa, wb]) => {
-                matmul::matmul_many(self, &mut [a, b], &[wa.view(), wb.view()], x, n_rows)
+                let p = [self.repacked(wa), self.repacked(wb)];
+                matmul::matmul_many(
+                    self,
+                    &mut [a, b],
+                    &[wa.view(), wb.view()],
+                    &[p[0].as_deref(), p[1].as_deref()],
+                    x,
+                    n_rows,
+                )
             }
-            ([a, b, c], [wa, wb, wc]) => matmul::matmul_many(
-                self,
-                &mut [a, b, c],
-                &[wa.view(), wb.view(), wc.view()],
-                x,
-                n_rows,
-            ),
+            ([a, b, c], [wa, wb, wc]) => {
+                let p = [self.repacked(wa), self.repacked(wb), self.repacked(wc)];
+                matmul::matmul_many(
+                    self,
+                    &mut [a, b, c],
+                    &[wa.view(), wb.view(), wc.view()],
+                    &[p[0].as_deref(), p[1].as_deref(), p[2].as_deref()],
+                    x,
+                    n_rows,
+                )
+            }
             (outs, ws) => {
                 for (o, w) in outs.iter_mut().zip(ws) {
                     self.matmul(o, w, x, n_rows)?;

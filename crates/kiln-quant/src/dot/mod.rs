@@ -60,6 +60,7 @@
 
 mod act;
 mod gemm;
+mod repack;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -67,6 +68,7 @@ mod x86;
 use crate::GgmlType;
 
 pub use gemm::{gemm_kernel, GemmKernel};
+pub use repack::{repack_kernel, repacked_dot_reference, RepackKernel};
 
 /// A dot product kernel: `dot(n, weight_row, activation_row)` over `n` elements. The weight row is `n` elements of
 /// the weight type the kernel was chosen for, the activation row `n` elements of its [`vec_dot_type`], both as raw

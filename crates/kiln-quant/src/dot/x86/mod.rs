@@ -13,6 +13,7 @@
 pub(crate) mod gemm;
 mod kquants;
 mod legacy;
+pub(crate) mod repack;
 
 use super::{Dot4Fn, DotFn, Isa};
 use crate::GgmlType;

@@ -1,0 +1,92 @@
+//! Single-thread speed of the repacked Q4_0/Q4_1/Q8_0 kernel against the row-by-row kernels, at SmolLM2-135M's
+//! shapes (576 → 1536 and 1536 → 576), for 1 activation row (decode) and 16 (a verify block), on weights that
+//! fit in L2 and on weights ten times that size (read from memory), in GMAC/s.
+//!
+//! `cargo run --release -p kiln-quant --example repack_bench`
+
+use kiln_quant::dot::{dot_kernel, quantize_activation, repack_kernel, vec_dot_type, Isa};
+use kiln_quant::{quantize, GgmlType};
+use std::hint::black_box;
+use std::time::Instant;
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Best time of `reps` runs of `f`, in seconds.
+fn best(reps: usize, mut f: impl FnMut()) -> f64 {
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    let isa = Isa::Avx2;
+    if !isa.is_available() {
+        println!("no AVX2 here");
+        return;
+    }
+    println!(
+        "| type | rows x cols | copies | act rows | row kernel GMAC/s | repacked GMAC/s | ratio |"
+    );
+    println!("|---|---|---|---|---:|---:|---:|");
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let (k, at) = (repack_kernel(ty, isa).expect("AVX2"), vec_dot_type(ty));
+        for (m, n) in [(1536usize, 576usize), (576, 1536)] {
+            for copies in [1usize, 10, 100] {
+                let rb = ty.row_bytes(n as u64).unwrap() as usize;
+                let rows = m * copies;
+                let wf = values(rows * n, 1);
+                let mut w = vec![0u8; rows * rb];
+                for (src, dst) in wf.chunks_exact(n).zip(w.chunks_exact_mut(rb)) {
+                    quantize(ty, src, dst).unwrap();
+                }
+                let mut packed = vec![0u8; k.packed_len(n, rows)];
+                k.pack(n, &w, rb, rows, &mut packed);
+                for acts in [1usize, 16] {
+                    let arb = at.row_bytes(n as u64).unwrap() as usize;
+                    let xf = values(acts * n, 2);
+                    let mut a = vec![0u8; acts * arb];
+                    for (src, dst) in xf.chunks_exact(n).zip(a.chunks_exact_mut(arb)) {
+                        quantize_activation(at, src, dst).unwrap();
+                    }
+                    let dk = dot_kernel(ty, isa).unwrap();
+                    let mut out = vec![0f32; acts * rows];
+                    let t_row = best(7, || {
+                        let mut tmp = [0f32; 16];
+                        for r in 0..rows {
+                            dk.dot_rows(n, &w[r * rb..(r + 1) * rb], &a, arb, &mut tmp[..acts]);
+                            black_box(&tmp);
+                        }
+                    });
+                    let t_rep = best(7, || {
+                        k.run_with(n, &packed, rows, &a, arb, acts, |j, i0, v| {
+                            out[j * rows + i0..j * rows + i0 + v.len()].copy_from_slice(v)
+                        });
+                        black_box(&out);
+                    });
+                    let macs = (rows * n * acts) as f64 / 1e9;
+                    println!(
+                        "| {ty} | {m}x{n} | {copies} | {acts} | {:.1} | {:.1} | {:.2} |",
+                        macs / t_row,
+                        macs / t_rep,
+                        t_row / t_rep
+                    );
+                }
+            }
+        }
+    }
+}

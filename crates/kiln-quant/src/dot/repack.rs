@@ -1,0 +1,254 @@
+//! The interleaved kernel for the 32-element block formats Q4_0, Q4_1 and Q8_0 on AVX2: a weight is repacked
+//! once ([`RepackKernel::pack`]) into groups of 8 rows whose quants interleave 4 bytes at a time (one 32-bit lane
+//! of a vector per row), then multiplied with any number of activation rows ([`RepackKernel::run_with`]),
+//! decode and prefill alike.
+//!
+//! The row-by-row kernels keep 8 float lanes of partial sums per (weight row, activation row) pair, so they
+//! cannot be tiled over several weight rows; this kernel defines its own per-pair arithmetic instead, one f32
+//! chain over the blocks in order:
+//!
+//! ```text
+//! acc = fma(f32(d_w) * f32(d_a), f32(isum_b), acc)      for b = 0, 1, ... (isum_b: the block's exact integer dot)
+//! min = fma(f32(m_w), f32(s_a), min)                     (Q4_1 only)
+//! dot = acc + min                                        (Q4_1), or acc
+//! ```
+//!
+//! [`repacked_dot_reference`] is that arithmetic in scalar code, and the kernel equals it bit for bit however
+//! many activation rows share a call, so the engine's batch invariance holds as long as every matmul on a
+//! weight uses this kernel (the CPU backend repacks a weight once and then always reads the repacked copy).
+
+use super::{vec_dot_type, Isa};
+use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
+use crate::GgmlType;
+use half::f16;
+
+/// The repacked kernel for one weight type ([`repack_kernel`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RepackKernel {
+    ty: GgmlType,
+}
+
+/// The repacked kernel for `w` on `isa`: Q4_0, Q4_1 and Q8_0 on AVX2 (AVX-512 machines keep their four-row
+/// VNNI kernels, which this was not measured against); otherwise `None`.
+pub fn repack_kernel(w: GgmlType, isa: Isa) -> Option<RepackKernel> {
+    if !cfg!(target_arch = "x86_64") || isa != Isa::Avx2 || !isa.is_available() {
+        return None;
+    }
+    matches!(w, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0).then_some(RepackKernel { ty: w })
+}
+
+/// Bytes of one block of a packed group of 8 rows: the quants (4 or 8 vectors of 32 bytes) and the f16 scales
+/// (8 `d`, and 8 `m` for Q4_1). A group holds all its blocks' quants first, then all `d`, then all `m`.
+const fn quant_bytes(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q8_0 => 8 * QK,
+        _ => 4 * QK,
+    }
+}
+
+const fn scale_bytes(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q4_1 => 32,
+        _ => 16,
+    }
+}
+
+impl RepackKernel {
+    /// Weight rows per packed group.
+    pub const GROUP_ROWS: usize = 8;
+
+    /// The weight type.
+    pub fn weight_type(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Bytes of one packed group of rows of `n` elements.
+    pub fn group_len(&self, n: usize) -> usize {
+        (n / QK) * (quant_bytes(self.ty) + scale_bytes(self.ty))
+    }
+
+    /// Bytes of `rows` packed weight rows of `n` elements (whole groups of [`Self::GROUP_ROWS`]).
+    pub fn packed_len(&self, n: usize, rows: usize) -> usize {
+        rows.div_ceil(Self::GROUP_ROWS) * self.group_len(n)
+    }
+
+    /// Packs `rows` weight rows of `n` elements, row `i` at byte `i * row_stride` of `w`, into `out`
+    /// ([`Self::packed_len`] bytes); a last partial group is padded with zero rows.
+    ///
+    /// # Panics
+    /// If `n` is not a whole number of 32-element blocks, `w` does not hold the rows or `out` is too short: the
+    /// caller validates shapes once (at model load), so a mismatch is a bug in the caller.
+    pub fn pack(&self, n: usize, w: &[u8], row_stride: usize, rows: usize, out: &mut [u8]) {
+        let row = super::row_len(self.ty, n).expect("repack: n is whole blocks");
+        assert!(
+            rows == 0 || w.len() >= (rows - 1) * row_stride + row,
+            "repack {}: {rows} rows of {row} bytes (stride {row_stride}) need more than {} bytes",
+            self.ty,
+            w.len()
+        );
+        let len = self.packed_len(n, rows);
+        assert!(
+            out.len() >= len,
+            "repack {}: {len} bytes needed, {}",
+            self.ty,
+            out.len()
+        );
+        out[..len].fill(0);
+        let (nb, qb, group) = (n / QK, quant_bytes(self.ty), self.group_len(n));
+        let wb = row / nb;
+        for r in 0..rows {
+            let (g, l) = (r / Self::GROUP_ROWS, r % Self::GROUP_ROWS);
+            let dst = &mut out[g * group..(g + 1) * group];
+            for b in 0..nb {
+                let blk = &w[r * row_stride + b * wb..r * row_stride + (b + 1) * wb];
+                // The f16 header(s) first in every one of these formats; the quants after them.
+                let (hdr, qs) = blk.split_at(if self.ty == GgmlType::Q4_1 { 4 } else { 2 });
+                let d = nb * qb + b * 16 + 2 * l;
+                dst[d..d + 2].copy_from_slice(&hdr[..2]);
+                if self.ty == GgmlType::Q4_1 {
+                    let m = nb * qb + nb * 16 + b * 16 + 2 * l;
+                    dst[m..m + 2].copy_from_slice(&hdr[2..4]);
+                }
+                // Vector c of the block, lane l: this row's quant bytes 4c..4c+4 (for the 4-bit formats, byte j
+                // holds elements j and j + 16, so vector c's low nibbles are elements 4c.. and its high ones
+                // 16 + 4c..).
+                for (c, q) in qs.chunks_exact(4).enumerate() {
+                    let o = b * qb + c * 32 + 4 * l;
+                    dst[o..o + 4].copy_from_slice(q);
+                }
+            }
+        }
+    }
+
+    /// Multiplies the first `rows` rows of `packed` (from [`Self::pack`]) with `n_act` activation rows (row `j`
+    /// at byte `j * a_stride` of `a`, in [`vec_dot_type`] of the weight), handing each result run to
+    /// `emit(j, i0, values)`: `values[k]` = weight row `i0 + k` · activation row `j`, runs of up to
+    /// [`Self::GROUP_ROWS`], every pair exactly once, each bit-identical to [`repacked_dot_reference`].
+    ///
+    /// # Panics
+    /// As [`Self::pack`], when `packed` or `a` is too short for the shapes.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn run_with(
+        &self,
+        n: usize,
+        packed: &[u8],
+        rows: usize,
+        a: &[u8],
+        a_stride: usize,
+        n_act: usize,
+        mut emit: impl FnMut(usize, usize, &[f32]),
+    ) {
+        let arow = super::row_len(vec_dot_type(self.ty), n).expect("repack run: n is whole blocks");
+        assert!(
+            packed.len() >= self.packed_len(n, rows)
+                && (n_act == 0 || a.len() >= (n_act - 1) * a_stride + arow),
+            "repack run {}: buffers too short for {rows} x {n_act} of {n}",
+            self.ty
+        );
+        let group = self.group_len(n);
+        let mut tmp = [[0f32; 8]; imp::MAX_ACT];
+        for (g, r0) in (0..rows).step_by(Self::GROUP_ROWS).enumerate() {
+            let nr = (rows - r0).min(Self::GROUP_ROWS);
+            for j0 in (0..n_act).step_by(imp::MAX_ACT) {
+                let nj = (n_act - j0).min(imp::MAX_ACT);
+                // SAFETY: the assert above bounds the group and the activation rows read; `repack_kernel` only
+                // hands out a kernel on a CPU with AVX2, FMA and F16C.
+                unsafe {
+                    imp::run_group(
+                        self.ty,
+                        n / QK,
+                        packed.as_ptr().add(g * group),
+                        a.as_ptr().add(j0 * a_stride),
+                        a_stride,
+                        nj,
+                        &mut tmp,
+                    )
+                };
+                for (jj, t) in tmp.iter().take(nj).enumerate() {
+                    emit(j0 + jj, r0, &t[..nr]);
+                }
+            }
+        }
+    }
+}
+
+/// The repacked kernel's arithmetic for one weight row `w` (GGUF layout, `n` elements of `ty`: Q4_0, Q4_1 or
+/// Q8_0) and one activation row `a` (its [`vec_dot_type`]), in scalar code (see the module header).
+///
+/// # Panics
+/// If `ty` is not one of those three or a row is shorter than `n` elements.
+pub fn repacked_dot_reference(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (w, a) = super::rows(ty, vec_dot_type(ty), n, w, a);
+    let nb = n / QK;
+    let (mut acc, mut min) = (0f32, 0f32);
+    let f = |h: f16| h.to_f32();
+    for b in 0..nb {
+        let (dw, mw, dy, sy, isum) = match ty {
+            GgmlType::Q4_0 => {
+                let x: BlockQ4_0 = bytemuck::pod_read_unaligned(&w[b * 18..(b + 1) * 18]);
+                let y: BlockQ8_0 = bytemuck::pod_read_unaligned(&a[b * 34..(b + 1) * 34]);
+                let isum: i32 = (0..QK)
+                    .map(|j| (nibble(&x.qs, j) as i32 - 8) * y.qs[j] as i32)
+                    .sum();
+                (f(x.d), 0.0, f(y.d), 0.0, isum)
+            }
+            GgmlType::Q4_1 => {
+                let x: BlockQ4_1 = bytemuck::pod_read_unaligned(&w[b * 20..(b + 1) * 20]);
+                let y: BlockQ8_1 = bytemuck::pod_read_unaligned(&a[b * 36..(b + 1) * 36]);
+                let isum: i32 = (0..QK)
+                    .map(|j| nibble(&x.qs, j) as i32 * y.qs[j] as i32)
+                    .sum();
+                (f(x.d), f(x.m), f(y.d), f(y.s), isum)
+            }
+            GgmlType::Q8_0 => {
+                let x: BlockQ8_0 = bytemuck::pod_read_unaligned(&w[b * 34..(b + 1) * 34]);
+                let y: BlockQ8_0 = bytemuck::pod_read_unaligned(&a[b * 34..(b + 1) * 34]);
+                let isum: i32 = (0..QK).map(|j| x.qs[j] as i32 * y.qs[j] as i32).sum();
+                (f(x.d), 0.0, f(y.d), 0.0, isum)
+            }
+            other => panic!("repacked_dot_reference: {other} has no repacked kernel"),
+        };
+        acc = (dw * dy).mul_add(isum as f32, acc);
+        if ty == GgmlType::Q4_1 {
+            min = mw.mul_add(sy, min);
+        }
+    }
+    if ty == GgmlType::Q4_1 {
+        acc + min
+    } else {
+        acc
+    }
+}
+
+/// Element `j` of a 4-bit block's quants (low nibbles are elements 0..16, high nibbles 16..32).
+fn nibble(qs: &[u8; QK / 2], j: usize) -> u8 {
+    if j < QK / 2 {
+        qs[j] & 0xF
+    } else {
+        qs[j - QK / 2] >> 4
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod imp {
+    pub(super) use crate::dot::x86::repack::{run_group, MAX_ACT};
+}
+
+/// No repacked kernel off x86: [`repack_kernel`] returns `None`, so nothing here runs.
+#[cfg(not(target_arch = "x86_64"))]
+mod imp {
+    use crate::GgmlType;
+    pub(super) const MAX_ACT: usize = 1;
+    pub(super) unsafe fn run_group(
+        _: GgmlType,
+        _: usize,
+        _: *const u8,
+        _: *const u8,
+        _: usize,
+        _: usize,
+        _: &mut [[f32; 8]; MAX_ACT],
+    ) {
+        unreachable!("no repacked kernel on this architecture")
+    }
+}

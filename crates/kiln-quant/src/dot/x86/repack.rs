@@ -1,0 +1,168 @@
+//! The AVX2 body of the repacked Q4_0/Q4_1/Q8_0 kernel (layout and arithmetic: `dot::repack`).
+//!
+//! One group of 8 weight rows at a time, each row a 32-bit lane: a block's 4 (or 8) quant vectors are loaded
+//! and unpacked once and multiplied with every activation row of the call, whose 4 quant bytes for the vector
+//! are broadcast to all lanes, so each lane accumulates its own row's dot with no horizontal sums. 4-bit
+//! products go through `vpmaddubsw` and are summed in i16 over the whole block (8 products of at most
+//! 2 · 15 · 127 or 2 · 8 · 127 fit), then widened once; 8-bit products are widened per vector (one pair of
+//! them already reaches 2 · 128 · 127). Signed weights (Q4_0 minus 8, Q8_0) multiply as |w| times the
+//! activation with w's sign, as in the row kernels.
+
+use crate::blocks::{BlockQ8_0, BlockQ8_1, QK};
+use crate::GgmlType;
+use std::arch::x86_64::*;
+use std::mem::{offset_of, size_of};
+
+/// Activation rows one call takes (AVX2's 16 vector registers hold two rows' accumulators next to the weights).
+pub(crate) const MAX_ACT: usize = 2;
+
+#[inline(always)]
+unsafe fn bcast32(p: *const u8) -> __m256i {
+    _mm256_set1_epi32(std::ptr::read_unaligned(p.cast::<i32>()))
+}
+
+#[inline(always)]
+unsafe fn f16_bcast(p: *const u8) -> __m256 {
+    let h = std::ptr::read_unaligned(p.cast::<u16>());
+    _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32))))
+}
+
+/// The block's exact integer dots of the 8 rows with each of `R` activation quant rows `y` (32 bytes each).
+#[inline(always)]
+unsafe fn block_dots<const R: usize>(
+    ty: GgmlType,
+    q: *const u8,
+    y: [*const u8; R],
+) -> [__m256i; R] {
+    let ones = _mm256_set1_epi16(1);
+    let z = _mm256_setzero_si256();
+    let mut out = [z; R];
+    if ty == GgmlType::Q8_0 {
+        for c in 0..8 {
+            let w = _mm256_loadu_si256(q.add(32 * c).cast());
+            let aw = _mm256_abs_epi8(w);
+            for r in 0..R {
+                let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast32(y[r].add(4 * c)), w));
+                out[r] = _mm256_add_epi32(out[r], _mm256_madd_epi16(p, ones));
+            }
+        }
+        return out;
+    }
+    let mask = _mm256_set1_epi8(0xF);
+    let mut s16 = [z; R];
+    for c in 0..4 {
+        let v = _mm256_loadu_si256(q.add(32 * c).cast());
+        let lo = _mm256_and_si256(v, mask);
+        let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+        if ty == GgmlType::Q4_1 {
+            for r in 0..R {
+                let pl = _mm256_maddubs_epi16(lo, bcast32(y[r].add(4 * c)));
+                let ph = _mm256_maddubs_epi16(hi, bcast32(y[r].add(16 + 4 * c)));
+                s16[r] = _mm256_add_epi16(s16[r], _mm256_add_epi16(pl, ph));
+            }
+        } else {
+            let eight = _mm256_set1_epi8(8);
+            let (wl, wh) = (_mm256_sub_epi8(lo, eight), _mm256_sub_epi8(hi, eight));
+            let (al, ah) = (_mm256_abs_epi8(wl), _mm256_abs_epi8(wh));
+            for r in 0..R {
+                let pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast32(y[r].add(4 * c)), wl));
+                let ph =
+                    _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast32(y[r].add(16 + 4 * c)), wh));
+                s16[r] = _mm256_add_epi16(s16[r], _mm256_add_epi16(pl, ph));
+            }
+        }
+    }
+    for r in 0..R {
+        out[r] = _mm256_madd_epi16(s16[r], ones);
+    }
+    out
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group_body<const R: usize>(
+    ty: GgmlType,
+    nb: usize,
+    g: *const u8,
+    a: [*const u8; R],
+) -> [[f32; 8]; R] {
+    let min = ty == GgmlType::Q4_1;
+    let qb = if ty == GgmlType::Q8_0 { 8 * QK } else { 4 * QK };
+    let (ab, aq, a_s) = if min {
+        (
+            size_of::<BlockQ8_1>(),
+            offset_of!(BlockQ8_1, qs),
+            offset_of!(BlockQ8_1, s),
+        )
+    } else {
+        (size_of::<BlockQ8_0>(), offset_of!(BlockQ8_0, qs), 0)
+    };
+    let ds = g.add(nb * qb);
+    let ms = ds.add(nb * 16);
+    // The next group (the next rows of the weight, right after this one) is fetched while this one is
+    // multiplied, a block's share per block: decode reads weights from memory, and without this the kernel
+    // waited on them (measured: below the row kernels' bandwidth from memory).
+    let per = qb + if min { 32 } else { 16 };
+    let next = g.wrapping_add(nb * per);
+    let z = _mm256_setzero_ps();
+    let mut acc = [z; R];
+    let mut mins = [z; R];
+    for b in 0..nb {
+        // Loops, not `array::from_fn`/`map`: their closures run in core's generic code without this
+        // function's target features and would not inline.
+        let mut y = [std::ptr::null::<u8>(); R];
+        let mut yq = [std::ptr::null::<u8>(); R];
+        for r in 0..R {
+            y[r] = a[r].add(b * ab);
+            yq[r] = y[r].add(aq);
+        }
+        let mut pf = 0;
+        while pf < per {
+            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(b * per + pf).cast());
+            pf += 64;
+        }
+        let isum = block_dots::<R>(ty, g.add(b * qb), yq);
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(ds.add(16 * b).cast()));
+        for r in 0..R {
+            let sc = _mm256_mul_ps(dw, f16_bcast(y[r]));
+            acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(isum[r]), acc[r]);
+        }
+        if min {
+            let mw = _mm256_cvtph_ps(_mm_loadu_si128(ms.add(16 * b).cast()));
+            for r in 0..R {
+                mins[r] = _mm256_fmadd_ps(mw, f16_bcast(y[r].add(a_s)), mins[r]);
+            }
+        }
+    }
+    let mut out = [[0f32; 8]; R];
+    for r in 0..R {
+        let v = if min {
+            _mm256_add_ps(acc[r], mins[r])
+        } else {
+            acc[r]
+        };
+        _mm256_storeu_ps(out[r].as_mut_ptr(), v);
+    }
+    out
+}
+
+/// One packed group (`g`: `nb` blocks of 8 rows) against `n_act` ≤ [`MAX_ACT`] activation rows `a_stride` bytes
+/// apart; `out[j][i]` = row `i` · activation row `j`.
+///
+/// # Safety
+/// `g` must hold a whole packed group of `nb` blocks of `ty`, `a` `n_act` activation rows of `nb` blocks, and the
+/// CPU must have AVX2, FMA and F16C.
+pub(crate) unsafe fn run_group(
+    ty: GgmlType,
+    nb: usize,
+    g: *const u8,
+    a: *const u8,
+    a_stride: usize,
+    n_act: usize,
+    out: &mut [[f32; 8]; MAX_ACT],
+) {
+    if n_act >= 2 {
+        *out = group_body::<2>(ty, nb, g, [a, a.add(a_stride)]);
+    } else if n_act == 1 {
+        out[0] = group_body::<1>(ty, nb, g, [a])[0];
+    }
+}
