@@ -953,23 +953,36 @@ impl Device {
 
     /// The bf16 activation scratch, at least `n` elements long.
     fn dense_scratch(&self, n: usize) -> Result<u64> {
-        let mut s = self.lock(&self.dense_x);
-        if s.len() < n {
-            if self.capturing.load(Ordering::Relaxed) {
-                return Err(Error::Shape {
-                    op: "matmul",
-                    detail: "bf16 activations not reserved before graph capture".into(),
-                });
-            }
-            *s = self
-                .stream
-                .alloc_zeros::<u16>(n)
-                .map_err(drv("allocating bf16 activations"))?;
-            drop(s);
-            self.bump_generation();
-            return Ok(self.ptr(&self.lock(&self.dense_x)));
+        self.grow_scratch(&self.dense_x, n, "matmul", "bf16 activations")?;
+        Ok(self.ptr(&self.lock(&self.dense_x)))
+    }
+
+    /// Grows the scratch `m` to at least `n` elements, never while a pass is captured (a graph holds the old
+    /// address; growing invalidates the captured graphs).
+    fn grow_scratch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        m: &Mutex<CudaSlice<T>>,
+        n: usize,
+        op: &'static str,
+        what: &str,
+    ) -> Result<()> {
+        let mut s = self.lock(m);
+        if s.len() >= n {
+            return Ok(());
         }
-        Ok(self.ptr(&s))
+        if self.capturing.load(Ordering::Relaxed) {
+            return Err(Error::Shape {
+                op,
+                detail: format!("{what} not reserved before graph capture"),
+            });
+        }
+        *s = self
+            .stream
+            .alloc_zeros::<T>(n)
+            .map_err(drv(format!("allocating {what}")))?;
+        drop(s);
+        self.bump_generation();
+        Ok(())
     }
 
     /// `x`'s first `n` elements rounded to bf16 in the scratch (`to_bf16`); returns its pointer.
@@ -1095,22 +1108,7 @@ impl Device {
     ) -> Result<()> {
         let n_splits = attn_splits(slot_ctx);
         let need = rows * n_head * (n_splits * (head_dim + 2)).max(slot_ctx);
-        let mut ws = self.lock(&self.ws);
-        if ws.len() < need {
-            if self.capturing.load(Ordering::Relaxed) {
-                return Err(Error::Shape {
-                    op: "attention",
-                    detail: "scratch not reserved before graph capture".into(),
-                });
-            }
-            *ws = self
-                .stream
-                .alloc_zeros::<f32>(need)
-                .map_err(drv("allocating attention scratch"))?;
-            drop(ws);
-            self.bump_generation();
-        }
-        Ok(())
+        self.grow_scratch(&self.ws, need, "attention", "attention scratch")
     }
 
     /// Sizes the MoE intermediates for passes of up to `rows` rows (before any pass is captured).

@@ -29,6 +29,12 @@
 //! (decoded, interleaved) and multiplied with up to 8 activation rows per call, every output a lane of a VNNI
 //! accumulator. Its results are bit-identical to [`DotKernel::dot`] too, so callers pick it by speed alone.
 //!
+//! Q4_0, Q4_1 and Q8_0 on AVX2 have [`RepackKernel`] ([`repack_kernel`]): a weight repacked once into groups of 8
+//! interleaved rows, then multiplied with any number of activation rows (decode as well as prefill), each lane
+//! one row's dot. It has its own per-pair float order (one f32 chain over the blocks,
+//! [`repacked_dot_reference`]), not the row kernels', so a caller that uses it for a weight must use it for every
+//! matmul on that weight.
+//!
 //! ```
 //! use kiln_quant::dot::{dot_kernel, quantize_activation, vec_dot_type, Isa};
 //! use kiln_quant::{quantize, GgmlType};
