@@ -22,6 +22,10 @@ use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 use crate::GgmlType;
 use half::f16;
 
+/// Activation block scales [`RepackKernel::run_with`] converts on the stack (wider rows take a heap buffer):
+/// two rows of Q4_1 (`d` and `s`) 16,384 elements wide.
+const SCALES_ON_STACK: usize = 2048;
+
 /// The repacked kernel for one weight type ([`repack_kernel`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RepackKernel {
@@ -146,21 +150,49 @@ impl RepackKernel {
             "repack run {}: buffers too short for {rows} x {n_act} of {n}",
             self.ty
         );
-        let group = self.group_len(n);
+        let (group, nb) = (self.group_len(n), n / QK);
+        // The activation rows' block scales as f32, converted once per call rather than once per group and block
+        // inside the kernel (`d`, then `s` for Q4_1: the two f16 at the start of a Q8_0 / Q8_1 block).
+        let per_row = if self.ty == GgmlType::Q4_1 {
+            2 * nb
+        } else {
+            nb
+        };
+        let mut stack = [0f32; SCALES_ON_STACK];
+        let mut heap = Vec::new();
+        let ys: &mut [f32] = if imp::MAX_ACT * per_row <= SCALES_ON_STACK {
+            &mut stack[..imp::MAX_ACT * per_row]
+        } else {
+            heap.resize(imp::MAX_ACT * per_row, 0.0);
+            &mut heap
+        };
+        let ab = vec_dot_type(self.ty).block_bytes();
         let mut tmp = [[0f32; 8]; imp::MAX_ACT];
-        for (g, r0) in (0..rows).step_by(Self::GROUP_ROWS).enumerate() {
-            let nr = (rows - r0).min(Self::GROUP_ROWS);
-            for j0 in (0..n_act).step_by(imp::MAX_ACT) {
-                let nj = (n_act - j0).min(imp::MAX_ACT);
-                // SAFETY: the assert above bounds the group and the activation rows read; `repack_kernel` only
-                // hands out a kernel on a CPU with AVX2, FMA and F16C.
+        for j0 in (0..n_act).step_by(imp::MAX_ACT) {
+            let nj = (n_act - j0).min(imp::MAX_ACT);
+            for (jj, y) in ys.chunks_exact_mut(per_row).take(nj).enumerate() {
+                let row = &a[(j0 + jj) * a_stride..];
+                let f = |o: usize| f16::from_le_bytes([row[o], row[o + 1]]).to_f32();
+                for b in 0..nb {
+                    y[b] = f(b * ab);
+                    if per_row > nb {
+                        y[nb + b] = f(b * ab + 2);
+                    }
+                }
+            }
+            for (g, r0) in (0..rows).step_by(Self::GROUP_ROWS).enumerate() {
+                let nr = (rows - r0).min(Self::GROUP_ROWS);
+                // SAFETY: the assert above bounds the group and the activation rows read, `ys` holds `nj` rows of
+                // scales; `repack_kernel` only hands out a kernel on a CPU with AVX2, FMA and F16C.
                 unsafe {
                     imp::run_group(
                         self.ty,
-                        n / QK,
+                        nb,
                         packed.as_ptr().add(g * group),
                         a.as_ptr().add(j0 * a_stride),
                         a_stride,
+                        ys.as_ptr(),
+                        per_row,
                         nj,
                         &mut tmp,
                     )
@@ -240,11 +272,14 @@ mod imp {
 mod imp {
     use crate::GgmlType;
     pub(super) const MAX_ACT: usize = 1;
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn run_group(
         _: GgmlType,
         _: usize,
         _: *const u8,
         _: *const u8,
+        _: usize,
+        _: *const f32,
         _: usize,
         _: usize,
         _: &mut [[f32; 8]; MAX_ACT],

@@ -21,12 +21,6 @@ unsafe fn bcast32(p: *const u8) -> __m256i {
     _mm256_set1_epi32(std::ptr::read_unaligned(p.cast::<i32>()))
 }
 
-#[inline(always)]
-unsafe fn f16_bcast(p: *const u8) -> __m256 {
-    let h = std::ptr::read_unaligned(p.cast::<u16>());
-    _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32))))
-}
-
 /// The block's exact integer dots of the 8 rows with each of `R` activation quant rows `y` (32 bytes each).
 #[inline(always)]
 unsafe fn block_dots<const R: usize>(
@@ -78,23 +72,21 @@ unsafe fn block_dots<const R: usize>(
     out
 }
 
+/// `a`: the activation rows; `ys`: each row's block scales `d` as f32 (`nb` of them), then its `s` (Q4_1).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn group_body<const R: usize>(
     ty: GgmlType,
     nb: usize,
     g: *const u8,
     a: [*const u8; R],
+    ys: [*const f32; R],
 ) -> [[f32; 8]; R] {
     let min = ty == GgmlType::Q4_1;
     let qb = if ty == GgmlType::Q8_0 { 8 * QK } else { 4 * QK };
-    let (ab, aq, a_s) = if min {
-        (
-            size_of::<BlockQ8_1>(),
-            offset_of!(BlockQ8_1, qs),
-            offset_of!(BlockQ8_1, s),
-        )
+    let (ab, aq) = if min {
+        (size_of::<BlockQ8_1>(), offset_of!(BlockQ8_1, qs))
     } else {
-        (size_of::<BlockQ8_0>(), offset_of!(BlockQ8_0, qs), 0)
+        (size_of::<BlockQ8_0>(), offset_of!(BlockQ8_0, qs))
     };
     let ds = g.add(nb * qb);
     let ms = ds.add(nb * 16);
@@ -107,13 +99,11 @@ unsafe fn group_body<const R: usize>(
     let mut acc = [z; R];
     let mut mins = [z; R];
     for b in 0..nb {
-        // Loops, not `array::from_fn`/`map`: their closures run in core's generic code without this
+        // A loop, not `array::from_fn`/`map`: their closures run in core's generic code without this
         // function's target features and would not inline.
-        let mut y = [std::ptr::null::<u8>(); R];
         let mut yq = [std::ptr::null::<u8>(); R];
         for r in 0..R {
-            y[r] = a[r].add(b * ab);
-            yq[r] = y[r].add(aq);
+            yq[r] = a[r].add(b * ab + aq);
         }
         let mut pf = 0;
         while pf < per {
@@ -123,13 +113,13 @@ unsafe fn group_body<const R: usize>(
         let isum = block_dots::<R>(ty, g.add(b * qb), yq);
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(ds.add(16 * b).cast()));
         for r in 0..R {
-            let sc = _mm256_mul_ps(dw, f16_bcast(y[r]));
+            let sc = _mm256_mul_ps(dw, _mm256_broadcast_ss(&*ys[r].add(b)));
             acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(isum[r]), acc[r]);
         }
         if min {
             let mw = _mm256_cvtph_ps(_mm_loadu_si128(ms.add(16 * b).cast()));
             for r in 0..R {
-                mins[r] = _mm256_fmadd_ps(mw, f16_bcast(y[r].add(a_s)), mins[r]);
+                mins[r] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(&*ys[r].add(nb + b)), mins[r]);
             }
         }
     }
@@ -146,23 +136,27 @@ unsafe fn group_body<const R: usize>(
 }
 
 /// One packed group (`g`: `nb` blocks of 8 rows) against `n_act` ≤ [`MAX_ACT`] activation rows `a_stride` bytes
-/// apart; `out[j][i]` = row `i` · activation row `j`.
+/// apart, whose block scales are in `ys` as f32 (row `j` at `ys[j * ys_stride]`: `nb` values of `d`, then `nb`
+/// of `s` for Q4_1); `out[j][i]` = row `i` · activation row `j`.
 ///
 /// # Safety
-/// `g` must hold a whole packed group of `nb` blocks of `ty`, `a` `n_act` activation rows of `nb` blocks, and the
-/// CPU must have AVX2, FMA and F16C.
+/// `g` must hold a whole packed group of `nb` blocks of `ty`, `a` `n_act` activation rows of `nb` blocks, `ys`
+/// their scales, and the CPU must have AVX2, FMA and F16C.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn run_group(
     ty: GgmlType,
     nb: usize,
     g: *const u8,
     a: *const u8,
     a_stride: usize,
+    ys: *const f32,
+    ys_stride: usize,
     n_act: usize,
     out: &mut [[f32; 8]; MAX_ACT],
 ) {
     if n_act >= 2 {
-        *out = group_body::<2>(ty, nb, g, [a, a.add(a_stride)]);
+        *out = group_body::<2>(ty, nb, g, [a, a.add(a_stride)], [ys, ys.add(ys_stride)]);
     } else if n_act == 1 {
-        out[0] = group_body::<1>(ty, nb, g, [a])[0];
+        out[0] = group_body::<1>(ty, nb, g, [a], [ys])[0];
     }
 }
