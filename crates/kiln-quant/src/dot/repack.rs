@@ -153,37 +153,41 @@ impl RepackKernel {
         let (group, nb) = (self.group_len(n), n / QK);
         // The activation rows' block scales as f32, converted once per call rather than once per group and block
         // inside the kernel (`d`, then `s` for Q4_1: the two f16 at the start of a Q8_0 / Q8_1 block).
-        let per_row = if self.ty == GgmlType::Q4_1 {
-            2 * nb
-        } else {
-            nb
-        };
-        let mut stack = [0f32; SCALES_ON_STACK];
+        let two = self.ty == GgmlType::Q4_1;
+        let per_row = if two { 2 * nb } else { nb };
+        // Uninitialized, not zeroed (a memset per call showed in decode profiles): the kernel reads only the
+        // entries `act_scales` writes.
+        let mut stack = [std::mem::MaybeUninit::<f32>::uninit(); SCALES_ON_STACK];
         let mut heap = Vec::new();
-        let ys: &mut [f32] = if imp::MAX_ACT * per_row <= SCALES_ON_STACK {
-            &mut stack[..imp::MAX_ACT * per_row]
+        let ys: *mut f32 = if imp::MAX_ACT * per_row <= SCALES_ON_STACK {
+            stack.as_mut_ptr().cast()
         } else {
-            heap.resize(imp::MAX_ACT * per_row, 0.0);
-            &mut heap
+            heap.resize(imp::MAX_ACT * per_row, 0f32);
+            heap.as_mut_ptr()
         };
         let ab = vec_dot_type(self.ty).block_bytes();
         let mut tmp = [[0f32; 8]; imp::MAX_ACT];
         for j0 in (0..n_act).step_by(imp::MAX_ACT) {
             let nj = (n_act - j0).min(imp::MAX_ACT);
-            for (jj, y) in ys.chunks_exact_mut(per_row).take(nj).enumerate() {
-                let row = &a[(j0 + jj) * a_stride..];
-                let f = |o: usize| f16::from_le_bytes([row[o], row[o + 1]]).to_f32();
-                for b in 0..nb {
-                    y[b] = f(b * ab);
-                    if per_row > nb {
-                        y[nb + b] = f(b * ab + 2);
-                    }
-                }
-            }
+            // SAFETY: the assert above bounds the `nj` activation rows read; `ys` has room for MAX_ACT rows of
+            // `per_row` scales; `repack_kernel` checked the CPU's features.
+            unsafe {
+                imp::act_scales(
+                    a.as_ptr().add(j0 * a_stride),
+                    a_stride,
+                    ab,
+                    nb,
+                    nj,
+                    two,
+                    ys,
+                    per_row,
+                )
+            };
             for (g, r0) in (0..rows).step_by(Self::GROUP_ROWS).enumerate() {
                 let nr = (rows - r0).min(Self::GROUP_ROWS);
                 // SAFETY: the assert above bounds the group and the activation rows read, `ys` holds `nj` rows of
-                // scales; `repack_kernel` only hands out a kernel on a CPU with AVX2, FMA and F16C.
+                // scales (written just above); `repack_kernel` only hands out a kernel on a CPU with AVX2, FMA and
+                // F16C.
                 unsafe {
                     imp::run_group(
                         self.ty,
@@ -191,7 +195,7 @@ impl RepackKernel {
                         packed.as_ptr().add(g * group),
                         a.as_ptr().add(j0 * a_stride),
                         a_stride,
-                        ys.as_ptr(),
+                        ys,
                         per_row,
                         nj,
                         &mut tmp,
@@ -264,7 +268,7 @@ fn nibble(qs: &[u8; QK / 2], j: usize) -> u8 {
 
 #[cfg(target_arch = "x86_64")]
 mod imp {
-    pub(super) use crate::dot::x86::repack::{run_group, MAX_ACT};
+    pub(super) use crate::dot::x86::repack::{act_scales, run_group, MAX_ACT};
 }
 
 /// No repacked kernel off x86: [`repack_kernel`] returns `None`, so nothing here runs.
@@ -272,6 +276,19 @@ mod imp {
 mod imp {
     use crate::GgmlType;
     pub(super) const MAX_ACT: usize = 1;
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn act_scales(
+        _: *const u8,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: bool,
+        _: *mut f32,
+        _: usize,
+    ) {
+        unreachable!("no repacked kernel on this architecture")
+    }
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn run_group(
         _: GgmlType,

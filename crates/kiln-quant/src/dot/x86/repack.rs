@@ -160,3 +160,36 @@ pub(crate) unsafe fn run_group(
         out[0] = group_body::<1>(ty, nb, g, [a], [ys])[0];
     }
 }
+
+/// The f16 block scales of `nj` activation rows (`a_stride` bytes apart, blocks of `ab` bytes) as f32: row `j`'s
+/// `d` of every block at `out[j * per_row ..]`, then (`two`) its `s`.
+///
+/// # Safety
+/// `a` must hold the `nj` rows of `nb` blocks, `out` `nj * per_row` floats (`per_row` ≥ `nb`, or ≥ 2 `nb` with
+/// `two`), and the CPU must have AVX2 and F16C.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn act_scales(
+    a: *const u8,
+    a_stride: usize,
+    ab: usize,
+    nb: usize,
+    nj: usize,
+    two: bool,
+    out: *mut f32,
+    per_row: usize,
+) {
+    let f = |p: *const u8| {
+        let h = std::ptr::read_unaligned(p.cast::<u16>());
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+    };
+    for j in 0..nj {
+        let (row, o) = (a.add(j * a_stride), out.add(j * per_row));
+        for b in 0..nb {
+            *o.add(b) = f(row.add(b * ab));
+            if two {
+                *o.add(nb + b) = f(row.add(b * ab + 2));
+            }
+        }
+    }
+}
