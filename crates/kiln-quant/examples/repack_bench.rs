@@ -73,7 +73,9 @@ fn main() {
                         }
                     });
                     let t_rep = best(7, || {
-                        k.run_with(n, &packed, rows, &a, arb, acts, |j, i0, v| {
+                        let mut ys = vec![0f32; k.scales_len(n, acts)];
+                        k.act_scales(n, &a, arb, acts, &mut ys);
+                        k.run_with(n, &packed, rows, &a, arb, &ys, acts, |j, i0, v| {
                             out[j * rows + i0..j * rows + i0 + v.len()].copy_from_slice(v)
                         });
                         black_box(&out);

@@ -89,9 +89,11 @@ fn run(
 ) -> Vec<f32> {
     let mut packed = vec![0xA5u8; k.packed_len(n, rows) + 7];
     k.pack(n, w, ws, rows, &mut packed);
+    let mut ys = vec![f32::NAN; k.scales_len(n, n_act)];
+    k.act_scales(n, a, as_, n_act, &mut ys);
     let mut out = vec![f32::NAN; n_act * rows];
     let mut seen = vec![0u32; n_act * rows];
-    k.run_with(n, &packed, rows, a, as_, n_act, |j, i0, vals| {
+    k.run_with(n, &packed, rows, a, as_, &ys, n_act, |j, i0, vals| {
         for (i, &v) in vals.iter().enumerate() {
             out[j * rows + i0 + i] = v;
             seen[j * rows + i0 + i] += 1;

@@ -132,22 +132,39 @@ impl Repacked {
         }
     }
 
+    /// The block scales of `n_act` activation rows (`arb` bytes each) in `scratch`, as the kernel reads them.
+    fn scales<'a>(
+        &self,
+        k: usize,
+        acts: &[u8],
+        arb: usize,
+        n_act: usize,
+        scratch: &'a mut Vec<f32>,
+    ) -> &'a [f32] {
+        let need = self.kernel.scales_len(k, n_act);
+        if scratch.len() < need {
+            scratch.resize(need, 0.0);
+        }
+        self.kernel
+            .act_scales(k, acts, arb, n_act, &mut scratch[..need]);
+        &scratch[..need]
+    }
+
     /// Weight rows `r0..r1` (`r0` a multiple of [`RepackKernel::GROUP_ROWS`]) times the `n_act` activation rows
-    /// `acts` (`arb` bytes each), stored at `out[j * m + r]`.
+    /// `acts` (`arb` bytes each, block scales `ys` from [`Repacked::scales`]), stored at `out[j * m + r]`.
     #[allow(clippy::too_many_arguments)]
     fn run_rows(
         &self,
         k: usize,
         m: usize,
         (r0, r1): (usize, usize),
-        acts: &[u8],
-        arb: usize,
+        (acts, arb, ys): (&[u8], usize, &[f32]),
         n_act: usize,
         out: OutPtr,
     ) {
         let packed = &self.bytes[r0 / RepackKernel::GROUP_ROWS * self.kernel.group_len(k)..];
         self.kernel
-            .run_with(k, packed, r1 - r0, acts, arb, n_act, |j, i0, vals| {
+            .run_with(k, packed, r1 - r0, acts, arb, ys, n_act, |j, i0, vals| {
                 // SAFETY: (j, r0 + i0 ..) lie in rows r0..r1 of activation row j, which only this caller's
                 // tile writes; in bounds as out.len() >= n_act * m was checked by the matmul.
                 unsafe { out.write_row(j * m + r0 + i0, vals) };
@@ -222,10 +239,12 @@ pub(crate) fn matmul_packed(
         let acts: &[u8] = &acts[..n_rows * arb];
         if let Some(p) = packed {
             let tile = tile.next_multiple_of(RepackKernel::GROUP_ROWS);
+            let mut sg = be.scale_scratch.lock().unwrap_or_else(|p| p.into_inner());
+            let ys = p.scales(k, acts, arb, n_rows, &mut sg);
             be.pool.install(|| {
                 (0..m.div_ceil(tile)).into_par_iter().for_each(|t| {
                     let rows = (t * tile, ((t + 1) * tile).min(m));
-                    p.run_rows(k, m, rows, acts, arb, n_rows, out_ptr);
+                    p.run_rows(k, m, rows, (acts, arb, ys), n_rows, out_ptr);
                 })
             });
             return Ok(());
@@ -353,6 +372,12 @@ pub(crate) fn matmul_many(
         quantize_activation_isa(act_ty, be.isa, xr, ar).map_err(|e| quant_err(ws[0].name, e))?;
     }
     let acts: &[u8] = &acts[..n_rows * arb];
+    // The repacked weights' activation scales, once for all of them (one activation format).
+    let mut sg = be.scale_scratch.lock().unwrap_or_else(|p| p.into_inner());
+    let ys: &[f32] = match packed.iter().flatten().next() {
+        Some(p) => p.scales(k, acts, arb, n_rows, &mut sg),
+        None => &[],
+    };
     be.pool.install(|| {
         (0..total).into_par_iter().for_each(|job| {
             let i = ends[..ws.len()].iter().position(|&e| job < e).unwrap_or(0);
@@ -361,7 +386,7 @@ pub(crate) fn matmul_many(
             let r0 = (job - first) * tiles[i];
             if let Some(p) = packed.get(i).copied().flatten() {
                 let rows = (r0, (r0 + tiles[i]).min(m));
-                p.run_rows(k, m, rows, acts, arb, n_rows, ptrs[i]);
+                p.run_rows(k, m, rows, (acts, arb, ys), n_rows, ptrs[i]);
                 return;
             }
             let Some(kernel) = kernels[i] else { return };

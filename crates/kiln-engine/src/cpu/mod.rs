@@ -30,6 +30,8 @@ pub struct CpuBackend {
     isa: Isa,
     flags: Flags,
     act_scratch: Mutex<Vec<u8>>,
+    /// The activations' block scales as f32 for the repacked kernel (reused across calls).
+    scale_scratch: Mutex<Vec<f32>>,
     /// Weights repacked for the interleaved kernel ([`Flags::cpu_repack`]), built at first use, by
     /// [`crate::weights::Weight::cache_key`].
     repacked: Mutex<HashMap<(usize, usize), Arc<matmul::Repacked>>>,
@@ -69,6 +71,7 @@ impl CpuBackend {
             isa,
             flags,
             act_scratch: Mutex::new(Vec::new()),
+            scale_scratch: Mutex::new(Vec::new()),
             repacked: Mutex::new(HashMap::new()),
         })
     }

@@ -22,10 +22,6 @@ use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 use crate::GgmlType;
 use half::f16;
 
-/// Activation block scales [`RepackKernel::run_with`] converts on the stack (wider rows take a heap buffer):
-/// two rows of Q4_1 (`d` and `s`) 16,384 elements wide.
-const SCALES_ON_STACK: usize = 2048;
-
 /// The repacked kernel for one weight type ([`repack_kernel`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RepackKernel {
@@ -124,13 +120,55 @@ impl RepackKernel {
         }
     }
 
-    /// Multiplies the first `rows` rows of `packed` (from [`Self::pack`]) with `n_act` activation rows (row `j`
-    /// at byte `j * a_stride` of `a`, in [`vec_dot_type`] of the weight), handing each result run to
-    /// `emit(j, i0, values)`: `values[k]` = weight row `i0 + k` · activation row `j`, runs of up to
-    /// [`Self::GROUP_ROWS`], every pair exactly once, each bit-identical to [`repacked_dot_reference`].
+    /// Floats [`Self::act_scales`] writes for `n_act` activation rows of `n` elements.
+    pub fn scales_len(&self, n: usize, n_act: usize) -> usize {
+        n_act * self.scales_per_row(n)
+    }
+
+    fn scales_per_row(&self, n: usize) -> usize {
+        (n / QK) * if self.ty == GgmlType::Q4_1 { 2 } else { 1 }
+    }
+
+    /// The f16 block scales of `n_act` activation rows (row `j` at byte `j * a_stride` of `a`) as f32, the form
+    /// [`Self::run_with`] reads: converted once per matmul instead of once per group of weight rows.
     ///
     /// # Panics
-    /// As [`Self::pack`], when `packed` or `a` is too short for the shapes.
+    /// If `a` or `out` ([`Self::scales_len`]) is too short.
+    pub fn act_scales(&self, n: usize, a: &[u8], a_stride: usize, n_act: usize, out: &mut [f32]) {
+        let arow =
+            super::row_len(vec_dot_type(self.ty), n).expect("repack scales: n is whole blocks");
+        assert!(
+            (n_act == 0 || a.len() >= (n_act - 1) * a_stride + arow)
+                && out.len() >= self.scales_len(n, n_act),
+            "repack scales {}: buffers too short for {n_act} rows of {n}",
+            self.ty
+        );
+        let ab = vec_dot_type(self.ty).block_bytes();
+        let two = self.ty == GgmlType::Q4_1;
+        // SAFETY: the assert above bounds the rows read and the scales written; `repack_kernel` checked the
+        // CPU's features.
+        unsafe {
+            imp::act_scales(
+                a.as_ptr(),
+                a_stride,
+                ab,
+                n / QK,
+                n_act,
+                two,
+                out.as_mut_ptr(),
+                self.scales_per_row(n),
+            )
+        };
+    }
+
+    /// Multiplies the first `rows` rows of `packed` (from [`Self::pack`]) with `n_act` activation rows (row `j`
+    /// at byte `j * a_stride` of `a`, in [`vec_dot_type`] of the weight; `ys` their [`Self::act_scales`]),
+    /// handing each result run to `emit(j, i0, values)`: `values[k]` = weight row `i0 + k` · activation row `j`,
+    /// runs of up to [`Self::GROUP_ROWS`], every pair exactly once, each bit-identical to
+    /// [`repacked_dot_reference`].
+    ///
+    /// # Panics
+    /// As [`Self::pack`], when `packed`, `a` or `ys` is too short for the shapes.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn run_with(
@@ -140,54 +178,26 @@ impl RepackKernel {
         rows: usize,
         a: &[u8],
         a_stride: usize,
+        ys: &[f32],
         n_act: usize,
         mut emit: impl FnMut(usize, usize, &[f32]),
     ) {
         let arow = super::row_len(vec_dot_type(self.ty), n).expect("repack run: n is whole blocks");
         assert!(
             packed.len() >= self.packed_len(n, rows)
-                && (n_act == 0 || a.len() >= (n_act - 1) * a_stride + arow),
+                && (n_act == 0 || a.len() >= (n_act - 1) * a_stride + arow)
+                && ys.len() >= self.scales_len(n, n_act),
             "repack run {}: buffers too short for {rows} x {n_act} of {n}",
             self.ty
         );
-        let (group, nb) = (self.group_len(n), n / QK);
-        // The activation rows' block scales as f32, converted once per call rather than once per group and block
-        // inside the kernel (`d`, then `s` for Q4_1: the two f16 at the start of a Q8_0 / Q8_1 block).
-        let two = self.ty == GgmlType::Q4_1;
-        let per_row = if two { 2 * nb } else { nb };
-        // Uninitialized, not zeroed (a memset per call showed in decode profiles): the kernel reads only the
-        // entries `act_scales` writes.
-        let mut stack = [std::mem::MaybeUninit::<f32>::uninit(); SCALES_ON_STACK];
-        let mut heap = Vec::new();
-        let ys: *mut f32 = if imp::MAX_ACT * per_row <= SCALES_ON_STACK {
-            stack.as_mut_ptr().cast()
-        } else {
-            heap.resize(imp::MAX_ACT * per_row, 0f32);
-            heap.as_mut_ptr()
-        };
-        let ab = vec_dot_type(self.ty).block_bytes();
+        let (group, nb, per_row) = (self.group_len(n), n / QK, self.scales_per_row(n));
         let mut tmp = [[0f32; 8]; imp::MAX_ACT];
         for j0 in (0..n_act).step_by(imp::MAX_ACT) {
             let nj = (n_act - j0).min(imp::MAX_ACT);
-            // SAFETY: the assert above bounds the `nj` activation rows read; `ys` has room for MAX_ACT rows of
-            // `per_row` scales; `repack_kernel` checked the CPU's features.
-            unsafe {
-                imp::act_scales(
-                    a.as_ptr().add(j0 * a_stride),
-                    a_stride,
-                    ab,
-                    nb,
-                    nj,
-                    two,
-                    ys,
-                    per_row,
-                )
-            };
             for (g, r0) in (0..rows).step_by(Self::GROUP_ROWS).enumerate() {
                 let nr = (rows - r0).min(Self::GROUP_ROWS);
-                // SAFETY: the assert above bounds the group and the activation rows read, `ys` holds `nj` rows of
-                // scales (written just above); `repack_kernel` only hands out a kernel on a CPU with AVX2, FMA and
-                // F16C.
+                // SAFETY: the assert above bounds the group, the activation rows and their scales read;
+                // `repack_kernel` only hands out a kernel on a CPU with AVX2, FMA and F16C.
                 unsafe {
                     imp::run_group(
                         self.ty,
@@ -195,7 +205,7 @@ impl RepackKernel {
                         packed.as_ptr().add(g * group),
                         a.as_ptr().add(j0 * a_stride),
                         a_stride,
-                        ys,
+                        ys.as_ptr().add(j0 * per_row),
                         per_row,
                         nj,
                         &mut tmp,
