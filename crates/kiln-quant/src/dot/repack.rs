@@ -192,8 +192,9 @@ impl RepackKernel {
         );
         let (group, nb, per_row) = (self.group_len(n), n / QK, self.scales_per_row(n));
         let mut tmp = [[0f32; 8]; imp::MAX_ACT];
-        for j0 in (0..n_act).step_by(imp::MAX_ACT) {
-            let nj = (n_act - j0).min(imp::MAX_ACT);
+        let step = imp::act_rows(self.ty);
+        for j0 in (0..n_act).step_by(step) {
+            let nj = (n_act - j0).min(step);
             for (g, r0) in (0..rows).step_by(Self::GROUP_ROWS).enumerate() {
                 let nr = (rows - r0).min(Self::GROUP_ROWS);
                 // SAFETY: the assert above bounds the group, the activation rows and their scales read;
@@ -278,7 +279,7 @@ fn nibble(qs: &[u8; QK / 2], j: usize) -> u8 {
 
 #[cfg(target_arch = "x86_64")]
 mod imp {
-    pub(super) use crate::dot::x86::repack::{act_scales, run_group, MAX_ACT};
+    pub(super) use crate::dot::x86::repack::{act_rows, act_scales, run_group, MAX_ACT};
 }
 
 /// No repacked kernel off x86: [`repack_kernel`] returns `None`, so nothing here runs.
@@ -286,6 +287,9 @@ mod imp {
 mod imp {
     use crate::GgmlType;
     pub(super) const MAX_ACT: usize = 1;
+    pub(super) fn act_rows(_: GgmlType) -> usize {
+        1
+    }
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn act_scales(
         _: *const u8,

@@ -13,8 +13,18 @@ use crate::GgmlType;
 use std::arch::x86_64::*;
 use std::mem::{offset_of, size_of};
 
-/// Activation rows one call takes (AVX2's 16 vector registers hold two rows' accumulators next to the weights).
-pub(crate) const MAX_ACT: usize = 2;
+/// Activation rows one call takes at most, and for each type ([`act_rows`]).
+pub(crate) const MAX_ACT: usize = 4;
+
+/// Activation rows one call of `ty` takes: AVX2's 16 vector registers hold four rows' accumulators next to Q8_0's
+/// weights, two rows' next to the 4-bit formats' unpacked nibbles (Q4_1 also keeps a min chain per row).
+pub(crate) fn act_rows(ty: GgmlType) -> usize {
+    if ty == GgmlType::Q8_0 {
+        4
+    } else {
+        2
+    }
+}
 
 #[inline(always)]
 unsafe fn bcast32(p: *const u8) -> __m256i {
@@ -154,10 +164,33 @@ pub(crate) unsafe fn run_group(
     n_act: usize,
     out: &mut [[f32; 8]; MAX_ACT],
 ) {
-    if n_act >= 2 {
-        *out = group_body::<2>(ty, nb, g, [a, a.add(a_stride)], [ys, ys.add(ys_stride)]);
-    } else if n_act == 1 {
-        out[0] = group_body::<1>(ty, nb, g, [a], [ys])[0];
+    let mut j = 0;
+    while j < n_act {
+        let (aj, yj) = (a.add(j * a_stride), ys.add(j * ys_stride));
+        let left = n_act - j;
+        if left >= 4 && act_rows(ty) >= 4 {
+            let a4 = [
+                aj,
+                aj.add(a_stride),
+                aj.add(2 * a_stride),
+                aj.add(3 * a_stride),
+            ];
+            let y4 = [
+                yj,
+                yj.add(ys_stride),
+                yj.add(2 * ys_stride),
+                yj.add(3 * ys_stride),
+            ];
+            out[j..j + 4].copy_from_slice(&group_body::<4>(ty, nb, g, a4, y4));
+            j += 4;
+        } else if left >= 2 {
+            let a2 = [aj, aj.add(a_stride)];
+            out[j..j + 2].copy_from_slice(&group_body::<2>(ty, nb, g, a2, [yj, yj.add(ys_stride)]));
+            j += 2;
+        } else {
+            out[j] = group_body::<1>(ty, nb, g, [aj], [yj])[0];
+            j += 1;
+        }
     }
 }
 
