@@ -419,7 +419,19 @@ impl Backend for CpuBackend {
         if out.len() < n || gate.len() < n || up.len() < n {
             return Err(too_small("swiglu"));
         }
-        swiglu_slice(&mut out[..n], &gate[..n], &up[..n]);
+        if n < SWIGLU_PAR_MIN {
+            swiglu_slice(&mut out[..n], &gate[..n], &up[..n]);
+            return Ok(());
+        }
+        // Prefill and verify passes: chunks over the pool (each element's operations are the same either way).
+        use rayon::prelude::*;
+        self.pool.install(|| {
+            out[..n]
+                .par_chunks_mut(SWIGLU_CHUNK)
+                .zip(gate[..n].par_chunks(SWIGLU_CHUNK))
+                .zip(up[..n].par_chunks(SWIGLU_CHUNK))
+                .for_each(|((o, g), u)| swiglu_slice(o, g, u))
+        });
         Ok(())
     }
 
@@ -473,6 +485,11 @@ impl Backend for CpuBackend {
 }
 
 /// `out = silu(gate) * up`, with silu(g) = g · sigmoid(g) as transformers computes it.
+/// Elements from which [`Backend::swiglu`] runs on the pool (a decode row of a small model stays on the calling
+/// thread: a dispatch costs more than its `exp`s), and the elements a task takes.
+const SWIGLU_PAR_MIN: usize = 16384;
+const SWIGLU_CHUNK: usize = 4096;
+
 pub(crate) fn swiglu_slice(out: &mut [f32], gate: &[f32], up: &[f32]) {
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         *o = g / (1.0 + (-g).exp()) * u;
