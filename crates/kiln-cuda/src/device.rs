@@ -1962,12 +1962,7 @@ impl Device {
                 .all(|w| w.cols == cols && self.dense_for(w, n_rows).is_some())
         {
             for (o, w) in outs.iter().zip(ws) {
-                self.check(
-                    "matmul",
-                    x.len() >= n_rows * cols && o.len() >= n_rows * w.rows,
-                    || format!("'{}' [{} x {}] on {n_rows} rows", w.name, w.rows, w.cols),
-                )?;
-                o.invalidate();
+                self.check_many_output(o, w, x, n_rows)?;
             }
             let xb = self.dense_input(x, n_rows * cols)?;
             for (o, w) in outs.iter().zip(ws) {
@@ -2030,13 +2025,7 @@ impl Device {
                 }
             };
             for &j in &group {
-                let (o, w) = (&outs[j], ws[j]);
-                self.check(
-                    "matmul",
-                    x.len() >= n_rows * cols && o.len() >= n_rows * w.rows,
-                    || format!("'{}' [{} x {}] on {n_rows} rows", w.name, w.rows, w.cols),
-                )?;
-                o.invalidate();
+                self.check_many_output(outs[j], ws[j], x, n_rows)?;
             }
             if n_rows == 0 || self.skipped(weight_role(&ws[i].name)) {
                 continue;
@@ -2056,6 +2045,17 @@ impl Device {
                 .collect();
             self.launch_jobs(kernel, &jobs, act, cols, n_rows, false, tile)?;
         }
+        Ok(())
+    }
+
+    /// [`Device::matmul_many`]'s shape check of one weight and its output, which is about to be overwritten.
+    fn check_many_output(&self, o: &DBuf, w: &DWeight, x: &DBuf, n_rows: usize) -> Result<()> {
+        self.check(
+            "matmul",
+            x.len() >= n_rows * w.cols && o.len() >= n_rows * w.rows,
+            || format!("'{}' [{} x {}] on {n_rows} rows", w.name, w.rows, w.cols),
+        )?;
+        o.invalidate();
         Ok(())
     }
 
