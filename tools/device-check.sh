@@ -9,8 +9,9 @@
 #      kill-switch A/B of each optimization.
 # Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip its debug info to copy it over).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
-# Sections: STEPS="selftest sanitizer kernels parity bench prefill moe dflash profile" (default all; kernels = per-kernel timings;
-# prefill = the prefill matmuls on cuBLAS against the int8 kernels, by pass size;
+# Sections: STEPS="selftest sanitizer kernels parity bench prefill frontier moe dflash profile" (default all; kernels =
+# per-kernel timings; prefill = the prefill matmuls on cuBLAS against the int8 kernels, by pass size; frontier = prefill
+# to 2k/8k/32k and its logits against the int8 kernels' and the decode path's;
 # bits = logits bit-equal to another build's, REF_KILN=path, not in the default;
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
 # dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10;
@@ -28,7 +29,7 @@ WORK=${WORK:-/tmp/kiln-device-work}
 mkdir -p "$WORK"
 CHUNKS=${CHUNKS:-4}
 CTX=${CTX:-256}
-STEPS=${STEPS:-selftest sanitizer kernels parity bench prefill moe dflash profile}
+STEPS=${STEPS:-selftest sanitizer kernels parity bench prefill frontier moe dflash profile}
 TOKENIZER=${TOKENIZER:-.test-assets/tokenizer-qwen3/tokenizer.json}
 mkdir -p "$OUT"
 export XDG_CACHE_HOME="$WORK/cache-$$" # a fresh kernel cache: the first self-test compiles, the second loads
@@ -109,12 +110,13 @@ parity() {
         grep -iE "top-1|KL|max" "$OUT/score-$run-$tag.log" | head -n 6 | tee -a "$OUT/summary.txt"
     done
 }
+# PARITY="tag ..." runs a subset of the five.
 if want parity; then
-    parity qwen3moe-q8_0 qwen3moe tiny q8_0
-    parity llama-q4_1 llama smollm2-135m q4_1
-    parity llama-q4_k_m llama smollm2-135m q4_k_m
-    parity qwen3-q4_k_m qwen3 0.6b q4_k_m
-    parity qwen3-q8_0 qwen3 0.6b q8_0
+    for spec in "qwen3moe-q8_0 qwen3moe tiny q8_0" "llama-q4_1 llama smollm2-135m q4_1" \
+        "llama-q4_k_m llama smollm2-135m q4_k_m" "qwen3-q4_k_m qwen3 0.6b q4_k_m" "qwen3-q8_0 qwen3 0.6b q8_0"; do
+        read -r tag arch preset quant <<<"$spec"
+        [[ -z "${PARITY:-}" || " $PARITY " == *" $tag "* ]] && parity "$tag" "$arch" "$preset" "$quant"
+    done
 fi
 
 # 2b. The same bits as another build (STEPS=bits, REF_KILN=path/to/the/other/kiln): for a change that keeps every
@@ -210,14 +212,6 @@ if want bench; then
     # The issue table's tg128 @ d32768 row (f16 KV: +4.8 GB a token) and a middle depth.
     step bench-depth timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -d 4096,32768 -r 2
     grep -E "^\|" "$OUT/bench-depth.log" | tee -a "$OUT/summary.txt"
-    # Frontier mode (prefill in chunks of 512 to each frontier, then 32 decoded tokens), and the prefill kernels'
-    # logits (tensor-core matmul and flash attention) against the decode-path kernels' at every frontier (KL, top-1).
-    fr=(bench -m "$WORK/q8b-q4km.gguf" --device cuda -b 512 --ctx-start 2048 --ctx-max 32768 --step-mul 4
-        --gen-tokens 32 --prompt-file "$WORK/text.txt")
-    step frontier timeout 300 "$KILN" "${fr[@]}" --dump-frontier-logits-dir "$WORK/frontier-mma"
-    step frontier-no-mma timeout 300 env KILN_NO_CUDA_PREFILL_MMA=1 KILN_NO_CUDA_FLASH_ATTN=1 "$KILN" "${fr[@]}" \
-        --ref-frontier-logits "$WORK/frontier-mma"
-    grep -E "^\||frontier" "$OUT/frontier.log" "$OUT/frontier-no-mma.log" | tee -a "$OUT/summary.txt"
 fi
 
 # 3b. Prefill matmuls on cuBLAS (bf16 copies of the weights, the default from 64 rows) against the int8 kernels
@@ -236,6 +230,22 @@ if want prefill; then
         tee -a "$OUT/summary.txt"
 fi
 
+# 3c. Frontier mode (prefill in chunks of 512 to each frontier, then 32 decoded tokens), and the prefill path's
+# logits (cuBLAS matmuls, flash attention) against the decode-path kernels' at every frontier (KL, top-1).
+if want frontier; then
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    cat README.md docs/*.md crates/*/src/lib.rs 2>/dev/null | head -c 60000 >"$WORK/text.txt"
+    fr=(bench -m "$WORK/q8b-q4km.gguf" --device cuda -b 512 --ctx-start 2048 --ctx-max 32768 --step-mul 4
+        --gen-tokens 32 --prompt-file "$WORK/text.txt")
+    step frontier timeout 300 "$KILN" "${fr[@]}" --dump-frontier-logits-dir "$WORK/frontier-fast"
+    step frontier-int8 timeout 300 env KILN_NO_CUDA_PREFILL_BLAS=1 "$KILN" "${fr[@]}" \
+        --ref-frontier-logits "$WORK/frontier-fast"
+    step frontier-decode-path timeout 300 env KILN_NO_CUDA_PREFILL_BLAS=1 KILN_NO_CUDA_PREFILL_MMA=1 \
+        KILN_NO_CUDA_FLASH_ATTN=1 "$KILN" "${fr[@]}" --ref-frontier-logits "$WORK/frontier-fast"
+    grep -E "^\||frontier" "$OUT/frontier.log" "$OUT/frontier-int8.log" "$OUT/frontier-decode-path.log" |
+        tee -a "$OUT/summary.txt"
+fi
+
 # 4. Qwen3-MoE: a synth 30B-A3B Q4_K_M (128 experts, 8 a token): decode, a 16-row block and prefill, the
 # experts grouped by expert from 2 rows (GEMV tiles; prefill passes on the tensor-core prefill kernel).
 if want moe; then
@@ -247,9 +257,12 @@ if want moe; then
         -r 2 --ab KILN_NO_CUDA_MOE_GROUP=1
     step ab-moe-KILN_NO_CUDA_PREFILL_MMA "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 512 -b 512 \
         -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_MMA=1
+    # The attention projections on cuBLAS (the experts stay on the grouped int8 kernel) at pp4096.
+    step ab-moe-KILN_NO_CUDA_PREFILL_BLAS "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 -b 512 \
+        -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS=1
     say "Qwen3-MoE (CUDA):"
     grep -E "^\|" "$OUT/bench-moe.log" "$OUT/ab-KILN_NO_CUDA_MOE_GROUP.log" \
-        "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_MMA.log" | tee -a "$OUT/summary.txt"
+        "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_MMA.log" "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_BLAS.log" | tee -a "$OUT/summary.txt"
 fi
 
 # 5. DFlash on the GPU: the drafter's step and the verify block against plain decoding, at forced acceptance
