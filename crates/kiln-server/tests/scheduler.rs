@@ -119,6 +119,7 @@ fn concurrent_requests_match_solo_runs_and_prefix_reuse_is_exact() {
         chunk: 16,
         queue_capacity: 16,
         prefix_reuse: false,
+        prefill_passes: None,
     };
     let system = "You are a helpful assistant who answers briefly. ".repeat(8);
     let mut prompts: Vec<Vec<u32>> = QUESTIONS
@@ -145,31 +146,50 @@ fn concurrent_requests_match_solo_runs_and_prefix_reuse_is_exact() {
         .collect();
     assert!(solo.iter().all(|t| !t.is_empty()));
 
-    // All at once on 4 slots: three wait in the queue and join the running batch as slots free up.
-    let mut sess = session(&model, 4 * 256, 4, cfg);
-    let (mut s, h) = Scheduler::new(&mut sess, cfg).unwrap();
-    let logs: Vec<Log> = prompts
-        .iter()
-        .map(|p| {
-            let (req, log) = request(p.clone(), max_tokens, &stop);
-            h.submit(req).unwrap();
-            log
-        })
-        .collect();
-    run_until_idle(&mut s);
-    for (i, log) in logs.iter().enumerate() {
-        let (toks, end) = outcome(log);
-        assert_eq!(toks, solo[i], "request {i} differs from its solo run");
-        let (_, usage) = end.expect("finished");
-        assert_eq!(usage.prompt_tokens, prompts[i].len());
-        assert_eq!(usage.completion_tokens, toks.len());
+    // All at once on 4 slots: three wait in the queue and join the running batch as slots free up; the
+    // prompt chunks in the decode rows' pass (the CPU's default) and in passes of their own (CUDA's).
+    let mut passes = Vec::new();
+    for prefill_passes in [false, true] {
+        let cfg = SchedulerConfig {
+            prefill_passes: Some(prefill_passes),
+            ..cfg
+        };
+        let mut sess = session(&model, 4 * 256, 4, cfg);
+        let (mut s, h) = Scheduler::new(&mut sess, cfg).unwrap();
+        let logs: Vec<Log> = prompts
+            .iter()
+            .map(|p| {
+                let (req, log) = request(p.clone(), max_tokens, &stop);
+                h.submit(req).unwrap();
+                log
+            })
+            .collect();
+        run_until_idle(&mut s);
+        for (i, log) in logs.iter().enumerate() {
+            let (toks, end) = outcome(log);
+            assert_eq!(
+                toks, solo[i],
+                "request {i} differs from its solo run (prefill passes {prefill_passes})"
+            );
+            let (_, usage) = end.expect("finished");
+            assert_eq!(usage.prompt_tokens, prompts[i].len());
+            assert_eq!(usage.completion_tokens, toks.len());
+        }
+        let st = h.stats();
+        assert_eq!(
+            (st.active, st.queued, st.finished, st.prompt_tokens_processed),
+            (
+                0,
+                0,
+                prompts.len() as u64,
+                prompts.iter().map(|p| p.len() as u64).sum()
+            )
+        );
+        assert_eq!(st.prompt_tokens_reused, 0);
+        passes.push(st.steps);
     }
-    let st = h.stats();
-    assert_eq!(
-        (st.active, st.queued, st.finished),
-        (0, 0, prompts.len() as u64)
-    );
-    assert_eq!(st.prompt_tokens_reused, 0);
+    // Split, the steps that mix a chunk with decode rows take two passes.
+    assert!(passes[1] > passes[0], "forward passes merged / split: {passes:?}");
 
     // Prefix reuse: a second question after the same long system prompt reuses the cached prefix, and its
     // output equals the cold run of the same prompt.
@@ -207,6 +227,7 @@ fn cancel_context_limit_and_queue_bounds() {
         chunk: 16,
         queue_capacity: 2,
         prefix_reuse: true,
+        prefill_passes: None,
     };
     let mut sess = session(&model, 2 * 64, 2, cfg);
     let (mut s, h) = Scheduler::new(&mut sess, cfg).unwrap();

@@ -141,6 +141,7 @@ fn cfg(prefix_reuse: bool) -> SchedulerConfig {
         chunk: 16,
         queue_capacity: 32,
         prefix_reuse,
+        prefill_passes: None,
     }
 }
 
@@ -240,6 +241,15 @@ fn speculative_requests_equal_plain_ones() {
     }
     // Every round emits a token but a request's last, which may sample its stop token.
     assert!(st.spec_rounds > 0 && st.spec_tokens + spec.len() as u64 >= st.spec_rounds);
+    // The prompt chunks in passes of their own (as on CUDA), tapped for the drafter's context there.
+    let split = SchedulerConfig {
+        prefill_passes: Some(true),
+        ..cfg(false)
+    };
+    let (got, _) = run_all(&model, Some(&drafter), 3, 512, split, &spec);
+    for (i, (g, p)) in got.iter().zip(&plain).enumerate() {
+        assert_eq!(g, p, "request {i}, drafter's own proposals, prefill passes of their own");
+    }
 
     // Forced: full acceptance, acceptance capped at k, a rejection at row j; mixed with plain requests.
     let forced = |i: usize, cap: Option<usize>, corrupt: Vec<usize>| Forced {

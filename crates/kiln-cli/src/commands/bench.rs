@@ -41,6 +41,17 @@ impl std::str::FromStr for Device {
 }
 
 impl Device {
+    /// Prompt rows a forward pass takes unless `-b` says otherwise: 512 on CUDA, where the prefill matmuls run
+    /// on cuBLAS from 64 rows and reach full speed near 512 (synth Qwen3-8B Q4_K_M on an H200: 7.8k tok/s in
+    /// passes of 64, 29.5k in passes of 512, docs/PERFORMANCE.md); 64 on the CPU, where larger passes measured
+    /// within the noise (SmolLM2-135M pp128 on 2 cores) and keep the scratch small.
+    pub fn default_batch(self) -> usize {
+        match self {
+            Device::Cpu => SessionConfig::default().batch,
+            Device::Cuda(_) => 512,
+        }
+    }
+
     /// Fails for a device this binary cannot drive.
     pub fn check(self) -> Result<&'static str> {
         match self {
@@ -135,9 +146,9 @@ pub struct Args {
         default_value = "0"
     )]
     pub threads: Vec<usize>,
-    /// Prefill chunk: rows per forward pass.
-    #[arg(short = 'b', long = "batch", default_value_t = SessionConfig::default().batch)]
-    pub batch: usize,
+    /// Prefill chunk: rows per forward pass (default: the device's, see `Device::default_batch`).
+    #[arg(short = 'b', long = "batch")]
+    pub batch: Option<usize>,
     /// KV cache element type (f16 or f32).
     #[arg(long = "kv-type", default_value = "f16")]
     pub kv_type: KvType,
@@ -196,6 +207,12 @@ pub struct Args {
     pub skip_each: Option<String>,
 }
 
+impl Args {
+    fn batch(&self) -> usize {
+        self.batch.unwrap_or(self.device.default_batch())
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
     let backend = args.device.check()?;
     if args.reps == 0 {
@@ -250,7 +267,7 @@ pub fn run(args: Args) -> Result<()> {
                     model: info.clone(),
                     backend: backend.into(),
                     threads: n_threads,
-                    batch: args.batch,
+                    batch: args.batch(),
                     test: *t,
                     seconds,
                 };
@@ -377,7 +394,7 @@ fn session_config(args: &Args, n_ctx: usize) -> SessionConfig {
     SessionConfig {
         n_ctx,
         n_slots: 1,
-        batch: args.batch,
+        batch: args.batch(),
         kv_type: args.kv_type,
     }
 }

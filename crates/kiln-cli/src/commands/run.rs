@@ -29,9 +29,9 @@ pub struct EngineArgs {
     /// Worker threads (0 = all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
-    /// Prompt processing chunk size (tokens per forward pass during prefill).
-    #[arg(short = 'b', long = "batch", default_value_t = 64)]
-    pub batch: usize,
+    /// Prompt processing chunk size (tokens per forward pass during prefill; default: 512 on CUDA, 64 on the CPU).
+    #[arg(short = 'b', long = "batch")]
+    pub batch: Option<usize>,
     /// KV cache element type: f16 or f32.
     #[arg(long = "kv-type", default_value = "f16")]
     pub kv_type: KvType,
@@ -188,7 +188,7 @@ pub fn new_session<'m>(model: &'m Model, e: &EngineArgs) -> Result<Session<'m>> 
         SessionConfig {
             n_ctx: e.ctx,
             n_slots: 1,
-            batch: e.batch,
+            batch: e.batch.unwrap_or(e.device.default_batch()),
             kv_type: e.kv_type,
         },
     )?)

@@ -33,9 +33,9 @@ pub struct Args {
     /// CPU threads (0 = all cores).
     #[arg(short = 't', long = "threads", default_value_t = 0)]
     pub threads: usize,
-    /// Rows per forward pass.
-    #[arg(short = 'b', long = "batch", default_value_t = SessionConfig::default().batch)]
-    pub batch: usize,
+    /// Rows per forward pass (default: 512 on CUDA, 64 on the CPU).
+    #[arg(short = 'b', long = "batch")]
+    pub batch: Option<usize>,
     /// KV cache element type (f16 or f32).
     #[arg(long = "kv-type", default_value = "f16")]
     pub kv_type: KvType,
@@ -167,7 +167,7 @@ pub fn run(args: Args) -> Result<()> {
         SessionConfig {
             n_ctx,
             n_slots: 1,
-            batch: args.batch,
+            batch: args.batch.unwrap_or(args.device.default_batch()),
             kv_type: args.kv_type,
         },
     )?;

@@ -39,9 +39,10 @@ pub struct Args {
     /// Worker threads (0 = all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
-    /// Prefill chunk length: prompt tokens per sequence per step (also the most prefill rows in one step).
-    #[arg(long, default_value_t = 64)]
-    pub chunk: usize,
+    /// Prefill chunk length: prompt tokens per sequence per step (also the most prefill rows in one step; default:
+    /// 512 on CUDA, 64 on the CPU, where a step of 512 prompt rows would stall the running streams for long).
+    #[arg(long)]
+    pub chunk: Option<usize>,
     /// Most requests waiting for a slot before new ones get 503.
     #[arg(long = "queue", default_value_t = 64)]
     pub queue: usize,
@@ -93,9 +94,10 @@ pub fn run(args: Args) -> Result<()> {
         draft: args.draft,
         draft_default: !args.draft_opt_in,
         scheduler: SchedulerConfig {
-            chunk: args.chunk,
+            chunk: args.chunk.unwrap_or(args.device.default_batch()),
             queue_capacity: args.queue,
             prefix_reuse: !args.no_prefix_reuse,
+            prefill_passes: None,
         },
         max_body_bytes: args.max_body,
         read_timeout: seconds("read-timeout", args.read_timeout)?,

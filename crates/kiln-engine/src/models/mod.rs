@@ -155,6 +155,18 @@ impl Model {
         self.cuda.as_ref()
     }
 
+    /// Whether passes marked [`crate::Batch::prefill`] run on other kernels than decode rows (CUDA's prefill
+    /// kernels: tensor-core or cuBLAS matmuls, flash attention), so a scheduler gives prompt chunks passes of
+    /// their own. The CPU computes every row the same way in any pass.
+    pub fn has_prefill_kernels(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        if self.cuda.is_some() {
+            let f = self.backend.flags();
+            return f.quant_act && (f.cuda_prefill_mma || f.cuda_flash_attn || f.cuda_prefill_blas);
+        }
+        false
+    }
+
     /// Runs the architecture's forward pass over one batch.
     pub(crate) fn forward<B: crate::backend::Backend>(
         &self,

@@ -1,5 +1,6 @@
 //! Continuous batching for a server: one engine thread owns the [`Session`] and, each step, runs ONE forward
-//! batch holding the decode row of every running request plus prefill chunks of newly admitted ones.
+//! batch holding the decode row of every running request plus prefill chunks of newly admitted ones (on a
+//! backend with prefill kernels, CUDA, each chunk in a pass of its own: [`SchedulerConfig::prefill_passes`]).
 //!
 //! - Requests are queued through a [`Handle`] (bounded FIFO; full → [`SubmitError::QueueFull`]) and join the
 //!   running batch as soon as a slot is free, so a new request never waits for the others to finish.
@@ -56,6 +57,14 @@ pub struct SchedulerConfig {
     pub queue_capacity: usize,
     /// Reuse a slot's cached prompt prefix (off: every prompt is run in full).
     pub prefix_reuse: bool,
+    /// Each prefill chunk in a pass of its own, marked [`Batch::prefill`] (the backend's prefill kernels), and the
+    /// decode and verify rows in another; else every row of a step in one pass. `None`: split where the model's
+    /// backend has prefill kernels ([`Model::has_prefill_kernels`]: CUDA), merged on the CPU, whose rows cost the
+    /// same either way and share one read of the weights. Either way a row's bits depend only on its own
+    /// sequence: a chunk's pass holds that chunk alone.
+    ///
+    /// [`Model::has_prefill_kernels`]: crate::Model::has_prefill_kernels
+    pub prefill_passes: Option<bool>,
 }
 
 impl Default for SchedulerConfig {
@@ -64,6 +73,7 @@ impl Default for SchedulerConfig {
             chunk: 64,
             queue_capacity: 64,
             prefix_reuse: true,
+            prefill_passes: None,
         }
     }
 }
@@ -226,6 +236,8 @@ pub struct Scheduler<'s, 'm> {
     admitted: u64,
     tick: u64,
     drafter: Option<Arc<Drafter>>,
+    /// [`SchedulerConfig::prefill_passes`], resolved.
+    prefill_passes: bool,
 }
 
 impl<'s, 'm> Scheduler<'s, 'm> {
@@ -263,8 +275,12 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         let handle = Handle {
             shared: shared.clone(),
         };
+        let prefill_passes = cfg
+            .prefill_passes
+            .unwrap_or_else(|| session.model().has_prefill_kernels());
         Ok((
             Scheduler {
+                prefill_passes,
                 session,
                 cfg,
                 shared,
@@ -313,16 +329,33 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         self.tick += 1;
         self.reap_cancelled();
         self.admit()?;
-        let (batch, kinds) = self.plan();
-        if batch.rows.is_empty() {
+        let passes = self.plan();
+        if passes.is_empty() {
             return Ok(false);
         }
-        let out = match self.session.forward(&batch) {
+        let (mut produced, mut prompt_rows) = (0u64, 0u64);
+        for (batch, kinds) in &passes {
+            let (p, r) = self.run_pass(batch, kinds)?;
+            produced += p;
+            prompt_rows += r;
+        }
+        self.shared
+            .counters
+            .prompt_processed
+            .fetch_add(prompt_rows, Ordering::Relaxed);
+        self.shared.record_step(passes.len() as u64, produced);
+        Ok(true)
+    }
+
+    /// Runs one pass of this step and delivers its rows' results; returns the tokens it produced and the
+    /// prompt rows it processed. A failed pass ends only its own requests.
+    fn run_pass(&mut self, batch: &Batch, kinds: &[RowKind]) -> Result<(u64, u64)> {
+        let out = match self.session.forward(batch) {
             Ok(o) => o,
             Err(e) => {
                 // Only the requests in this batch are affected; their slots start over from an empty cache.
                 let msg = e.to_string();
-                for k in &kinds {
+                for k in kinds {
                     let slot = k.slot();
                     if let Some(job) = self.slots[slot].job.take() {
                         self.end(job, None, Some(msg.clone()));
@@ -331,10 +364,10 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                     self.slots[slot].draft = None;
                     self.session.truncate(slot, 0)?;
                 }
-                return Ok(true);
+                return Ok((0, 0));
             }
         };
-        self.prefill_features(&batch, &kinds, &out);
+        self.prefill_features(batch, kinds, &out);
         let mut produced = 0u64;
         let mut prompt_rows = 0u64;
         let mut logit_idx = 0;
@@ -372,12 +405,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 produced += 1;
             }
         }
-        self.shared
-            .counters
-            .prompt_processed
-            .fetch_add(prompt_rows, Ordering::Relaxed);
-        self.shared.record_step(produced);
-        Ok(true)
+        Ok((produced, prompt_rows))
     }
 
     /// Ends cancelled requests (their slots keep their cache for reuse).
@@ -488,8 +516,10 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         Ok(())
     }
 
-    /// This step's batch: every pending decode row, then prefill chunks, oldest request first.
-    fn plan(&mut self) -> (Batch, Vec<RowKind>) {
+    /// This step's passes: every pending decode row, then prefill chunks, oldest request first; in one pass, or
+    /// the decode rows in one and each chunk in its own ([`SchedulerConfig::prefill_passes`]). Empty passes are
+    /// left out.
+    fn plan(&mut self) -> Vec<(Batch, Vec<RowKind>)> {
         let mut rows = Vec::new();
         let mut kinds = Vec::new();
         let mut prefilling = Vec::new();
@@ -521,7 +551,13 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         prefilling.sort_by_key(|&(_, _, seq)| seq);
         let candidates: Vec<(usize, usize)> = prefilling.iter().map(|&(s, n, _)| (s, n)).collect();
         let picked = plan::pick_prefill(&candidates, self.cfg.chunk);
+        // (rows, kinds, prefill) of each pass; the first holds the decode and verify rows.
+        let mut passes = vec![(rows, kinds, false)];
         for s in picked {
+            if self.prefill_passes {
+                passes.push((Vec::new(), Vec::new(), true));
+            }
+            let (rows, kinds, _) = passes.last_mut().expect("the decode pass is always there");
             let slot = &mut self.slots[s];
             let Some(job) = slot.job.as_mut() else {
                 continue;
@@ -544,15 +580,19 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             Some(d) if tap => d.config().target_layer_ids.clone(),
             _ => Vec::new(),
         };
-        (
-            Batch {
-                rows,
-                taps,
-                argmax_only: false,
-                prefill: false,
-            },
-            kinds,
-        )
+        passes
+            .into_iter()
+            .filter(|(rows, _, _)| !rows.is_empty())
+            .map(|(rows, kinds, prefill)| {
+                let batch = Batch {
+                    rows,
+                    taps: taps.clone(),
+                    argmax_only: false,
+                    prefill,
+                };
+                (batch, kinds)
+            })
+            .collect()
     }
 
     /// Samples the next token of `slot`'s request from `logits`, delivers it and decides whether the request

@@ -207,9 +207,10 @@ impl Shared {
         self.lock().queue.drain(..).collect()
     }
 
-    pub(crate) fn record_step(&self, generated: u64) {
+    /// One scheduler step: its forward passes and the tokens they generated.
+    pub(crate) fn record_step(&self, passes: u64, generated: u64) {
         let c = &self.counters;
-        c.steps.fetch_add(1, Ordering::Relaxed);
+        c.steps.fetch_add(passes, Ordering::Relaxed);
         c.generated.fetch_add(generated, Ordering::Relaxed);
         if generated > 0 {
             let now = Instant::now();
