@@ -260,9 +260,13 @@ if want moe; then
     # The attention projections on cuBLAS (the experts stay on the grouped int8 kernel) at pp4096.
     step ab-moe-KILN_NO_CUDA_PREFILL_BLAS "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 -b 512 \
         -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS=1
+    # The expert tiles' dead warps (rows 32..63 of a tile of 32 slots or fewer) computing anyway.
+    step ab-moe-MQ_SKIP_DEAD "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 -b 512 -n 0 -r 2 \
+        --ab "KILN_CUDA_DEFINES=-DMQ_SKIP_DEAD=0"
     say "Qwen3-MoE (CUDA):"
     grep -E "^\|" "$OUT/bench-moe.log" "$OUT/ab-KILN_NO_CUDA_MOE_GROUP.log" \
-        "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_MMA.log" "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_BLAS.log" | tee -a "$OUT/summary.txt"
+        "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_MMA.log" "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_BLAS.log" \
+        "$OUT/ab-moe-MQ_SKIP_DEAD.log" | tee -a "$OUT/summary.txt"
 fi
 
 # 5. DFlash on the GPU: the drafter's step and the verify block against plain decoding, at forced acceptance

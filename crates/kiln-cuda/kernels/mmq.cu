@@ -21,6 +21,12 @@
 #define MQ_XS 9
 #define MQ_SC 17
 #define MQ_MN 9
+// The pipelined bodies' warps of rows 32..63 skip a tile's products when it has 32 rows or fewer (the MoE expert
+// tiles average 32 of 64 slots at prefill chunks of 512; the warp's rows are never stored). They still copy and
+// reach every barrier. -DMQ_SKIP_DEAD=0 (KILN_CUDA_DEFINES) computes them, for the A/B; the same bits either way.
+#ifndef MQ_SKIP_DEAD
+#define MQ_SKIP_DEAD 1
+#endif
 
 __device__ __forceinline__ void mma_s8_16816(int* c, int a0, int a1, int b0) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
@@ -515,6 +521,7 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
             mp_pack_sums((const int*)(sdx + MQ_BM) + 8 * r, hi, ssum[4 * r + 2 * hi], ssum[4 * r + 2 * hi + 1]);
         }
         __syncthreads();
+        if (MQ_SKIP_DEAD && wm >= n_rows - r0) continue; // no row of this warp's 32 exists
         int hs[2][4][4], ls[2][4][4]; // sum_j hi_j dot_j, sum_j lo_j dot_j
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
@@ -618,6 +625,7 @@ __device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const si
             if (tid < 64) sd[o] = o0 + o < n_out ? h2f(d_cur) : 0.0f;
         }
         __syncthreads();
+        if (MQ_SKIP_DEAD && wm >= n_rows - r0) continue;
         int isum[2][4][4];
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
@@ -711,6 +719,7 @@ __device__ __forceinline__ void mmq_q8_0_body(float* out, const u8* w, const sig
             for (int j = tid >> 6; j < 8; j += 2) sdw[j * MQ_BN + o] = h2f(hd[o * 8 + j]);
         }
         __syncthreads();
+        if (MQ_SKIP_DEAD && wm >= n_rows - r0) continue;
 #pragma unroll 1
         for (int kb = 0; kb < 8; kb++) {
             int a[2][4];
