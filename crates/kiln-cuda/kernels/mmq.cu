@@ -21,9 +21,10 @@
 #define MQ_XS 9
 #define MQ_SC 17
 #define MQ_MN 9
-// The pipelined bodies' warps of rows 32..63 skip a tile's products when it has 32 rows or fewer (the MoE expert
-// tiles average 32 of 64 slots at prefill chunks of 512; the warp's rows are never stored). They still copy and
-// reach every barrier. -DMQ_SKIP_DEAD=0 (KILN_CUDA_DEFINES) computes them, for the A/B; the same bits either way.
+// The pipelined bodies skip the products of rows past a tile's last (the MoE expert tiles average 32 of 64 slots
+// at prefill chunks of 512; those rows are never stored): a warp none of whose 32 rows exist (all three bodies),
+// and a warp's second 16 rows when only its first exist (Q4_K and Q6_K on K8). Skipping warps still copy and reach
+// every barrier. -DMQ_SKIP_DEAD=0 (KILN_CUDA_DEFINES) computes them, for the A/B; the same bits either way.
 #ifndef MQ_SKIP_DEAD
 #define MQ_SKIP_DEAD 1
 #endif
@@ -390,10 +391,11 @@ __device__ __forceinline__ void mp_copy_super(u8* dst, const u8* w, int sb, int 
     }
 }
 
-// The A fragments (rows wm + 16 mi .., 32 elements from byte k) of both 16-row halves of a warp.
+// The A fragments (rows wm + 16 mi .., 32 elements from byte k) of a warp's first MI 16-row halves (both by default).
+template <int MI = 2>
 __device__ __forceinline__ void mp_frag_a(int (&a)[2][4], const signed char* sa, int wm, int k, int lane) {
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
         ldsm4(a[mi], sa + (wm + 16 * mi + (lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + k + 16 * (lane >> 4));
 }
 
@@ -459,6 +461,69 @@ __device__ __forceinline__ void mp_q6k_b(int (&b)[2], const int (&raw)[4], int k
     }
 }
 
+// One K slice of mmq_q4_k8_body for this warp's first MI m-tiles of 16 rows (MI = 1 when its other 16 rows are
+// past the tile's: their products are skipped, the first tile's are the same operations in the same order).
+template <int MI>
+__device__ __forceinline__ void mp_q4k8_slice(float (&acc)[2][4][4], const signed char* sa, const u8* sw,
+                                              const float* sdx, const int2* shl, const u32* smin, const u32* ssum,
+                                              const float* sd, const float* sdm, int wm, int wn, int lane, int g,
+                                              int t) {
+    int hs[2][4][4], ls[2][4][4]; // sum_j hi_j dot_j, sum_j lo_j dot_j
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) hs[mi][ni][e] = ls[mi][ni][e] = 0;
+#pragma unroll 1
+    for (int p = 0; p < 4; p++) {
+        int braw[4][2];
+        mp_q4k_raw(braw, sw, wn, p, lane);
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            int j = 2 * p + s;
+            int a[2][4];
+            mp_frag_a<MI>(a, sa, wm, 32 * j, lane);
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                // This lane's B column is output wn + 8 ni + g: its codes times hi_j and times lo_j.
+                int2 hl = shl[j * MQ_BN + wn + 8 * ni + g];
+                int b0 = (braw[ni][0] >> (4 * s)) & 0x0F0F0F0F, b1 = (braw[ni][1] >> (4 * s)) & 0x0F0F0F0F;
+                int bh0 = b0 * hl.x, bh1 = b1 * hl.x, bl0 = b0 * hl.y, bl1 = b1 * hl.y;
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++) {
+                    mma_s8_16832(hs[mi][ni], a[mi], bh0, bh1);
+                    mma_s8_16832(ls[mi][ni], a[mi], bl0, bl1);
+                }
+            }
+        }
+    }
+    // The min term and the float step per (row, output).
+    int as[2][2];
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) as[mi][rr] = (int)ssum[4 * (wm + 16 * mi + g + 8 * rr) + t];
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        int mw = (int)smin[2 * (wn + 8 * ni + g) + (t & 1)];
+        int m_lo = t < 2 ? mw : 0, m_hi = t < 2 ? 0 : mw;
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++) {
+            int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
+            mma_s8_16816_acc(c_lo, as[mi][0], as[mi][1], m_lo);
+            mma_s8_16816_acc(c_hi, as[mi][0], as[mi][1], m_hi);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
+                int isum = 8 * hs[mi][ni][e] + ls[mi][ni][e], imin = c_lo[e] + 64 * c_hi[e];
+                float v = __fmaf_rn(-sdm[o], (float)imin, __fmul_rn(sd[o], (float)isum));
+                acc[mi][ni][e] = __fmaf_rn(sdx[r], v, acc[mi][ni][e]);
+            }
+        }
+    }
+}
+
 // out[r * n_out + o] (+)= W[o] . x[r] for Q4_K weights on K8 activations (kq codes, kd scale per 256, ks code sums
 // per 32). Rows, grid and block as mmq_body. Both integer sums of a super-block run on the tensor cores:
 // - isum = sum_j sc_j dot_j with the 6-bit scale split as sc_j = 8 hi_j + lo_j (hi, lo <= 7): the codes times hi_j
@@ -521,63 +586,65 @@ __device__ __forceinline__ void mmq_q4_k8_body(float* out, const u8* w, const si
             mp_pack_sums((const int*)(sdx + MQ_BM) + 8 * r, hi, ssum[4 * r + 2 * hi], ssum[4 * r + 2 * hi + 1]);
         }
         __syncthreads();
-        if (MQ_SKIP_DEAD && wm >= n_rows - r0) continue; // no row of this warp's 32 exists
-        int hs[2][4][4], ls[2][4][4]; // sum_j hi_j dot_j, sum_j lo_j dot_j
+        int live = n_rows - r0 - wm; // rows of this warp's 32 that exist
+        if (MQ_SKIP_DEAD && live <= 0) continue;
+        if (MQ_SKIP_DEAD && live <= 16)
+            mp_q4k8_slice<1>(acc, sa, sw, sdx, shl, smin, ssum, sd, sdm, wm, wn, lane, g, t);
+        else
+            mp_q4k8_slice<2>(acc, sa, sw, sdx, shl, smin, ssum, sd, sdm, wm, wn, lane, g, t);
+    }
+    mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
+}
+
+// One K slice of mmq_q6_k8_body for this warp's first MI m-tiles of 16 rows (as mp_q4k8_slice).
+template <int MI>
+__device__ __forceinline__ void mp_q6k8_slice(float (&acc)[2][4][4], const signed char* sa, const u8* sw,
+                                              const float* sdx, const int* sisc, const float* sd, int wm, int wn,
+                                              int lane, int g, int t) {
+    int isum[2][4][4];
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++)
+        for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) hs[mi][ni][e] = ls[mi][ni][e] = 0;
+            for (int e = 0; e < 4; e++) isum[mi][ni][e] = 0;
 #pragma unroll 1
-        for (int p = 0; p < 4; p++) {
-            int braw[4][2];
-            mp_q4k_raw(braw, sw, wn, p, lane);
+    for (int hk = 0; hk < 4; hk++) {
+        int h = hk >> 1, kk = hk & 1;
+        int raw[4][4];
+        mp_q6k_raw(raw, sw, wn, hk, lane);
 #pragma unroll
-            for (int s = 0; s < 2; s++) {
-                int j = 2 * p + s;
-                int a[2][4];
-                mp_frag_a(a, sa, wm, 32 * j, lane);
+        for (int s = 0; s < 2; s++) {
+            int j = 4 * h + kk + 2 * s;
+            int a[2][4];
+            mp_frag_a<MI>(a, sa, wm, 32 * j, lane);
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    // This lane's B column is output wn + 8 ni + g: its codes times hi_j and times lo_j.
-                    int2 hl = shl[j * MQ_BN + wn + 8 * ni + g];
-                    int b0 = (braw[ni][0] >> (4 * s)) & 0x0F0F0F0F, b1 = (braw[ni][1] >> (4 * s)) & 0x0F0F0F0F;
-                    int bh0 = b0 * hl.x, bh1 = b1 * hl.x, bl0 = b0 * hl.y, bl1 = b1 * hl.y;
+            for (int ni = 0; ni < 4; ni++) {
+                int b[2];
+                mp_q6k_b(b, raw[ni], kk, s);
+                int2 slo = *(const int2*)(sisc + (2 * j) * MQ_BN + wn + 8 * ni + 2 * t);
+                int2 shi = *(const int2*)(sisc + (2 * j + 1) * MQ_BN + wn + 8 * ni + 2 * t);
 #pragma unroll
-                    for (int mi = 0; mi < 2; mi++) {
-                        mma_s8_16832(hs[mi][ni], a[mi], bh0, bh1);
-                        mma_s8_16832(ls[mi][ni], a[mi], bl0, bl1);
-                    }
-                }
-            }
-        }
-        // The min term and the float step per (row, output).
-        int as[2][2];
+                for (int mi = 0; mi < MI; mi++) {
+                    int lo[4], hi[4];
+                    mma_s8_16816(lo, a[mi][0], a[mi][1], b[0]);
+                    mma_s8_16816(hi, a[mi][2], a[mi][3], b[1]);
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++) as[mi][rr] = (int)ssum[4 * (wm + 16 * mi + g + 8 * rr) + t];
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++) {
-            int mw = (int)smin[2 * (wn + 8 * ni + g) + (t & 1)];
-            int m_lo = t < 2 ? mw : 0, m_hi = t < 2 ? 0 : mw;
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++) {
-                int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
-                mma_s8_16816_acc(c_lo, as[mi][0], as[mi][1], m_lo);
-                mma_s8_16816_acc(c_hi, as[mi][0], as[mi][1], m_hi);
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
-                    int isum = 8 * hs[mi][ni][e] + ls[mi][ni][e], imin = c_lo[e] + 64 * c_hi[e];
-                    float v = __fmaf_rn(-sdm[o], (float)imin, __fmul_rn(sd[o], (float)isum));
-                    acc[mi][ni][e] = __fmaf_rn(sdx[r], v, acc[mi][ni][e]);
+                    for (int e = 0; e < 4; e++)
+                        isum[mi][ni][e] += ((e & 1) ? slo.y : slo.x) * lo[e] + ((e & 1) ? shi.y : shi.x) * hi[e];
                 }
             }
         }
     }
-    mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
+                acc[mi][ni][e] = __fadd_rn(acc[mi][ni][e], k8_step(sd[o], 0.0f, sdx[r], isum[mi][ni][e], 0));
+            }
 }
 
 // out[r * n_out + o] (+)= W[o] . x[r] for Q6_K weights on K8 activations (Q6_K has no min term). As mmq_q4_k8_body;
@@ -625,51 +692,12 @@ __device__ __forceinline__ void mmq_q6_k8_body(float* out, const u8* w, const si
             if (tid < 64) sd[o] = o0 + o < n_out ? h2f(d_cur) : 0.0f;
         }
         __syncthreads();
-        if (MQ_SKIP_DEAD && wm >= n_rows - r0) continue;
-        int isum[2][4][4];
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) isum[mi][ni][e] = 0;
-#pragma unroll 1
-        for (int hk = 0; hk < 4; hk++) {
-            int h = hk >> 1, kk = hk & 1;
-            int raw[4][4];
-            mp_q6k_raw(raw, sw, wn, hk, lane);
-#pragma unroll
-            for (int s = 0; s < 2; s++) {
-                int j = 4 * h + kk + 2 * s;
-                int a[2][4];
-                mp_frag_a(a, sa, wm, 32 * j, lane);
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    int b[2];
-                    mp_q6k_b(b, raw[ni], kk, s);
-                    int2 slo = *(const int2*)(sisc + (2 * j) * MQ_BN + wn + 8 * ni + 2 * t);
-                    int2 shi = *(const int2*)(sisc + (2 * j + 1) * MQ_BN + wn + 8 * ni + 2 * t);
-#pragma unroll
-                    for (int mi = 0; mi < 2; mi++) {
-                        int lo[4], hi[4];
-                        mma_s8_16816(lo, a[mi][0], a[mi][1], b[0]);
-                        mma_s8_16816(hi, a[mi][2], a[mi][3], b[1]);
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            isum[mi][ni][e] += ((e & 1) ? slo.y : slo.x) * lo[e] + ((e & 1) ? shi.y : shi.x) * hi[e];
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int r = wm + 16 * mi + g + 8 * (e >> 1), o = wn + 8 * ni + 2 * t + (e & 1);
-                    acc[mi][ni][e] = __fadd_rn(acc[mi][ni][e], k8_step(sd[o], 0.0f, sdx[r], isum[mi][ni][e], 0));
-                }
+        int live = n_rows - r0 - wm; // rows of this warp's 32 that exist
+        if (MQ_SKIP_DEAD && live <= 0) continue;
+        if (MQ_SKIP_DEAD && live <= 16)
+            mp_q6k8_slice<1>(acc, sa, sw, sdx, sisc, sd, wm, wn, lane, g, t);
+        else
+            mp_q6k8_slice<2>(acc, sa, sw, sdx, sisc, sd, wm, wn, lane, g, t);
     }
     mq_store(out, acc, r0 + wm, o0 + wn, g, t, n_rows, n_out, accumulate);
 }
