@@ -888,7 +888,8 @@ fn moe_case(
     // Each expert's slices as matrices of their own, on the int8 kernels the experts use (no dense copy for cuBLAS).
     let slice = |name: &str, ty: GgmlType, bytes: &[u8], cols: usize, rows: usize, e: usize| {
         let per = bytes.len() / ne;
-        let mut w = dev.upload_weight(name, ty, cols, rows, &bytes[e * per..(e + 1) * per], true)?;
+        let mut w =
+            dev.upload_weight(name, ty, cols, rows, &bytes[e * per..(e + 1) * per], true)?;
         w.drop_dense();
         Ok::<_, Error>(w)
     };

@@ -177,7 +177,12 @@ fn concurrent_requests_match_solo_runs_and_prefix_reuse_is_exact() {
         }
         let st = h.stats();
         assert_eq!(
-            (st.active, st.queued, st.finished, st.prompt_tokens_processed),
+            (
+                st.active,
+                st.queued,
+                st.finished,
+                st.prompt_tokens_processed
+            ),
             (
                 0,
                 0,
@@ -189,7 +194,10 @@ fn concurrent_requests_match_solo_runs_and_prefix_reuse_is_exact() {
         passes.push(st.steps);
     }
     // Split, the steps that mix a chunk with decode rows take two passes.
-    assert!(passes[1] > passes[0], "forward passes merged / split: {passes:?}");
+    assert!(
+        passes[1] > passes[0],
+        "forward passes merged / split: {passes:?}"
+    );
 
     // Prefix reuse: a second question after the same long system prompt reuses the cached prefix, and its
     // output equals the cold run of the same prompt.

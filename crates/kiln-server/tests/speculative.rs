@@ -248,7 +248,10 @@ fn speculative_requests_equal_plain_ones() {
     };
     let (got, _) = run_all(&model, Some(&drafter), 3, 512, split, &spec);
     for (i, (g, p)) in got.iter().zip(&plain).enumerate() {
-        assert_eq!(g, p, "request {i}, drafter's own proposals, prefill passes of their own");
+        assert_eq!(
+            g, p,
+            "request {i}, drafter's own proposals, prefill passes of their own"
+        );
     }
 
     // Forced: full acceptance, acceptance capped at k, a rejection at row j; mixed with plain requests.
