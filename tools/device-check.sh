@@ -15,7 +15,8 @@
 # bits = logits bit-equal to another build's, REF_KILN=path, not in the default;
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
 # dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10;
-# profile = ncu's time of every kernel of a decode step and of a 16-row block, per step;
+# profile = ncu's time of every kernel of a decode step and of a 16-row block, per step, and of the 8B's prefill
+# chunks of 512;
 # tune = kernel constants from TUNE tried against the defaults, not in the default;
 # ablate = the 8B's decode step without one kind of launch at a time, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -260,13 +261,15 @@ if want moe; then
     # The attention projections on cuBLAS (the experts stay on the grouped int8 kernel) at pp4096.
     step ab-moe-KILN_NO_CUDA_PREFILL_BLAS "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 -b 512 \
         -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS=1
-    # The expert tiles' dead warps (rows 32..63 of a tile of 32 slots or fewer) computing anyway.
+    # The 4096-token prompt in one pass (full expert tiles: ~256 slots an expert).
+    step bench-moe-one-pass "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 -b 4096 -n 0 -r 2
+    # The expert tiles' rows past their last (most tiles hold ~32 of 64 slots at chunks of 512) computed anyway.
     step ab-moe-MQ_SKIP_DEAD "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 -b 512 -n 0 -r 2 \
         --ab "KILN_CUDA_DEFINES=-DMQ_SKIP_DEAD=0"
     say "Qwen3-MoE (CUDA):"
     grep -E "^\|" "$OUT/bench-moe.log" "$OUT/ab-KILN_NO_CUDA_MOE_GROUP.log" \
         "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_MMA.log" "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_BLAS.log" \
-        "$OUT/ab-moe-MQ_SKIP_DEAD.log" | tee -a "$OUT/summary.txt"
+        "$OUT/bench-moe-one-pass.log" "$OUT/ab-moe-MQ_SKIP_DEAD.log" | tee -a "$OUT/summary.txt"
 fi
 
 # 5. DFlash on the GPU: the drafter's step and the verify block against plain decoding, at forced acceptance
@@ -323,7 +326,10 @@ if want profile && command -v ncu >/dev/null; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
     for m in q8b-q4km q06-q4km; do
-        for shape in "decode -p 0 -n 6 12" "block16 -p 16 -b 16 -n 0 2"; do
+        shapes=("decode -p 0 -n 6 12" "block16 -p 16 -b 16 -n 0 2")
+        # The 8B's prefill: a 4096-token prompt in chunks of 512 (warm-up and run: 16 chunks), per chunk.
+        [ "$m" = q8b-q4km ] && shapes+=("prefill -p 4096 -b 512 -n 0 16")
+        for shape in "${shapes[@]}"; do
             set -- $shape
             name=$1 steps=${*: -1}
             shift
