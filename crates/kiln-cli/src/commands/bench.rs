@@ -146,7 +146,7 @@ pub struct Args {
         default_value = "0"
     )]
     pub threads: Vec<usize>,
-    /// Prefill chunk: rows per forward pass (default: the device's, see `Device::default_batch`).
+    /// Prefill chunk: rows per forward pass (default: 512 on CUDA, 64 on the CPU).
     #[arg(short = 'b', long = "batch")]
     pub batch: Option<usize>,
     /// KV cache element type (f16 or f32).
