@@ -9,9 +9,10 @@
 #      kill-switch A/B of each optimization.
 # Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip its debug info to copy it over).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
-# Sections: STEPS="selftest sanitizer kernels parity bench prefill frontier moe dflash profile" (default all; kernels =
-# per-kernel timings; prefill = the prefill matmuls on cuBLAS against the int8 kernels, by pass size; frontier = prefill
-# to 2k/8k/32k and its logits against the int8 kernels' and the decode path's;
+# Sections: STEPS="selftest sanitizer kernels parity bench prefill frontier serve moe dflash profile" (default all;
+# kernels = per-kernel timings; prefill = the prefill matmuls on cuBLAS against the int8 kernels, by pass size;
+# frontier = prefill to 2k/8k/32k and its logits against the int8 kernels' and the decode path's; serve = kiln serve
+# under concurrent load against each request alone;
 # bits = logits bit-equal to another build's, REF_KILN=path, not in the default;
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
 # dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10;
@@ -30,7 +31,7 @@ WORK=${WORK:-/tmp/kiln-device-work}
 mkdir -p "$WORK"
 CHUNKS=${CHUNKS:-4}
 CTX=${CTX:-256}
-STEPS=${STEPS:-selftest sanitizer kernels parity bench prefill frontier moe dflash profile}
+STEPS=${STEPS:-selftest sanitizer kernels parity bench prefill frontier serve moe dflash profile}
 TOKENIZER=${TOKENIZER:-.test-assets/tokenizer-qwen3/tokenizer.json}
 mkdir -p "$OUT"
 export XDG_CACHE_HOME="$WORK/cache-$$" # a fresh kernel cache: the first self-test compiles, the second loads
@@ -245,6 +246,37 @@ if want frontier; then
         KILN_NO_CUDA_FLASH_ATTN=1 "$KILN" "${fr[@]}" --ref-frontier-logits "$WORK/frontier-fast"
     grep -E "^\||frontier" "$OUT/frontier.log" "$OUT/frontier-int8.log" "$OUT/frontier-decode-path.log" |
         tee -a "$OUT/summary.txt"
+fi
+
+# 3d. `kiln serve` on the GPU (STEPS=serve): the 8B Q4_K_M behind the server, 4 slots; tools/serve-check.py sends
+# greedy completions (short prompts and one of ~3,000 tokens: six prefill chunks of 512) alone and then all at
+# once, streamed and not: every concurrent text must equal its solo text (prompt chunks in prefill passes of their
+# own, decode rows batch-invariant).
+if want serve; then
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    cat README.md docs/*.md crates/*/src/lib.rs 2>/dev/null | head -c 60000 >"$WORK/text.txt"
+    port=$((20000 + RANDOM % 20000))
+    "$KILN" serve -m "$WORK/q8b-q4km.gguf" --device cuda --port "$port" -c 32768 --parallel 4 \
+        >"$OUT/serve-server.log" 2>&1 &
+    spid=$!
+    for _ in $(seq 1 1200); do
+        grep -q "ready on" "$OUT/serve-server.log" && break
+        kill -0 "$spid" 2>/dev/null || break
+        sleep 0.1
+    done
+    # Not `step`: the server is stopped whatever the check says.
+    say "serve-check: tools/serve-check.py on kiln serve --device cuda (8B Q4_K_M, 4 slots)"
+    timeout 300 python3 tools/serve-check.py "http://127.0.0.1:$port" --long-file "$WORK/text.txt" \
+        --max-tokens 64 >"$OUT/serve-check.log" 2>&1
+    rc=$?
+    kill "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+    grep -E "^(round|serve-check|FAIL)" "$OUT/serve-check.log" | tee -a "$OUT/summary.txt"
+    if [ $rc -ne 0 ]; then
+        say "FAILED: serve-check (exit $rc); last lines of serve-server.log:"
+        tail -n 20 "$OUT/serve-server.log" | tee -a "$OUT/summary.txt"
+        exit 1
+    fi
 fi
 
 # 4. Qwen3-MoE: a synth 30B-A3B Q4_K_M (128 experts, 8 a token): decode, a 16-row block and prefill, the
