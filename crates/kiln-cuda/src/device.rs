@@ -245,6 +245,8 @@ pub struct Device {
     weight_bytes: AtomicU64,
     /// cuBLAS for the prefill GEMM ([`Options::prefill_blas`]; none when off or when the library is missing).
     blas: Option<Blas>,
+    /// Rows from which a prefill pass's matmuls take cuBLAS ([`BLAS_MIN_ROWS`]; [`Device::set_blas_min_rows`]).
+    blas_min_rows: AtomicUsize,
     /// Bytes of the weights' dense bf16 copies, and the widest such weight (sizes `dense_x`).
     dense_bytes: AtomicU64,
     dense_cols: AtomicUsize,
@@ -623,6 +625,7 @@ impl Device {
             q8_read: AtomicBool::new(false),
             weight_bytes: AtomicU64::new(0),
             blas,
+            blas_min_rows: AtomicUsize::new(BLAS_MIN_ROWS),
             dense_bytes: AtomicU64::new(0),
             dense_cols: AtomicUsize::new(0),
             dense_x: Mutex::new(dense_x),
@@ -1006,8 +1009,17 @@ impl Device {
     /// `w`'s dense copy when a matmul of `n_rows` rows of the current pass takes cuBLAS.
     fn dense_for<'a>(&self, w: &'a DWeight, n_rows: usize) -> Option<&'a CudaSlice<u16>> {
         let d = w.dense.as_ref()?;
-        (self.blas.is_some() && n_rows >= BLAS_MIN_ROWS && self.lock(&self.meta).prefill)
-            .then_some(d)
+        let min = self.blas_min_rows.load(Ordering::Relaxed);
+        (self.blas.is_some() && n_rows >= min && self.lock(&self.meta).prefill).then_some(d)
+    }
+
+    /// Prefill passes' matmuls take cuBLAS from `rows` rows on (default [`BLAS_MIN_ROWS`]). A DFlash drafter's
+    /// device sets 1: its proposals only decide how many tokens a round accepts, never which, so its 16-row
+    /// blocks may read bf16 copies at cuBLAS's rate rather than match any other path's bits. Captured graphs are
+    /// dropped (they hold the kernel choice).
+    pub fn set_blas_min_rows(&self, rows: usize) {
+        self.blas_min_rows.store(rows.max(1), Ordering::Relaxed);
+        self.bump_generation();
     }
 
     /// `out[r] (+)= W · x[r]` on cuBLAS: `W` the dense copy (`n_out × cols`, row-major, i.e. column-major

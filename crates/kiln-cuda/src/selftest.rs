@@ -3,7 +3,7 @@
 //! must be bit-identical). `kiln selftest --device cuda` prints its [`Check`]s; on a GPU the crate's
 //! integration test runs it too.
 
-use crate::device::{AttnShape, DBuf, DKv, Device, MoeShape, MMQ_MIN_ROWS};
+use crate::device::{AttnShape, DBuf, DKv, Device, MoeShape, BLAS_MIN_ROWS, MMQ_MIN_ROWS};
 use crate::error::{Error, Result};
 use kiln_quant::{dequantize, quantize, GgmlType};
 
@@ -286,7 +286,8 @@ fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>)
     Ok(())
 }
 
-/// The prefill GEMM on cuBLAS against a weight's dense bf16 copy (`prefill_blas`, prefill passes of 64+ rows):
+/// The prefill GEMM on cuBLAS against a weight's dense bf16 copy (`prefill_blas`, prefill passes of 64+ rows, and
+/// 16 rows as a DFlash drafter's device runs them):
 /// against a host model of the same rounding (bf16 weights and activations, f64 sums: only cuBLAS's f32
 /// accumulation order differs) and the exact product, the residual form, run-to-run bits, Q/K sharing one
 /// rounding of the activations, graph replay, and decode passes of the same size keeping the GEMV's bits.
@@ -300,7 +301,9 @@ fn dense_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check
     let bf = |v: f32| half::bf16::from_f32(v).to_f32();
     let wd = dequantize_rows(ty, &wq, rows, cols)?;
     let wb: Vec<f32> = wd.iter().map(|&v| bf(v)).collect();
-    for n in [64usize, 133] {
+    // 16 rows as on a DFlash drafter's device (cuBLAS from one row: `set_blas_min_rows`).
+    for (n, min_rows) in [(16usize, 1usize), (64, BLAS_MIN_ROWS), (133, BLAS_MIN_ROWS)] {
+        dev.set_blas_min_rows(min_rows);
         let x = rng.vec(n * cols);
         let xr: Vec<f32> = x.iter().map(|&v| bf(v)).collect();
         let model: Vec<f64> = (0..n * rows)
@@ -391,6 +394,7 @@ fn dense_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check
             tol: 0.0,
         });
     }
+    dev.set_blas_min_rows(BLAS_MIN_ROWS);
     dev.set_pass(&[], &[], &[], false)?;
     Ok(())
 }

@@ -149,7 +149,14 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_CUDA_DRAFTER",
-        disables: "CUDA: a DFlash drafter runs on its target's GPU; it runs on the host instead (same drafts)",
+        disables: "CUDA: a DFlash drafter runs on its target's GPU; it runs on the host instead (the drafts the GPU \
+                   gives with KILN_NO_CUDA_DRAFTER_BLAS)",
+        default_on: true,
+    },
+    FlagInfo {
+        env: "KILN_NO_CUDA_DRAFTER_BLAS",
+        disables: "CUDA: a DFlash drafter's matmuls on cuBLAS against bf16 weight copies, every row count (its \
+                   proposals set only how many tokens are accepted, never which); the block kernels instead",
         default_on: true,
     },
     FlagInfo {
@@ -216,6 +223,8 @@ pub struct Flags {
     pub device_argmax: bool,
     /// CUDA: a DFlash drafter on its target's GPU.
     pub cuda_drafter: bool,
+    /// CUDA: the drafter's matmuls on cuBLAS at every row count.
+    pub cuda_drafter_blas: bool,
 }
 
 impl Default for Flags {
@@ -246,6 +255,7 @@ impl Default for Flags {
             cuda_prefill_blas: true,
             device_argmax: true,
             cuda_drafter: true,
+            cuda_drafter_blas: true,
         }
     }
 }
@@ -278,6 +288,7 @@ impl Flags {
             cuda_prefill_blas: false,
             device_argmax: false,
             cuda_drafter: false,
+            cuda_drafter_blas: false,
         }
     }
 
@@ -338,6 +349,7 @@ impl Flags {
                 "KILN_NO_CUDA_PREFILL_BLAS" => flags.cuda_prefill_blas = !disabled,
                 "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
+                "KILN_NO_CUDA_DRAFTER_BLAS" => flags.cuda_drafter_blas = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),
             }
         }

@@ -56,6 +56,10 @@ pub struct Drafter {
     /// The GPU backend holding the drafter's tensors and the target's head, when the target runs on a GPU.
     #[cfg(feature = "cuda")]
     gpu: Option<crate::cuda::CudaBackend>,
+    /// The GPU drafter's passes are marked prefill and its matmuls of any row count take cuBLAS
+    /// (`KILN_NO_CUDA_DRAFTER_BLAS` turns it off; the proposals' bits matter only to the acceptance count).
+    #[cfg(feature = "cuda")]
+    gpu_blas: bool,
 }
 
 impl std::fmt::Debug for Drafter {
@@ -354,6 +358,15 @@ impl Drafter {
             }
             _ => None,
         };
+        #[cfg(feature = "cuda")]
+        let gpu_blas = {
+            let f = target.backend().flags();
+            let on = f.cuda_drafter_blas && f.cuda_prefill_blas && f.quant_act;
+            if let (true, Some(g)) = (on, &gpu) {
+                g.device().set_blas_min_rows(1);
+            }
+            on && gpu.as_ref().is_some_and(|g| g.device().dense_bytes() > 0)
+        };
         Ok(Drafter {
             cfg,
             fc,
@@ -364,6 +377,8 @@ impl Drafter {
             head,
             #[cfg(feature = "cuda")]
             gpu,
+            #[cfg(feature = "cuda")]
+            gpu_blas,
         })
     }
 
@@ -398,6 +413,9 @@ impl Drafter {
             // Attention scratch sized now: the drafter's passes are captured as graphs, which may not allocate.
             g.device()
                 .reserve_attention(c.block_size, c.n_head, c.head_dim, capacity)
+                .map_err(|e| Error::Device(e.to_string()))?;
+            g.device()
+                .reserve_dense(c.block_size)
                 .map_err(|e| Error::Device(e.to_string()))?;
             // f16: the GPU's split-KV attention reads f16 caches.
             return Ok(DraftState {
@@ -554,7 +572,7 @@ impl Drafter {
                     let toks = vec![0u32; m];
                     g.write(&mut sc.feat, chunk)?;
                     let key = [sc.feat.id(), kv.id(), 0];
-                    g.pass(key, &toks, &rows, &[], true, false, &mut || {
+                    g.pass(key, &toks, &rows, &[], true, self.gpu_blas, &mut || {
                         self.context_rows(g, kv, sc, start, m)
                     })?;
                 }
@@ -648,14 +666,22 @@ impl Drafter {
                 let (rows, _) = rows_at(start, n);
                 g.write(&mut sc.x, &x)?;
                 let key = [sc.x.id(), kv.id(), 0];
-                g.pass(key, block, &rows, &logit_rows, true, false, &mut || {
-                    self.block_rows(g, kv, sc, start, n)?;
-                    if propose {
-                        g.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
-                        g.matmul(&mut sc.logits, &self.head, &sc.tmp, n - 1)?;
-                    }
-                    Ok(())
-                })?;
+                g.pass(
+                    key,
+                    block,
+                    &rows,
+                    &logit_rows,
+                    true,
+                    self.gpu_blas,
+                    &mut || {
+                        self.block_rows(g, kv, sc, start, n)?;
+                        if propose {
+                            g.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
+                            g.matmul(&mut sc.logits, &self.head, &sc.tmp, n - 1)?;
+                        }
+                        Ok(())
+                    },
+                )?;
                 if !propose {
                     return Ok(Vec::new());
                 }
