@@ -311,9 +311,9 @@ if want dflash; then
     synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
     step bench-dflash timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
         --draft-force 3,6,9 -d 256 -n 128 -r 2
-    # The drafter's matmuls on its block kernels instead of cuBLAS (`--ab` does not take --draft: a second run).
-    step ab-KILN_NO_CUDA_DRAFTER_BLAS timeout 400 env KILN_NO_CUDA_DRAFTER_BLAS=1 "$KILN" bench \
-        -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" --draft-force 3,6,9 -d 256 -n 128 -r 2
+    # The drafter's matmuls on its block kernels instead of cuBLAS.
+    step ab-KILN_NO_CUDA_DRAFTER_BLAS timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+        --draft "$WORK/d8b-q8.gguf" --draft-force 9 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFTER_BLAS=1
     say "DFlash (CUDA, forced acceptance):"
     grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DRAFTER_BLAS.log" |
         tee -a "$OUT/summary.txt"

@@ -392,5 +392,35 @@ fn bench_draft_reports_tau_histogram_and_split() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("at most 7 drafts"));
+    // `--ab` takes `--draft`: the plain and the speculative speed of each arm.
+    let (out, _) = kiln(&[
+        "bench",
+        "-m",
+        m.to_str().unwrap(),
+        "--draft",
+        dir.to_str().unwrap(),
+        "--draft-force",
+        "3",
+        "-n",
+        "6",
+        "-r",
+        "1",
+        "-t",
+        "2",
+        "--ab",
+        "KILN_NO_SIMD=1",
+        "-o",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let metrics: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["metric"].as_str().unwrap())
+        .collect();
+    assert_eq!(metrics.len(), 2, "{metrics:?}");
+    assert!(metrics[0].ends_with("tg6 AR"), "{metrics:?}");
+    assert!(metrics[1].ends_with("tg6 k=3 DFlash"), "{metrics:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

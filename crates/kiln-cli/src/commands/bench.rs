@@ -592,10 +592,20 @@ pub fn metrics_of(json: &serde_json::Value) -> Result<Vec<(String, f64)>> {
                     .unwrap_or(0),
                 s("test")
             );
-            v.push((
-                name,
-                num("avg_ts").context("A/B child record without avg_ts")?,
-            ));
+            if let Some(spec) = num("spec_avg_ts") {
+                // A --draft record: plain and speculative decoding at one forced acceptance.
+                let force = o.get("force").map_or("own".into(), |f| f.to_string());
+                v.push((
+                    format!("{name} AR"),
+                    num("ar_avg_ts").context("A/B child record without ar_avg_ts")?,
+                ));
+                v.push((format!("{name} k={force} DFlash"), spec));
+            } else {
+                v.push((
+                    name,
+                    num("avg_ts").context("A/B child record without avg_ts")?,
+                ));
+            }
         }
     }
     Ok(v)
