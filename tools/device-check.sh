@@ -216,7 +216,7 @@ if want bench; then
     grep -E "^\|" "$OUT/bench-depth.log" | tee -a "$OUT/summary.txt"
 fi
 
-# 3b. Prefill matmuls on cuBLAS (bf16 copies of the weights, the default from 64 rows) against the int8 kernels
+# 3b. Prefill matmuls on cuBLAS (bf16 copies of the weights, the default from 17 rows) against the int8 kernels
 # (KILN_NO_CUDA_PREFILL_BLAS): by rows a pass around the switch-over, then the pp512 / pp4096 in chunks
 # of 512 and the 4096-token prompt in one pass.
 if want prefill; then

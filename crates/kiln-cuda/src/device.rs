@@ -38,9 +38,10 @@ const ROW_THREADS: u32 = 256;
 /// a few rows as well).
 pub const MMQ_MIN_ROWS: usize = 16;
 /// Rows from which a prefill pass's matmul on a weight with a dense bf16 copy runs on cuBLAS ([`Options::prefill_blas`]):
-/// with fewer rows the GEMM reads the copy's 2 bytes a weight for too little arithmetic, and the int8 kernel on the
-/// quantized bytes is the faster one.
-pub const BLAS_MIN_ROWS: usize = 64;
+/// the first row count of the prefill kernels' range. Measured on the H200 (8B Q4_K_M, a pass's time): at 64 rows
+/// cuBLAS 8.2 ms against the int8 kernel's 14.4, and the int8 kernel's time hardly falls with fewer rows (13.6 ms
+/// at 32: its few tiles are latency-bound) while cuBLAS reads the same copies for less arithmetic.
+pub const BLAS_MIN_ROWS: usize = MMQ_MIN_ROWS + 1;
 /// cuBLAS workspace, set once at open so that a captured pass never has cuBLAS allocate.
 const BLAS_WORKSPACE: usize = 32 << 20;
 /// Device memory a dense copy must leave free (besides this share of the card): the KV cache and the scratch are

@@ -286,8 +286,8 @@ fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>)
     Ok(())
 }
 
-/// The prefill GEMM on cuBLAS against a weight's dense bf16 copy (`prefill_blas`, prefill passes of 64+ rows, and
-/// 16 rows as a DFlash drafter's device runs them):
+/// The prefill GEMM on cuBLAS against a weight's dense bf16 copy (`prefill_blas`, prefill passes of more than 16
+/// rows, and 16 rows as a DFlash drafter's device runs them):
 /// against a host model of the same rounding (bf16 weights and activations, f64 sums: only cuBLAS's f32
 /// accumulation order differs) and the exact product, the residual form, run-to-run bits, Q/K sharing one
 /// rounding of the activations, graph replay, and decode passes of the same size keeping the GEMV's bits.
@@ -302,7 +302,12 @@ fn dense_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check
     let wd = dequantize_rows(ty, &wq, rows, cols)?;
     let wb: Vec<f32> = wd.iter().map(|&v| bf(v)).collect();
     // 16 rows as on a DFlash drafter's device (cuBLAS from one row: `set_blas_min_rows`).
-    for (n, min_rows) in [(16usize, 1usize), (64, BLAS_MIN_ROWS), (133, BLAS_MIN_ROWS)] {
+    for (n, min_rows) in [
+        (16usize, 1usize),
+        (20, BLAS_MIN_ROWS),
+        (64, BLAS_MIN_ROWS),
+        (133, BLAS_MIN_ROWS),
+    ] {
         dev.set_blas_min_rows(min_rows);
         let x = rng.vec(n * cols);
         let xr: Vec<f32> = x.iter().map(|&v| bf(v)).collect();
@@ -1024,7 +1029,10 @@ fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
         let mut ws = Vec::new();
         for (&ty, &r) in types.iter().zip(&rows) {
             let wq = random_weight(rng, ty, r, cols)?;
-            ws.push(dev.upload_weight("test.many", ty, cols, r, &wq, true)?);
+            let mut w = dev.upload_weight("test.many", ty, cols, r, &wq, true)?;
+            // The prefill kernel's jobs, not cuBLAS on dense copies (`dense_check` has its two-weight call).
+            w.drop_dense();
+            ws.push(w);
         }
         let xh = rng.vec(n * cols);
         let x = dev.upload(&xh)?;

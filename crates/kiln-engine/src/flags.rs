@@ -106,7 +106,7 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_CUDA_PREFILL_BLAS",
-        disables: "CUDA: prompt prefill matmuls of 64+ rows on cuBLAS bf16 tensor cores against a bf16 copy of each \
+        disables: "CUDA: prompt prefill matmuls of 17+ rows on cuBLAS bf16 tensor cores against a bf16 copy of each \
                    quantized 2-D weight made at load (while device memory allows; reported at load); the int8 \
                    prefill kernel on the quantized weights instead",
         default_on: true,

@@ -42,7 +42,7 @@ impl std::str::FromStr for Device {
 
 impl Device {
     /// Prompt rows a forward pass takes unless `-b` says otherwise: 512 on CUDA, where the prefill matmuls run
-    /// on cuBLAS from 64 rows and reach full speed near 512 (synth Qwen3-8B Q4_K_M on an H200: 7.8k tok/s in
+    /// on cuBLAS from 17 rows and reach full speed near 512 (synth Qwen3-8B Q4_K_M on an H200: 7.8k tok/s in
     /// passes of 64, 29.5k in passes of 512, docs/PERFORMANCE.md); 64 on the CPU, where larger passes measured
     /// within the noise (SmolLM2-135M pp128 on 2 cores) and keep the scratch small.
     pub fn default_batch(self) -> usize {
