@@ -338,26 +338,20 @@ fn bench_draft_reports_tau_histogram_and_split() {
         },
     )
     .unwrap();
-    let (out, _) = kiln(&[
-        "bench",
-        "-m",
-        m.to_str().unwrap(),
-        "--draft",
-        dir.to_str().unwrap(),
-        "--draft-force",
-        "own,3,7",
-        "-n",
-        "12",
-        "-d",
-        "8",
-        "-r",
-        "1",
-        "-t",
-        "2",
-        "-o",
-        "json",
-    ]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // `kiln bench` on SmolLM2 with this drafter, two threads, one timed run, JSON out, and `extra`.
+    let draft_bench = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "bench",
+            "-m",
+            m.to_str().unwrap(),
+            "--draft",
+            dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(&["-r", "1", "-t", "2", "-o", "json"]);
+        args.extend_from_slice(extra);
+        serde_json::from_str(&kiln(&args).0).unwrap()
+    };
+    let v = draft_bench(&["--draft-force", "own,3,7", "-n", "12", "-d", "8"]);
     let recs = v.as_array().unwrap();
     let forces: Vec<String> = recs.iter().map(|r| r["force"].to_string()).collect();
     assert_eq!(forces, ["\"own\"", "3", "7"]);
@@ -393,26 +387,7 @@ fn bench_draft_reports_tau_histogram_and_split() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("at most 7 drafts"));
     // `--ab` takes `--draft`: the plain and the speculative speed of each arm.
-    let (out, _) = kiln(&[
-        "bench",
-        "-m",
-        m.to_str().unwrap(),
-        "--draft",
-        dir.to_str().unwrap(),
-        "--draft-force",
-        "3",
-        "-n",
-        "6",
-        "-r",
-        "1",
-        "-t",
-        "2",
-        "--ab",
-        "KILN_NO_SIMD=1",
-        "-o",
-        "json",
-    ]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = draft_bench(&["--draft-force", "3", "-n", "6", "--ab", "KILN_NO_SIMD=1"]);
     let metrics: Vec<&str> = v["results"]
         .as_array()
         .unwrap()

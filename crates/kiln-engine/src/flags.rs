@@ -156,7 +156,7 @@ pub const REGISTRY: &[FlagInfo] = &[
     FlagInfo {
         env: "KILN_NO_CUDA_DRAFTER_BLAS",
         disables: "CUDA: a DFlash drafter's matmuls on cuBLAS against bf16 weight copies, every row count (its \
-                   proposals set only how many tokens are accepted, never which); the block kernels instead",
+                   proposals set only how many tokens are accepted, never which); the block kernels instead, and no copies",
         default_on: true,
     },
     FlagInfo {

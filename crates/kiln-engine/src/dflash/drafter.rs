@@ -349,24 +349,27 @@ impl Drafter {
                     Error::Device(format!("target head '{}' not found", head.name))
                 })?;
                 tensors.push((tf, head_info));
+                // The bf16 copies only where the drafter's cuBLAS path will read them.
+                let mut flags = target.backend().flags();
+                flags.cuda_prefill_blas &= flags.cuda_drafter_blas;
                 Some(crate::cuda::CudaBackend::from_tensors(
                     t.ordinal(),
                     &tensors,
-                    target.backend().flags(),
+                    flags,
                     None,
                 )?)
             }
             _ => None,
         };
+        // Where bf16 copies were made (cuBLAS on, not the reference mode, memory to spare) every matmul takes them.
         #[cfg(feature = "cuda")]
-        let gpu_blas = {
-            let f = target.backend().flags();
-            let on = f.cuda_drafter_blas && f.cuda_prefill_blas && f.quant_act;
-            if let (true, Some(g)) = (on, &gpu) {
+        let gpu_blas = gpu.as_ref().is_some_and(|g| {
+            let on = g.device().dense_bytes() > 0;
+            if on {
                 g.device().set_blas_min_rows(1);
             }
-            on && gpu.as_ref().is_some_and(|g| g.device().dense_bytes() > 0)
-        };
+            on
+        });
         Ok(Drafter {
             cfg,
             fc,
