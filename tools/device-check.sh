@@ -285,9 +285,9 @@ if want moe; then
     synth synth-30b-a3b "$WORK/q30b-a3b-q4km.gguf" --arch qwen3moe --preset 30b-a3b --quant q4_k_m "${tok[@]}"
     step bench-moe timeout 400 "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 16,512,4096 -b 512 \
         -n 128 -r 2
-    # The expert tiles' rows past their last (most tiles hold ~32 of 64 slots at chunks of 512) computed anyway.
-    step ab-moe-MQ_SKIP_DEAD "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 -b 512 -n 0 -r 2 \
-        --ab "KILN_CUDA_DEFINES=-DMQ_SKIP_DEAD=0"
+    # The router (F32 weights) on f32 cuBLAS against matmul_f.
+    step ab-moe-KILN_NO_CUDA_PREFILL_BLAS_FLOAT "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 \
+        -b 512 -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
     # Grouping off (one GEMV per choice) at a verify-sized pass; the prefill kernel off (GEMV tiles) at pp512.
     step ab-KILN_NO_CUDA_MOE_GROUP "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 16 -n 0 \
         -r 2 --ab KILN_NO_CUDA_MOE_GROUP=1
@@ -298,10 +298,15 @@ if want moe; then
         -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS=1
     # The 4096-token prompt in one pass (full expert tiles: ~256 slots an expert).
     step bench-moe-one-pass "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 -b 4096 -n 0 -r 2
+    # The expert tiles' rows past their last (most tiles hold ~32 of 64 slots at chunks of 512) computed anyway
+    # (slow: each process compiles the kernels with the define).
+    step ab-moe-MQ_SKIP_DEAD "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 -b 512 -n 0 -r 2 \
+        --ab "KILN_CUDA_DEFINES=-DMQ_SKIP_DEAD=0"
     say "Qwen3-MoE (CUDA):"
     grep -E "^\|" "$OUT/bench-moe.log" "$OUT/ab-KILN_NO_CUDA_MOE_GROUP.log" \
         "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_MMA.log" "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_BLAS.log" \
-        "$OUT/bench-moe-one-pass.log" "$OUT/ab-moe-MQ_SKIP_DEAD.log" | tee -a "$OUT/summary.txt"
+        "$OUT/bench-moe-one-pass.log" "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_BLAS_FLOAT.log" \
+        "$OUT/ab-moe-MQ_SKIP_DEAD.log" | tee -a "$OUT/summary.txt"
 fi
 
 # 5. DFlash on the GPU: the drafter's step and the verify block against plain decoding, at forced acceptance

@@ -12,6 +12,7 @@
 
 use crate::compile::{arch_name, cubin_cached};
 use crate::error::{drv, Error, Result};
+use cudarc::cublas::sys::cudaDataType;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
     sys as cu, CudaContext, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream, DevicePtr,
@@ -118,6 +119,10 @@ pub struct Options {
     /// device memory allows ([`Device::dense_bytes`]), and the activations rounded to bf16; else the int8 prefill
     /// kernel (mmq.cu) on the quantized bytes.
     pub prefill_blas: bool,
+    /// With `prefill_blas`: those passes multiply F32 weights (the MoE router) on cuBLAS in f32 (no TF32) against
+    /// the f32 activations, and BF16 weights in bf16 against activations rounded to bf16, both reading the weight
+    /// as uploaded; else `matmul_f` (one block per output, every weight row read once per 8 activation rows).
+    pub prefill_blas_float: bool,
     /// Programmatic dependent launch (sm_90 and later): each kernel may be launched while the one before it
     /// runs, and waits on the device for it (`wait_prior_kernel`), so launch latency and block start-up overlap
     /// the previous kernel's tail. Same bits.
@@ -145,6 +150,7 @@ impl Default for Options {
             flash_attn: true,
             moe_group: true,
             prefill_blas: true,
+            prefill_blas_float: true,
             pdl: true,
             reference: false,
         }
@@ -304,10 +310,6 @@ impl DWeight {
     /// Whether the weight is repacked for a 16-byte-load GEMV kernel.
     pub fn is_repacked(&self) -> bool {
         self.layout == Layout::Gemv
-    }
-    /// Whether the weight has a dense bf16 copy for the prefill GEMM on cuBLAS.
-    pub fn has_dense(&self) -> bool {
-        self.dense.is_some()
     }
     /// Frees the dense copy (the self-test's int8 prefill checks).
     pub(crate) fn drop_dense(&mut self) {
@@ -890,6 +892,9 @@ impl Device {
             data: data.map_err(drv(format!("uploading tensor '{name}'")))?,
             dense,
         };
+        if self.blas_float(&w).is_some() {
+            self.dense_cols.fetch_max(cols, Ordering::Relaxed);
+        }
         if self.uses_k8(&w, 1) {
             self.k8_weights.store(true, Ordering::Relaxed);
         }
@@ -949,7 +954,7 @@ impl Device {
     /// Sizes the bf16 activations of the cuBLAS matmuls for passes of up to `rows` rows (before any pass is
     /// captured).
     pub fn reserve_dense(&self, rows: usize) -> Result<()> {
-        if self.dense_bytes() > 0 {
+        if self.dense_cols.load(Ordering::Relaxed) > 0 {
             self.dense_scratch(rows * self.dense_cols.load(Ordering::Relaxed))?;
         }
         Ok(())
@@ -1007,11 +1012,51 @@ impl Device {
         Ok(xb)
     }
 
-    /// `w`'s dense copy when a matmul of `n_rows` rows of the current pass takes cuBLAS.
-    fn dense_for<'a>(&self, w: &'a DWeight, n_rows: usize) -> Option<&'a CudaSlice<u16>> {
-        let d = w.dense.as_ref()?;
-        let min = self.blas_min_rows.load(Ordering::Relaxed);
-        (self.blas.is_some() && n_rows >= min && self.lock(&self.meta).prefill).then_some(d)
+    /// The matrix cuBLAS reads for `w` and its element type, when a matmul of `n_rows` rows of the current pass
+    /// takes cuBLAS.
+    fn blas_weight(&self, w: &DWeight, n_rows: usize) -> Option<(u64, cudaDataType)> {
+        if !self.lock(&self.meta).prefill {
+            return None;
+        }
+        self.blas_matrix(w, n_rows)
+    }
+
+    /// What a prefill pass of `n_rows` rows multiplies on cuBLAS for `w`: the dense bf16 copy of a quantized
+    /// weight, or an F32/BF16 weight as uploaded.
+    fn blas_matrix(&self, w: &DWeight, n_rows: usize) -> Option<(u64, cudaDataType)> {
+        if self.blas.is_none() || n_rows < self.blas_min_rows.load(Ordering::Relaxed) {
+            return None;
+        }
+        match &w.dense {
+            Some(d) => Some((self.ptr(d), cudaDataType::CUDA_R_16BF)),
+            None => self.blas_float(w).map(|t| (self.ptr(&w.data), t)),
+        }
+    }
+
+    /// The cuBLAS element type of an F32 or BF16 weight that prefill passes multiply on cuBLAS
+    /// ([`Options::prefill_blas_float`]; BF16 rows a whole number of `to_bf16`'s groups of 8).
+    fn blas_float(&self, w: &DWeight) -> Option<cudaDataType> {
+        if self.blas.is_none() || !self.opts.prefill_blas_float || w.layout != Layout::Native {
+            return None;
+        }
+        match w.ty {
+            GgmlType::F32 => Some(cudaDataType::CUDA_R_32F),
+            GgmlType::BF16 if w.cols.is_multiple_of(8) => Some(cudaDataType::CUDA_R_16BF),
+            _ => None,
+        }
+    }
+
+    /// Whether prefill passes of `n_rows` rows multiply `w` on cuBLAS.
+    pub fn takes_blas(&self, w: &DWeight, n_rows: usize) -> bool {
+        self.blas_matrix(w, n_rows).is_some()
+    }
+
+    /// The activations cuBLAS reads for a weight of element type `t`: the f32 rows themselves, or rounded to bf16.
+    fn blas_input(&self, x: &DBuf, n: usize, t: cudaDataType) -> Result<u64> {
+        if t == cudaDataType::CUDA_R_32F {
+            return Ok(self.ptr(&x.data));
+        }
+        self.dense_input(x, n)
     }
 
     /// Prefill passes' matmuls take cuBLAS from `rows` rows on (default [`BLAS_MIN_ROWS`]). A DFlash drafter's
@@ -1023,13 +1068,14 @@ impl Device {
         self.bump_generation();
     }
 
-    /// `out[r] (+)= W · x[r]` on cuBLAS: `W` the dense copy (`n_out × cols`, row-major, i.e. column-major
-    /// `cols × n_out`, transposed), `x` bf16 `n_rows × cols`, `out` f32 `n_rows × n_out`; f32 accumulation.
+    /// `out[r] (+)= W · x[r]` on cuBLAS: `W` (`n_out × cols`, row-major, i.e. column-major `cols × n_out`,
+    /// transposed) and `x` (`n_rows × cols`) both of element type `t` (bf16 or f32), `out` f32 `n_rows × n_out`;
+    /// f32 accumulation (no TF32: the handle keeps the default math mode).
     #[allow(clippy::too_many_arguments)]
     fn gemm_dense(
         &self,
         out: u64,
-        w: &CudaSlice<u16>,
+        (wp, t): (u64, cudaDataType),
         xb: u64,
         n_out: usize,
         cols: usize,
@@ -1037,9 +1083,7 @@ impl Device {
         accumulate: bool,
         name: &str,
     ) -> Result<()> {
-        use cudarc::cublas::sys::{
-            cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType,
-        };
+        use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t};
         let Some(blas) = &self.blas else {
             return Err(Error::Shape {
                 op: "matmul",
@@ -1047,12 +1091,11 @@ impl Device {
             });
         };
         let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0 });
-        let wp = self.ptr(w);
         self.ctx
             .bind_to_thread()
             .map_err(drv(format!("cuBLAS matmul '{name}'")))?;
         // SAFETY: the pointers are live device allocations of the checked sizes (w: n_out × cols, xb: at least
-        // n_rows × cols from `dense_input`, out: n_rows × n_out by the caller's check); alpha and beta are host
+        // n_rows × cols from `blas_input`, out: n_rows × n_out by the caller's check); alpha and beta are host
         // values read during the call; the handle's stream is the device's one stream.
         unsafe {
             cudarc::cublas::result::gemm_ex(
@@ -1064,10 +1107,10 @@ impl Device {
                 cols as i32,
                 &alpha as *const f32 as *const c_void,
                 wp as *const c_void,
-                cudaDataType::CUDA_R_16BF,
+                t,
                 cols as i32,
                 xb as *const c_void,
-                cudaDataType::CUDA_R_16BF,
+                t,
                 cols as i32,
                 &beta as *const f32 as *const c_void,
                 out as *mut c_void,
@@ -1815,10 +1858,10 @@ impl Device {
         if n_rows == 0 || self.skipped(weight_role(&w.name)) {
             return Ok(());
         }
-        if let Some(d) = self.dense_for(w, n_rows) {
-            let xb = self.dense_input(x, n_rows * w.cols)?;
+        if let Some(bw) = self.blas_weight(w, n_rows) {
+            let xb = self.blas_input(x, n_rows * w.cols, bw.1)?;
             let o = self.ptr(&out.data);
-            return self.gemm_dense(o, d, xb, w.rows, w.cols, n_rows, accumulate, &w.name);
+            return self.gemm_dense(o, bw, xb, w.rows, w.cols, n_rows, accumulate, &w.name);
         }
         let (o, wp, xp) = (self.ptr(&out.data), self.ptr(&w.data), self.ptr(&x.data));
         let (rb, ty, width, n_out, nr, acc) = (
@@ -1968,11 +2011,13 @@ impl Device {
     ) -> Result<()> {
         let cols = ws.first().map(|w| w.cols).unwrap_or(0);
         // On cuBLAS, the activations are rounded to bf16 once for all the weights.
+        let bf16_blas = |w: &DWeight| {
+            self.blas_weight(w, n_rows)
+                .is_some_and(|(_, t)| t == cudaDataType::CUDA_R_16BF)
+        };
         if !ws.is_empty()
             && outs.len() == ws.len()
-            && ws
-                .iter()
-                .all(|w| w.cols == cols && self.dense_for(w, n_rows).is_some())
+            && ws.iter().all(|w| w.cols == cols && bf16_blas(w))
         {
             for (o, w) in outs.iter().zip(ws) {
                 self.check_many_output(o, w, x, n_rows)?;
@@ -1982,9 +2027,9 @@ impl Device {
                 if self.skipped(weight_role(&w.name)) {
                     continue;
                 }
-                if let Some(d) = self.dense_for(w, n_rows) {
+                if let Some(bw) = self.blas_weight(w, n_rows) {
                     let op = self.ptr(&o.data);
-                    self.gemm_dense(op, d, xb, w.rows, cols, n_rows, false, &w.name)?;
+                    self.gemm_dense(op, bw, xb, w.rows, cols, n_rows, false, &w.name)?;
                 }
             }
             return Ok(());
@@ -1997,7 +2042,7 @@ impl Device {
                 .all(|w| w.layout == Layout::Gemv && w.cols == cols);
         // Each weight's job kernel and tile (rows, outputs), if it has one.
         let job_kernel = |w: &DWeight| -> Option<(&'static str, (usize, usize))> {
-            if !joinable || self.dense_for(w, n_rows).is_some() {
+            if !joinable || self.blas_weight(w, n_rows).is_some() {
                 return None;
             }
             match self.tensor_core_kernel(w, n_rows) {

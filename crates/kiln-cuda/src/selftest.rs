@@ -193,7 +193,7 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
     // Its own random stream: whether a dense copy exists (it is skipped without one) leaves the later checks' data
     // the same in every mode.
     let mut dense_rng = Rng(0x5eed_dea5e);
-    for ty in [Q4_K, Q6_K, Q8_0, Q5_K, Q4_0] {
+    for ty in [Q4_K, Q6_K, Q8_0, Q5_K, Q4_0, F32, BF16] {
         dense_check(dev, &mut dense_rng, ty, &mut checks)?;
     }
     ops_checks(dev, &mut rng, &mut checks)?;
@@ -286,19 +286,28 @@ fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>)
     Ok(())
 }
 
-/// The prefill GEMM on cuBLAS against a weight's dense bf16 copy (`prefill_blas`, prefill passes of more than 16
-/// rows, and 16 rows as a DFlash drafter's device runs them):
-/// against a host model of the same rounding (bf16 weights and activations, f64 sums: only cuBLAS's f32
-/// accumulation order differs) and the exact product, the residual form, run-to-run bits, Q/K sharing one
+/// The prefill GEMM on cuBLAS against a weight's dense bf16 copy, or an F32/BF16 weight as uploaded
+/// (`prefill_blas`, `prefill_blas_float`; prefill passes of more than 16 rows, and 16 rows as a DFlash drafter's
+/// device runs them): against a host model of the same rounding (bf16 weights and activations, or f32 for F32
+/// weights; f64 sums: only cuBLAS's f32 accumulation order differs) and the exact product, the residual form, run-to-run bits, Q/K sharing one
 /// rounding of the activations, graph replay, and decode passes of the same size keeping the GEMV's bits.
 fn dense_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>) -> Result<()> {
     let (cols, rows) = (768usize, 130usize);
     let wq = random_weight(rng, ty, rows, cols)?;
     let w = dev.upload_weight(&format!("test.dense.{ty}"), ty, cols, rows, &wq, true)?;
-    if !w.has_dense() {
+    if !dev.takes_blas(&w, BLAS_MIN_ROWS) {
         return Ok(());
     }
-    let bf = |v: f32| half::bf16::from_f32(v).to_f32();
+    // F32 weights multiply in f32 (the host model is the exact product); the rest in bf16.
+    let f32_math = ty == GgmlType::F32;
+    let bf = |v: f32| {
+        if f32_math {
+            v
+        } else {
+            half::bf16::from_f32(v).to_f32()
+        }
+    };
+    let (tol_model, tol_exact) = if f32_math { (1e-5, 1e-5) } else { (1e-3, 3e-2) };
     let wd = dequantize_rows(ty, &wq, rows, cols)?;
     let wb: Vec<f32> = wd.iter().map(|&v| bf(v)).collect();
     // 16 rows as on a DFlash drafter's device (cuBLAS from one row: `set_blas_min_rows`).
@@ -334,14 +343,14 @@ fn dense_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check
         };
         let got = run(true, None)?;
         checks.push(Check {
-            name: format!("cuBLAS {ty} {rows}x{cols}, {n} rows vs host bf16 model"),
+            name: format!("cuBLAS {ty} {rows}x{cols}, {n} rows vs host model of its rounding"),
             err: rel_err(&got, &model),
-            tol: 1e-3,
+            tol: tol_model,
         });
         checks.push(Check {
             name: format!("cuBLAS {ty} {rows}x{cols}, {n} rows vs exact product"),
             err: rel_err(&got, &exact),
-            tol: 3e-2,
+            tol: tol_exact,
         });
         checks.push(Check {
             name: format!("cuBLAS {ty} {n} rows run to run"),

@@ -95,6 +95,7 @@ impl CudaBackend {
             prefill_k8: flags.cuda_prefill_k8,
             moe_group: flags.cuda_moe_group,
             prefill_blas: flags.cuda_prefill_blas,
+            prefill_blas_float: flags.cuda_prefill_blas_float,
             graphs: flags.cuda_graph,
             pdl: flags.cuda_pdl,
             reference: !flags.quant_act,

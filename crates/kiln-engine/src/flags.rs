@@ -112,6 +112,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_PREFILL_BLAS_FLOAT",
+        disables: "CUDA: prompt prefill matmuls of 17+ rows on F32 weights (the MoE router) as f32 cuBLAS GEMMs \
+                   (no TF32) and on BF16 weights as bf16 ones; the one-block-per-output float kernel instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_BLOCK_MMA",
         disables: "CUDA: int8 tensor-core kernel for blocks of 4+ decode/verify rows (Q4_K/Q6_K/Q8_0; the GEMV's bits); \
                    the 8-row GEMV instead",
@@ -219,6 +225,8 @@ pub struct Flags {
     pub cuda_moe_group: bool,
     /// CUDA: prefill matmuls on cuBLAS against dense bf16 weight copies.
     pub cuda_prefill_blas: bool,
+    /// CUDA: prefill matmuls on F32/BF16 weights on cuBLAS.
+    pub cuda_prefill_blas_float: bool,
     /// Greedy tokens chosen by the backend where the logits are.
     pub device_argmax: bool,
     /// CUDA: a DFlash drafter on its target's GPU.
@@ -253,6 +261,7 @@ impl Default for Flags {
             cuda_prefill_k8: true,
             cuda_moe_group: true,
             cuda_prefill_blas: true,
+            cuda_prefill_blas_float: true,
             device_argmax: true,
             cuda_drafter: true,
             cuda_drafter_blas: true,
@@ -286,6 +295,7 @@ impl Flags {
             cuda_prefill_k8: false,
             cuda_moe_group: false,
             cuda_prefill_blas: false,
+            cuda_prefill_blas_float: false,
             device_argmax: false,
             cuda_drafter: false,
             cuda_drafter_blas: false,
@@ -347,6 +357,7 @@ impl Flags {
                 "KILN_NO_CUDA_PREFILL_K8" => flags.cuda_prefill_k8 = !disabled,
                 "KILN_NO_CUDA_MOE_GROUP" => flags.cuda_moe_group = !disabled,
                 "KILN_NO_CUDA_PREFILL_BLAS" => flags.cuda_prefill_blas = !disabled,
+                "KILN_NO_CUDA_PREFILL_BLAS_FLOAT" => flags.cuda_prefill_blas_float = !disabled,
                 "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
                 "KILN_NO_CUDA_DRAFTER_BLAS" => flags.cuda_drafter_blas = !disabled,

@@ -44,6 +44,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         prefill_k8: false,
         moe_group: false,
         prefill_blas: false,
+        prefill_blas_float: false,
         pdl: false,
         reference: true,
     };
