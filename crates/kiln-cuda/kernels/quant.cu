@@ -380,9 +380,9 @@ __device__ __forceinline__ u16 f2bf(float f) {
     return (u16)(u >> 16);
 }
 
-// The dense copy of a quantized weight for the prefill GEMM on cuBLAS (`prefill_blas`): every element decoded by
-// wq32 (the GGUF layout) as s * q + mn in f32, then rounded to bf16. out is rows x width, row-major. One thread
-// per 32-element block; grid.x covers rows * width / 32 blocks.
+// The dense copy of a quantized or F16 weight for the prefill GEMM on cuBLAS (`prefill_blas`): every element
+// decoded by wq32 (the GGUF layout) as s * q + mn in f32, or an F16 element as it is, then rounded to bf16. out is
+// rows x width, row-major. One thread per 32-element block; grid.x covers rows * width / 32 blocks.
 extern "C" __global__ void dequant_bf16(u16* out, const u8* w, long long row_bytes, int ty, int width, int rows) {
     wait_prior_kernel();
     long long nb = width / 32;
@@ -390,14 +390,22 @@ extern "C" __global__ void dequant_bf16(u16* out, const u8* w, long long row_byt
     if (i >= nb * rows) return;
     long long r = i / nb;
     int b = (int)(i % nb);
-    signed char q[32];
-    float s[2], mn[2];
-    if (!wq32(ty, w + r * row_bytes, b, q, s, mn)) __trap();
     u32 v[16];
-    for (int j = 0; j < 16; j++) {
-        u32 lo = f2bf(s[(2 * j) >> 4] * (float)q[2 * j] + mn[(2 * j) >> 4]);
-        u32 hi = f2bf(s[(2 * j + 1) >> 4] * (float)q[2 * j + 1] + mn[(2 * j + 1) >> 4]);
-        v[j] = lo | (hi << 16);
+    if (is_float_type(ty)) {
+        for (int j = 0; j < 16; j++) {
+            u32 lo = f2bf(wf(ty, w + r * row_bytes, b * 32 + 2 * j));
+            u32 hi = f2bf(wf(ty, w + r * row_bytes, b * 32 + 2 * j + 1));
+            v[j] = lo | (hi << 16);
+        }
+    } else {
+        signed char q[32];
+        float s[2], mn[2];
+        if (!wq32(ty, w + r * row_bytes, b, q, s, mn)) __trap();
+        for (int j = 0; j < 16; j++) {
+            u32 lo = f2bf(s[(2 * j) >> 4] * (float)q[2 * j] + mn[(2 * j) >> 4]);
+            u32 hi = f2bf(s[(2 * j + 1) >> 4] * (float)q[2 * j + 1] + mn[(2 * j + 1) >> 4]);
+            v[j] = lo | (hi << 16);
+        }
     }
     uint4* o = (uint4*)(out + r * width + b * 32);
     for (int j = 0; j < 4; j++) o[j] = make_uint4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);

@@ -121,7 +121,8 @@ pub struct Options {
     pub prefill_blas: bool,
     /// With `prefill_blas`: those passes multiply F32 weights (the MoE router) on cuBLAS in f32 (no TF32) against
     /// the f32 activations, and BF16 weights in bf16 against activations rounded to bf16, both reading the weight
-    /// as uploaded; else `matmul_f` (one block per output, every weight row read once per 8 activation rows).
+    /// as uploaded, and F16 weights through a bf16 copy made at upload like a quantized weight's; else `matmul_f`
+    /// (one block per output, every weight row read once per 8 activation rows).
     pub prefill_blas_float: bool,
     /// Programmatic dependent launch (sm_90 and later): each kernel may be launched while the one before it
     /// runs, and waits on the device for it (`wait_prior_kernel`), so launch latency and block start-up overlap
@@ -876,8 +877,11 @@ impl Device {
         } else {
             (Layout::Native, self.stream.clone_htod(bytes))
         };
-        // A dense copy for the prefill GEMM: 2-D matrices (not expert stacks or lookup tables) of quantized types.
-        let dense = if self.blas.is_some() && gemv && parts == 1 && !is_float(ty) {
+        // A dense copy for the prefill GEMM: 2-D matrices (not expert stacks or lookup tables) of quantized types,
+        // and of F16 (cuBLAS multiplies F32 and BF16 weights as they are, `blas_float`).
+        let f16_copy =
+            ty == GgmlType::F16 && self.opts.prefill_blas_float && cols.is_multiple_of(32);
+        let dense = if self.blas.is_some() && gemv && parts == 1 && (!is_float(ty) || f16_copy) {
             self.dense_copy(name, ty, cols, rows, row_bytes, bytes)?
         } else {
             None

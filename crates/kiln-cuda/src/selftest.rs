@@ -193,7 +193,7 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
     // Its own random stream: whether a dense copy exists (it is skipped without one) leaves the later checks' data
     // the same in every mode.
     let mut dense_rng = Rng(0x5eed_dea5e);
-    for ty in [Q4_K, Q6_K, Q8_0, Q5_K, Q4_0, F32, BF16] {
+    for ty in [Q4_K, Q6_K, Q8_0, Q5_K, Q4_0, F32, BF16, F16] {
         dense_check(dev, &mut dense_rng, ty, &mut checks)?;
     }
     ops_checks(dev, &mut rng, &mut checks)?;

@@ -114,7 +114,8 @@ pub const REGISTRY: &[FlagInfo] = &[
     FlagInfo {
         env: "KILN_NO_CUDA_PREFILL_BLAS_FLOAT",
         disables: "CUDA: prompt prefill matmuls of 17+ rows on F32 weights (the MoE router) as f32 cuBLAS GEMMs \
-                   (no TF32) and on BF16 weights as bf16 ones; the one-block-per-output float kernel instead",
+                   (no TF32), on BF16 weights as bf16 ones, and on F16 weights against a bf16 copy made at load; \
+                   the one-block-per-output float kernel instead",
         default_on: true,
     },
     FlagInfo {
