@@ -15,7 +15,8 @@
 # under concurrent load against each request alone;
 # bits = logits bit-equal to another build's, REF_KILN=path, not in the default;
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
-# dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10;
+# dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10, and the same
+# drafter as bf16 safetensors (z-lab's format) with its BF16 matmuls on cuBLAS and off;
 # profile = ncu's time of every kernel of a decode step and of a 16-row block, per step, and of the 8B's prefill
 # chunks of 512;
 # tune = kernel constants from TUNE tried against the defaults, not in the default;
@@ -319,9 +320,16 @@ if want dflash; then
     # The drafter's matmuls on its block kernels instead of cuBLAS.
     step ab-KILN_NO_CUDA_DRAFTER_BLAS timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-q8.gguf" --draft-force 9 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFTER_BLAS=1
+    # The drafter as z-lab publishes it (a directory of bf16 safetensors): its BF16 matmuls on cuBLAS as uploaded
+    # against matmul_f.
+    [ -s "$WORK/d8b-bf16/config.json" ] ||
+        step synth-draft-8b-bf16 "$KILN" synth --arch dflash --target "$WORK/q8b-q4km.gguf" --quant bf16 \
+            -o "$WORK/d8b-bf16"
+    step ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+        --draft "$WORK/d8b-bf16" --draft-force 9 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
     say "DFlash (CUDA, forced acceptance):"
-    grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DRAFTER_BLAS.log" |
-        tee -a "$OUT/summary.txt"
+    grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DRAFTER_BLAS.log" \
+        "$OUT/ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT.log" | tee -a "$OUT/summary.txt"
 fi
 
 # 5b. Kernel constants (STEPS=tune, not in the default): for each set in TUNE (sets separated by spaces, the
