@@ -56,6 +56,23 @@ extern "C" __global__ void gather_rows(float* out, const float* x, const int* ro
     for (int i = threadIdx.x; i < width; i += blockDim.x) out[dst + i] = x[src + i];
 }
 
+// The quantized activations (codes, scales, code sums) of rows `rows[s]` into row s (MoE grouping: slot order).
+// Each row's shadow is a function of that row alone (blocks of `sblk` = 32 or 256 never cross a row: width is a
+// multiple), so this equals quantizing the gathered f32 rows, done once per token instead of once per choice.
+// Codes: width bytes a row (width % 16 == 0); scales: width / sblk words a row; sums: width / 32 words a row (4-byte
+// floats or ints, copied as bits). grid.x = output rows, block = 256.
+extern "C" __global__ void gather_quant(signed char* q, u32* sc, u32* su, const signed char* xq, const u32* xsc,
+                                        const u32* xsu, const int* rows, int width, int sblk) {
+    wait_prior_kernel();
+    long long src = rows[blockIdx.x], dst = blockIdx.x;
+    const int4* a = (const int4*)(xq + src * width);
+    int4* b = (int4*)(q + dst * width);
+    for (int i = threadIdx.x; i < width / 16; i += blockDim.x) b[i] = a[i];
+    int ns = width / sblk, nu = width / 32;
+    for (int i = threadIdx.x; i < ns; i += blockDim.x) sc[dst * ns + i] = xsc[src * ns + i];
+    for (int i = threadIdx.x; i < nu; i += blockDim.x) su[dst * nu + i] = xsu[src * nu + i];
+}
+
 // Greedy argmax (the engine's greedy_argmax: lowest index on ties, NaN never chosen, index 0 when nothing is
 // above -inf) in two kernels: argmax_part splits each row into gridDim.y parts over as many multiprocessors (one
 // block reading a 151,936-wide row alone is a chain of ~150 loads a thread), argmax_final reduces a row's parts.

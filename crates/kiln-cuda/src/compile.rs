@@ -71,7 +71,7 @@ fn source_define(name: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 68] = [
+pub const KERNEL_NAMES: [&str; 69] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -135,6 +135,7 @@ pub const KERNEL_NAMES: [&str; 68] = [
     "swiglu",
     "add_inplace",
     "gather_rows",
+    "gather_quant",
     "argmax_part",
     "argmax_final",
     "kv_append",

@@ -114,6 +114,10 @@ pub struct Options {
     /// weight read (`moe_gemv_tiles`; same bits as one GEMV per choice, which is what this turns off) or, in
     /// prefill passes with the prefill kernel on, 64 per weight tile on tensor cores (`moe_mmq_*`).
     pub moe_group: bool,
+    /// With `moe_group`: the tokens' Q8/K8 activations (quantized once a token, or already written by the fused
+    /// RMSNorm) are gathered into slot order (`gather_quant`); else the f32 rows are gathered (`gather_rows`) and
+    /// quantized once a choice. Same bits: a row's quantization depends on that row only.
+    pub moe_gather_quant: bool,
     /// Prefill passes of [`BLAS_MIN_ROWS`] rows or more multiply quantized weights on cuBLAS (bf16 tensor cores,
     /// f32 accumulation, its own float order) against a bf16 copy of each 2-D weight, decoded at upload while
     /// device memory allows ([`Device::dense_bytes`]), and the activations rounded to bf16; else the int8 prefill
@@ -150,6 +154,7 @@ impl Default for Options {
             prefill_k8: true,
             flash_attn: true,
             moe_group: true,
+            moe_gather_quant: true,
             prefill_blas: true,
             prefill_blas_float: true,
             pdl: true,
@@ -1313,12 +1318,40 @@ impl Device {
                 ],
             )?;
             xg.invalidate();
-            let (gp, xp) = (self.ptr(&xg.data), self.ptr(&x.data));
-            self.launch(
-                "gather_rows",
-                grid(n_choices as u32, 1, ROW_THREADS),
-                &[&gp, &xp, &src_p, &(d as i32)],
-            )?;
+            if self.opts.moe_gather_quant {
+                // The activation kinds gate and up read (both, when their types differ).
+                let mut kinds = vec![self.uses_k8(gate, n_rows), self.uses_k8(up, n_rows)];
+                kinds.dedup();
+                for k8 in kinds {
+                    let (qp, dp, sp) = self.activations(x, n_rows * d, k8)?;
+                    let (codes, valid, sblk) = if k8 {
+                        (&xg.kq, &xg.k8_valid, 256i32)
+                    } else {
+                        (&xg.xq, &xg.q8_valid, 32)
+                    };
+                    self.check("moe_ffn", n_choices * d <= codes.len(), || {
+                        format!("{n_choices} slots of {d} in a shadow of {}", codes.len())
+                    })?;
+                    let (gq, gd, gs) = if k8 {
+                        (self.ptr(&xg.kq), self.ptr(&xg.kd), self.ptr(&xg.ks))
+                    } else {
+                        (self.ptr(&xg.xq), self.ptr(&xg.xd), self.ptr(&xg.xs))
+                    };
+                    self.launch(
+                        "gather_quant",
+                        grid(n_choices as u32, 1, 256),
+                        &[&gq, &gd, &gs, &qp, &dp, &sp, &src_p, &(d as i32), &sblk],
+                    )?;
+                    valid.store(n_choices * d, Ordering::Relaxed);
+                }
+            } else {
+                let (gp, xp) = (self.ptr(&xg.data), self.ptr(&x.data));
+                self.launch(
+                    "gather_rows",
+                    grid(n_choices as u32, 1, ROW_THREADS),
+                    &[&gp, &xp, &src_p, &(d as i32)],
+                )?;
+            }
         }
         // The expert matmul of `w` (n_out rows an expert) on `a`: in grouped order (`a` one row a slot), or one
         // row a choice (`per_choice`) or a token.

@@ -94,6 +94,7 @@ impl CudaBackend {
             k8: flags.cuda_k8,
             prefill_k8: flags.cuda_prefill_k8,
             moe_group: flags.cuda_moe_group,
+            moe_gather_quant: flags.cuda_moe_gather_quant,
             prefill_blas: flags.cuda_prefill_blas,
             prefill_blas_float: flags.cuda_prefill_blas_float,
             graphs: flags.cuda_graph,

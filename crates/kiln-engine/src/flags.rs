@@ -112,6 +112,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_MOE_GATHER_QUANT",
+        disables: "CUDA: MoE expert grouping gathers the tokens' quantized activations (quantized once a token) into \
+                   expert order; the f32 rows gathered and quantized once a choice instead (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_PREFILL_BLAS_FLOAT",
         disables: "CUDA: prompt prefill matmuls of 17+ rows on F32 weights (the MoE router) as f32 cuBLAS GEMMs \
                    (no TF32), on BF16 weights as bf16 ones, and on F16 weights against a bf16 copy made at load; \
@@ -224,6 +230,8 @@ pub struct Flags {
     pub cuda_prefill_k8: bool,
     /// CUDA: MoE choices grouped by expert.
     pub cuda_moe_group: bool,
+    /// CUDA: MoE grouping gathers quantized activations.
+    pub cuda_moe_gather_quant: bool,
     /// CUDA: prefill matmuls on cuBLAS against dense bf16 weight copies.
     pub cuda_prefill_blas: bool,
     /// CUDA: prefill matmuls on F32/BF16 weights on cuBLAS.
@@ -261,6 +269,7 @@ impl Default for Flags {
             cuda_k8: true,
             cuda_prefill_k8: true,
             cuda_moe_group: true,
+            cuda_moe_gather_quant: true,
             cuda_prefill_blas: true,
             cuda_prefill_blas_float: true,
             device_argmax: true,
@@ -295,6 +304,7 @@ impl Flags {
             cuda_k8: false,
             cuda_prefill_k8: false,
             cuda_moe_group: false,
+            cuda_moe_gather_quant: false,
             cuda_prefill_blas: false,
             cuda_prefill_blas_float: false,
             device_argmax: false,
@@ -357,6 +367,7 @@ impl Flags {
                 "KILN_NO_CUDA_K8" => flags.cuda_k8 = !disabled,
                 "KILN_NO_CUDA_PREFILL_K8" => flags.cuda_prefill_k8 = !disabled,
                 "KILN_NO_CUDA_MOE_GROUP" => flags.cuda_moe_group = !disabled,
+                "KILN_NO_CUDA_MOE_GATHER_QUANT" => flags.cuda_moe_gather_quant = !disabled,
                 "KILN_NO_CUDA_PREFILL_BLAS" => flags.cuda_prefill_blas = !disabled,
                 "KILN_NO_CUDA_PREFILL_BLAS_FLOAT" => flags.cuda_prefill_blas_float = !disabled,
                 "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,

@@ -43,6 +43,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         k8: false,
         prefill_k8: false,
         moe_group: false,
+        moe_gather_quant: false,
         prefill_blas: false,
         prefill_blas_float: false,
         pdl: false,
@@ -60,12 +61,13 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         ..kiln_cuda::Options::default()
     };
     // The K8 GEMVs with their in-kernel switches off (KILN_NO_CUDA_GEMV_STAGE, KILN_NO_CUDA_EARLY_WEIGHTS: kernels
-    // compiled with other defines), and a split-KV attention block per KV head (KILN_NO_CUDA_ATTN_HEAD_SPLIT: no
-    // 2-block clusters either).
+    // compiled with other defines), a split-KV attention block per KV head (KILN_NO_CUDA_ATTN_HEAD_SPLIT: no
+    // 2-block clusters either), and the MoE grouping's f32 gather (KILN_NO_CUDA_MOE_GATHER_QUANT).
     let k8_plain = kiln_cuda::Options {
         gemv_stage: false,
         early_weights: false,
         attn_head_split: false,
+        moe_gather_quant: false,
         ..kiln_cuda::Options::default()
     };
     for (label, opts) in [
@@ -75,7 +77,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
             per32,
         ),
         (
-            "fast paths, K8 GEMVs unstaged and waiting first, a block per KV head",
+            "fast paths, K8 GEMVs unstaged and waiting first, a block per KV head, f32 MoE gather",
             k8_plain,
         ),
         ("kill switches + reference", simple),
