@@ -289,6 +289,9 @@ if want moe; then
     # The router (F32 weights) on f32 cuBLAS against matmul_f.
     step ab-moe-KILN_NO_CUDA_PREFILL_BLAS_FLOAT "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 \
         -b 512 -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
+    # The tokens' quantized activations gathered into expert order against the f32 rows quantized per choice.
+    step ab-moe-KILN_NO_CUDA_MOE_GATHER_QUANT "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 4096 \
+        -b 512 -n 0 -r 2 --ab KILN_NO_CUDA_MOE_GATHER_QUANT=1
     # Grouping off (one GEMV per choice) at a verify-sized pass; the prefill kernel off (GEMV tiles) at pp512.
     step ab-KILN_NO_CUDA_MOE_GROUP "$KILN" bench -m "$WORK/q30b-a3b-q4km.gguf" --device cuda -p 16 -n 0 \
         -r 2 --ab KILN_NO_CUDA_MOE_GROUP=1
@@ -307,6 +310,7 @@ if want moe; then
     grep -E "^\|" "$OUT/bench-moe.log" "$OUT/ab-KILN_NO_CUDA_MOE_GROUP.log" \
         "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_MMA.log" "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_BLAS.log" \
         "$OUT/bench-moe-one-pass.log" "$OUT/ab-moe-KILN_NO_CUDA_PREFILL_BLAS_FLOAT.log" \
+        "$OUT/ab-moe-KILN_NO_CUDA_MOE_GATHER_QUANT.log" \
         "$OUT/ab-moe-MQ_SKIP_DEAD.log" | tee -a "$OUT/summary.txt"
 fi
 
