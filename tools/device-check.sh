@@ -18,7 +18,8 @@
 # dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10, and the same
 # drafter as bf16 safetensors (z-lab's format) with its BF16 matmuls on cuBLAS and off;
 # profile = ncu's time of every kernel of a decode step and of a 16-row block, per step, and of the 8B's prefill
-# chunks of 512;
+# chunks of 512 (PROFILE="decode block16 prefill moe-prefill" picks shapes; moe-prefill, the 30B-A3B's, only
+# when named);
 # tune = kernel constants from TUNE tried against the defaults, not in the default;
 # ablate = the 8B's decode step without one kind of launch at a time, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -378,10 +379,18 @@ fi
 if want profile && command -v ncu >/dev/null; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
-    for m in q8b-q4km q06-q4km; do
+    models=(q8b-q4km q06-q4km)
+    # The 30B-A3B's prefill chunks too when PROFILE names "moe-prefill" (its synth takes ~20 s and 17 GB).
+    if [[ " ${PROFILE:-} " == *" moe-prefill "* ]]; then
+        synth synth-30b-a3b "$WORK/q30b-a3b-q4km.gguf" --arch qwen3moe --preset 30b-a3b --quant q4_k_m "${tok[@]}"
+        models+=(q30b-a3b-q4km)
+    fi
+    for m in "${models[@]}"; do
         shapes=("decode -p 0 -n 6 12" "block16 -p 16 -b 16 -n 0 2")
         # The 8B's prefill: a 4096-token prompt in chunks of 512 (warm-up and run: 16 chunks), per chunk.
         [ "$m" = q8b-q4km ] && shapes+=("prefill -p 4096 -b 512 -n 0 16")
+        # The 30B-A3B's: 1,024 tokens in chunks of 512 (4 chunks with the warm-up).
+        [ "$m" = q30b-a3b-q4km ] && shapes=("moe-prefill -p 1024 -b 512 -n 0 4")
         for shape in "${shapes[@]}"; do
             set -- $shape
             name=$1 steps=${*: -1}

@@ -2,7 +2,10 @@
 // one block per (output feature, chosen expert of a row) reading that expert's weight row.
 
 // Per row (one warp): softmax over the router logits, the k largest (ties to the lower index), weights
-// renormalised to sum to one when `norm`, then sorted by expert index. ids/wts are rows x k.
+// renormalised to sum to one when `norm`, then sorted by expert index. ids/wts are rows x k. A lane's
+// probabilities of its first MR_CACHE experts (lane, lane + 32, ...) are computed once and kept in registers, the
+// rest recomputed per pick (same expression, same bits); a lane scans its experts in ascending order either way.
+#define MR_CACHE 16
 extern "C" __global__ void moe_route(int* ids, float* wts, const float* logits, int n_exp, int k, int norm) {
     wait_prior_kernel();
     int r = blockIdx.x, lane = threadIdx.x;
@@ -13,6 +16,13 @@ extern "C" __global__ void moe_route(int* ids, float* wts, const float* logits, 
     float sum = 0.0f;
     for (int e = lane; e < n_exp; e += 32) sum += expf(lr[e] - mx);
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    float pc[MR_CACHE];
+#pragma unroll
+    for (int i = 0; i < MR_CACHE; i++) {
+        int e = lane + 32 * i;
+        pc[i] = e < n_exp ? expf(lr[e] - mx) / sum : 0.0f;
+    }
+    unsigned taken_c = 0; // bit i: this lane's cached expert lane + 32 i is chosen
     int ci[16];
     float cw[16];
     float total = 0.0f;
@@ -20,7 +30,16 @@ extern "C" __global__ void moe_route(int* ids, float* wts, const float* logits, 
         // The best expert not chosen yet: largest probability, then lowest index.
         float bv = __int_as_float(0xff800000);
         int bi = 0x7fffffff;
-        for (int e = lane; e < n_exp; e += 32) {
+#pragma unroll
+        for (int i = 0; i < MR_CACHE; i++) {
+            int e = lane + 32 * i;
+            float p = pc[i];
+            if (e < n_exp && !((taken_c >> i) & 1u) && (p > bv || (p == bv && e < bi))) {
+                bv = p;
+                bi = e;
+            }
+        }
+        for (int e = lane + 32 * MR_CACHE; e < n_exp; e += 32) {
             bool taken = false;
             for (int t = 0; t < j; t++) taken |= ci[t] == e;
             float p = expf(lr[e] - mx) / sum;
@@ -40,6 +59,7 @@ extern "C" __global__ void moe_route(int* ids, float* wts, const float* logits, 
         ci[j] = bi;
         cw[j] = bv;
         total += bv;
+        if (bi < 32 * MR_CACHE && (bi & 31) == lane) taken_c |= 1u << (bi >> 5);
     }
     if (lane != 0) return;
     for (int j = 0; j < k; j++) {
@@ -127,7 +147,8 @@ extern "C" __global__ void moe_count(int* counts, const int* ids, int n) {
 
 // moe_place: slot_of[c] = the slot of choice c, the slots of expert e contiguous and in ascending choice order;
 // src_row[slot] = the activation row of the slot's choice (c / k); tiles of up to `tile` slots of one expert as
-// (expert, first slot, rows), expert by expert, their count in tiles[0]. grid = n_exp, block = 256.
+// (expert, first slot, rows), expert by expert, their count in tiles[0]. grid = n_exp, block = up to 1024 (a
+// multiple of 32; the placement does not depend on it).
 extern "C" __global__ void moe_place(int* slot_of, int* src_row, int* tiles, const int* counts, const int* ids,
                                      int n, int k, int n_exp, int tile) {
     wait_prior_kernel();
