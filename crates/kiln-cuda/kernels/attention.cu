@@ -170,17 +170,20 @@ __device__ __forceinline__ void prep_finish(const PrepIn& in, float* hb, const f
     }
 }
 
-// One warp per (row, head) (grid = (rows, n_head + n_head_kv), block = 32): a query head prepped in place, or a
-// key head into the cache at (layer, slots[r], positions[r]) with its V.
-extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, const float* v, void* kc, void* vc,
-                                                           const float* q_norm, const float* k_norm,
-                                                           const int* slots, const int* positions, int layer,
-                                                           int n_slots, int slot_ctx, int n_head, int n_head_kv,
-                                                           int head_dim, float eps, float theta, float freq_scale,
-                                                           int neox, int f16) {
+// One warp per (row, head), blockDim / 32 (up to 8) heads of one row a block (grid = (rows, ceil((n_head +
+// n_head_kv) / warps))): a query head prepped in place, or a key head into the cache at (layer, slots[r],
+// positions[r]) with its V. The block's warps share the row's RoPE table (the same values whoever computes them).
+extern "C" __global__ void __launch_bounds__(256) attn_prep(float* q, float* k, const float* v, void* kc, void* vc,
+                                                            const float* q_norm, const float* k_norm,
+                                                            const int* slots, const int* positions, int layer,
+                                                            int n_slots, int slot_ctx, int n_head, int n_head_kv,
+                                                            int head_dim, float eps, float theta, float freq_scale,
+                                                            int neox, int f16) {
     wait_prior_kernel();
-    __shared__ float hb[256], rope[256];
-    int r = blockIdx.x, hh = blockIdx.y;
+    __shared__ float hb[8][256], rope[256];
+    int r = blockIdx.x, warp = threadIdx.x >> 5;
+    int hh = blockIdx.y * (blockDim.x >> 5) + warp;
+    bool live = hh < n_head + n_head_kv;
     int kv_dim = n_head_kv * head_dim;
     bool is_q = hh < n_head;
     int h = is_q ? hh : hh - n_head;
@@ -189,10 +192,11 @@ extern "C" __global__ void __launch_bounds__(32) attn_prep(float* q, float* k, c
     const float* vsrc = is_q ? nullptr : v + (long long)r * kv_dim + h * head_dim;
     const float* nw = is_q ? q_norm : k_norm;
     PrepIn in;
-    prep_load(in, src, nw, vsrc, is_q, head_dim);
-    rope_table(rope, (float)positions[r] * freq_scale, theta, head_dim, threadIdx.x, 32);
-    __syncwarp();
-    prep_finish(in, hb, rope, nw, is_q, src, 1.0f, kc, vc, dst, head_dim, eps, neox, f16, false);
+    if (live) prep_load(in, src, nw, vsrc, is_q, head_dim);
+    rope_table(rope, (float)positions[r] * freq_scale, theta, head_dim, threadIdx.x, blockDim.x);
+    __syncthreads();
+    if (!live) return;
+    prep_finish(in, hb[warp], rope, nw, is_q, src, 1.0f, kc, vc, dst, head_dim, eps, neox, f16, false);
 }
 
 // 8 f16 cache elements (one 16-byte vector) as floats.

@@ -2735,9 +2735,16 @@ impl Device {
                 Some(prep),
             );
         }
+        // Prefill rows: 4 heads of a row a block (one RoPE table for them, fuller multiprocessors than 18,432
+        // one-warp blocks at 512 rows); a few rows keep a block per head, spread over more multiprocessors.
+        let warps = if n > MMQ_MIN_ROWS { 4 } else { 1 };
         self.launch(
             "attn_prep",
-            grid(n as u32, (n_head + n_head_kv) as u32, 32),
+            grid(
+                n as u32,
+                (n_head + n_head_kv).div_ceil(warps) as u32,
+                32 * warps as u32,
+            ),
             &[
                 &qp,
                 &kp,
