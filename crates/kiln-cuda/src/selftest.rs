@@ -289,8 +289,9 @@ fn mmq_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>)
 /// The prefill GEMM on cuBLAS against a weight's dense bf16 copy, or an F32/BF16 weight as uploaded
 /// (`prefill_blas`, `prefill_blas_float`; prefill passes of more than 16 rows, and 16 rows as a DFlash drafter's
 /// device runs them): against a host model of the same rounding (bf16 weights and activations, or f32 for F32
-/// weights; f64 sums: only cuBLAS's f32 accumulation order differs) and the exact product, the residual form, run-to-run bits, Q/K sharing one
-/// rounding of the activations, graph replay, and decode passes of the same size keeping the GEMV's bits.
+/// weights; f64 sums: only cuBLAS's f32 accumulation order differs) and the exact product, the residual form,
+/// run-to-run bits, Q/K sharing one rounding of the activations, graph replay, and decode passes of the same size
+/// keeping the non-cuBLAS kernel's bits.
 fn dense_check(dev: &Device, rng: &mut Rng, ty: GgmlType, checks: &mut Vec<Check>) -> Result<()> {
     let (cols, rows) = (768usize, 130usize);
     let wq = random_weight(rng, ty, rows, cols)?;
