@@ -114,13 +114,18 @@ parity() {
         grep -iE "top-1|KL|max" "$OUT/score-$run-$tag.log" | head -n 6 | tee -a "$OUT/summary.txt"
     done
 }
-# PARITY="tag ..." runs a subset of the five.
+# PARITY="tag ..." runs a subset of the five. REAL_GGUF=path adds a real model (tag "real", e.g. SmolLM2-135M-Instruct
+# Q4_1: 98 MB, so it may have to reach the GPU machine in parts, see tools/dflash-train/split-gguf.sh).
 if want parity; then
     for spec in "qwen3moe-q8_0 qwen3moe tiny q8_0" "llama-q4_1 llama smollm2-135m q4_1" \
         "llama-q4_k_m llama smollm2-135m q4_k_m" "qwen3-q4_k_m qwen3 0.6b q4_k_m" "qwen3-q8_0 qwen3 0.6b q8_0"; do
         read -r tag arch preset quant <<<"$spec"
         [[ -z "${PARITY:-}" || " $PARITY " == *" $tag "* ]] && parity "$tag" "$arch" "$preset" "$quant"
     done
+    if [ -n "${REAL_GGUF:-}" ]; then
+        ln -sf "$(realpath "$REAL_GGUF")" "$WORK/real.gguf" # parity() finds it there and synthesizes nothing
+        parity real llama real -
+    fi
 fi
 
 # 2b. The same bits as another build (STEPS=bits, REF_KILN=path/to/the/other/kiln): for a change that keeps every
