@@ -11,6 +11,9 @@
    SHA-256 of the two input files so the test can tell when its regenerated inputs no longer match.
 
 Usage: tools/gen_dflash_fixtures.py DIR [FIXTURE_DIR]
+
+The sliding-window fixture: the inputs written with KILN_DFLASH_SLIDING=1 as well, then
+    tools/gen_dflash_fixtures.py DIR crates/kiln-engine/tests/fixtures/dflash-sliding
 """
 import hashlib
 import json

@@ -4,12 +4,14 @@
 usage: ncu-summary.py FILE.csv STEPS
 Prints one row per (kernel, grid): calls, microseconds a call, and microseconds a step (calls / STEPS), the largest
 first, then the total a step. ncu times each kernel alone, so each row carries the ~1 us of launch that
-programmatic dependent launch hides inside a CUDA graph.
+programmatic dependent launch hides inside a CUDA graph. Kernels that run once at load (the bf16 weight copies
+for prefill, `dequant_bf16`) are listed after the total, apart from it.
 """
 import csv
 import io
 import sys
 
+LOAD_KERNELS = {"dequant_bf16"}
 UNIT = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
 
 
@@ -26,11 +28,17 @@ def main():
         us = float(r[col["Average"]].replace(",", "")) * UNIT[r[col["Metric Unit"]]]
         out.append((calls * us / steps, calls, us, r[col["Kernel Name"]].split("(")[0], r[col["Grid Size"]]))
     out.sort(reverse=True)
+    step = [o for o in out if o[3] not in LOAD_KERNELS]
+    load = [o for o in out if o[3] in LOAD_KERNELS]
     print("| kernel | grid | calls | µs a call | µs a step |")
     print("|---|---|---:|---:|---:|")
-    for per_step, calls, us, name, grid in out:
+    for per_step, calls, us, name, grid in step:
         print(f"| {name} | {grid} | {calls} | {us:.2f} | {per_step:.1f} |")
-    print(f"| total | | | | {sum(o[0] for o in out):.1f} |")
+    print(f"| total | | | | {sum(o[0] for o in step):.1f} |")
+    if load:
+        total = sum(o[1] * o[2] for o in load)
+        print(f"at load, not in the total: {', '.join(sorted({o[3] for o in load}))} "
+              f"({sum(o[1] for o in load)} calls, {total / 1e3:.1f} ms)")
 
 
 if __name__ == "__main__":

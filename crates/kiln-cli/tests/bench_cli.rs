@@ -335,6 +335,7 @@ fn bench_draft_reports_tau_histogram_and_split() {
             mask_token_id: 0,
             rope_theta: 1e5,
             seed: 3,
+            sliding: None,
         },
     )
     .unwrap();

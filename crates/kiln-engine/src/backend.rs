@@ -34,6 +34,37 @@ pub struct RopeParams {
     pub freq_scale: f32,
 }
 
+/// Which positions a drafter layer's block rows attend to, as the reference builds its mask: every context
+/// position and the whole block (a full-attention layer, the z-lab default), or, when `causal`, only positions up
+/// to the row's own; with a sliding `window` W, only positions less than W away from the row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockAttn {
+    /// Rows see no later position of the block.
+    pub causal: bool,
+    /// Sliding window: a row at p sees positions q with |p − q| < W.
+    pub window: Option<usize>,
+}
+
+impl BlockAttn {
+    /// Every context position and the whole block.
+    pub const FULL: BlockAttn = BlockAttn {
+        causal: false,
+        window: None,
+    };
+
+    /// Positions `lo..hi` of its slot that a block row at `pos` sees, `end` being one past the block's last row.
+    pub fn span(&self, pos: usize, end: usize) -> (usize, usize) {
+        let hi = if self.causal { pos + 1 } else { end };
+        match self.window {
+            None => (0, hi),
+            Some(w) => (
+                (pos + 1).saturating_sub(w),
+                if self.causal { hi } else { hi.min(pos + w) },
+            ),
+        }
+    }
+}
+
 /// Attention shape and scale.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttnParams {
@@ -257,9 +288,10 @@ pub trait Backend: Send + Sync {
         v: &Self::Buf,
         rows: &[AttnRow],
     ) -> Result<()>;
-    /// [`Backend::attention`], except that every row attends to positions `0..visible` of its slot, where
-    /// `visible` is the last row's position + 1: the rows of a block see one another whatever their order, as a
-    /// DFlash drafter's block does.
+    /// [`Backend::attention`], except that every row attends to the positions `attn.span(pos, visible)` of its
+    /// slot, where `visible` is the last row's position + 1: with [`BlockAttn::FULL`] the rows of a block see one
+    /// another whatever their order, as a DFlash drafter's block does. A backend that takes only that says so in
+    /// [`Backend::block_masks`] and refuses other masks here.
     #[allow(clippy::too_many_arguments)]
     fn attention_visible(
         &self,
@@ -271,8 +303,13 @@ pub trait Backend: Send + Sync {
         layer: usize,
         rows: &[AttnRow],
         visible: usize,
+        attn: BlockAttn,
         p: &AttnParams,
     ) -> Result<()>;
+    /// Whether [`Backend::attention_visible`] takes masks other than [`BlockAttn::FULL`] (causal, windowed).
+    fn block_masks(&self) -> bool {
+        true
+    }
     /// [`crate::sampler::greedy_argmax`] of each of `n_rows` rows of `width` values: the greedy token without
     /// copying the logits to the host (a GPU reads 4 bytes a row instead of the vocabulary).
     fn argmax_rows(&self, x: &Self::Buf, n_rows: usize, width: usize) -> Result<Vec<u32>> {

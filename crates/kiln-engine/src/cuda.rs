@@ -12,7 +12,7 @@
 //! expert from 2 rows) or, in prefill passes, on the tensor-core prefill kernel (`Device::moe_ffn`).
 
 use crate::backend::{
-    AttnParams, AttnRow, Backend, KvLayout, KvType, MoeFfn, RopeMode, RopeParams,
+    AttnParams, AttnRow, Backend, BlockAttn, KvLayout, KvType, MoeFfn, RopeMode, RopeParams,
 };
 use crate::error::{Error, Result};
 use crate::flags::Flags;
@@ -401,10 +401,16 @@ impl Backend for CudaBackend {
         layer: usize,
         rows: &[AttnRow],
         visible: usize,
+        attn: BlockAttn,
         p: &AttnParams,
     ) -> Result<()> {
         if visible == 0 {
             return Err(Error::Batch("attention over no visible positions".into()));
+        }
+        if attn != BlockAttn::FULL {
+            return Err(Error::Unsupported(format!(
+                "drafter attention {attn:?} on CUDA (drafters with causal or sliding-window layers run on the CPU)"
+            )));
         }
         self.dev
             .attention_visible(
@@ -422,6 +428,10 @@ impl Backend for CudaBackend {
                 visible,
             )
             .map_err(dev_err)
+    }
+
+    fn block_masks(&self) -> bool {
+        false
     }
 
     fn kv_store(

@@ -47,7 +47,9 @@ mod session;
 pub mod synth;
 mod weights;
 
-pub use backend::{AttnParams, AttnRow, Backend, KvLayout, KvType, MoeFfn, RopeMode, RopeParams};
+pub use backend::{
+    AttnParams, AttnRow, Backend, BlockAttn, KvLayout, KvType, MoeFfn, RopeMode, RopeParams,
+};
 pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda::CudaBackend;

@@ -5,7 +5,8 @@
 //! The drafter (about 2 MB) and the target are not committed: both are regenerated here from fixed seeds and their
 //! SHA-256 checked against the fixture, so a changed generator fails loudly instead of comparing different weights.
 //! `cargo test -p kiln-engine --test dflash_parity -- --ignored write_oracle_inputs` with `KILN_DFLASH_OUT=DIR`
-//! writes the two for the script.
+//! writes the two for the script (with `KILN_DFLASH_SLIDING=1`: the same weights with a sliding-window first
+//! layer, fixtures in `tests/fixtures/dflash-sliding`).
 
 use kiln_engine::dflash::{convert_to_gguf, write_random_drafter, DraftSpec, Drafter};
 use kiln_engine::synth::{
@@ -17,8 +18,12 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dflash");
+const FIXTURES_SLIDING: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dflash-sliding");
 
-fn draft_spec() -> DraftSpec {
+/// The drafter; `sliding`: its first layer a sliding-window one (causal, window 3: narrower than both rounds'
+/// context, so the window cuts every block row's view), the second full attention.
+fn draft_spec(sliding: bool) -> DraftSpec {
     DraftSpec {
         hidden: 256,
         n_ff: 384,
@@ -33,11 +38,12 @@ fn draft_spec() -> DraftSpec {
         mask_token_id: 500,
         rope_theta: 1e6,
         seed: 2024,
+        sliding: sliding.then(|| (3, vec![true, false])),
     }
 }
 
 /// Writes `target.gguf` and `drafter/` into `dir`.
-fn write_inputs(dir: &Path) -> (PathBuf, PathBuf) {
+fn write_inputs(dir: &Path, sliding: bool) -> (PathBuf, PathBuf) {
     std::fs::create_dir_all(dir).unwrap();
     let target = dir.join("target.gguf");
     let spec = SynthSpec {
@@ -47,7 +53,7 @@ fn write_inputs(dir: &Path) -> (PathBuf, PathBuf) {
     };
     synthesize_to_file(&spec, TokenizerSource::Builtin, &target, &mut |_| {}).unwrap();
     let drafter = dir.join("drafter");
-    write_random_drafter(&drafter, &draft_spec()).unwrap();
+    write_random_drafter(&drafter, &draft_spec(sliding)).unwrap();
     (target, drafter)
 }
 
@@ -59,8 +65,8 @@ fn sha(path: &Path) -> String {
         .collect()
 }
 
-fn read_f32(name: &str) -> Vec<f32> {
-    let p = Path::new(FIXTURES).join(name);
+fn read_f32(fixtures: &str, name: &str) -> Vec<f32> {
+    let p = Path::new(fixtures).join(name);
     let b = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     b.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -71,7 +77,10 @@ fn read_f32(name: &str) -> Vec<f32> {
 #[ignore = "writes the oracle's inputs for tools/gen_dflash_fixtures.py"]
 fn write_oracle_inputs() {
     let dir = std::env::var_os("KILN_DFLASH_OUT").expect("set KILN_DFLASH_OUT to a directory");
-    write_inputs(Path::new(&dir));
+    write_inputs(
+        Path::new(&dir),
+        std::env::var_os("KILN_DFLASH_SLIDING").is_some(),
+    );
 }
 
 fn log_softmax(x: &[f32]) -> Vec<f64> {
@@ -80,15 +89,21 @@ fn log_softmax(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64 - z).collect()
 }
 
-/// Runs the fixture's rounds through `d`; returns (all draft logits, worst KL, max |Δlogit|, top-1 rows checked).
-fn run_rounds(m: &Model, d: &Drafter, meta: &serde_json::Value) -> (Vec<f32>, f64, f32, usize) {
+/// Runs the rounds of the fixture in `fixtures` through `d`; returns (all draft logits, worst KL, max |Δlogit|,
+/// top-1 rows checked).
+fn run_rounds(
+    m: &Model,
+    d: &Drafter,
+    fixtures: &str,
+    meta: &serde_json::Value,
+) -> (Vec<f32>, f64, f32, usize) {
     let n_vocab = m.n_vocab();
     let mut st = d.new_state(m.backend(), 4096).unwrap();
     let (mut worst_kl, mut worst_diff, mut top1_checked) = (0f64, 0f32, 0);
     let mut all = Vec::new();
     for (r, round) in meta["rounds"].as_array().unwrap().iter().enumerate() {
-        let ctx = read_f32(&format!("round{r}_ctx.f32"));
-        let want = read_f32(&format!("round{r}_logits.f32"));
+        let ctx = read_f32(fixtures, &format!("round{r}_ctx.f32"));
+        let want = read_f32(fixtures, &format!("round{r}_logits.f32"));
         let block: Vec<u32> = round["block"]
             .as_array()
             .unwrap()
@@ -120,15 +135,15 @@ fn run_rounds(m: &Model, d: &Drafter, meta: &serde_json::Value) -> (Vec<f32>, f6
     (all, worst_kl, worst_diff, top1_checked)
 }
 
-fn load_meta() -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(Path::new(FIXTURES).join("meta.json")).unwrap())
+fn load_meta(fixtures: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(Path::new(fixtures).join("meta.json")).unwrap())
         .unwrap()
 }
 
 /// Regenerates the inputs into `tag`'s temp dir and checks them against the fixture's hashes.
-fn inputs(tag: &str, meta: &serde_json::Value) -> (PathBuf, PathBuf) {
+fn inputs(tag: &str, meta: &serde_json::Value, sliding: bool) -> (PathBuf, PathBuf) {
     let dir = std::env::temp_dir().join(format!("kiln-dflash-parity-{}-{tag}", std::process::id()));
-    let (target, drafter_dir) = write_inputs(&dir);
+    let (target, drafter_dir) = write_inputs(&dir, sliding);
     let regen = "regenerate with tools/gen_dflash_fixtures.py";
     assert_eq!(
         sha(&target),
@@ -145,11 +160,11 @@ fn inputs(tag: &str, meta: &serde_json::Value) -> (PathBuf, PathBuf) {
 
 #[test]
 fn drafter_matches_reference() {
-    let meta = load_meta();
-    let (target, drafter_dir) = inputs("ref", &meta);
+    let meta = load_meta(FIXTURES);
+    let (target, drafter_dir) = inputs("ref", &meta, false);
     let m = Model::load(&target, LoadOptions::default()).unwrap();
     let d = Drafter::load(&drafter_dir, &m).unwrap();
-    let (_, kl, diff, top1) = run_rounds(&m, &d, &meta);
+    let (_, kl, diff, top1) = run_rounds(&m, &d, FIXTURES, &meta);
     eprintln!(
         "dflash parity: worst KL {kl:.3e}, max |Δlogit| {diff:.3e}, top-1 checked on {top1} rows"
     );
@@ -159,18 +174,59 @@ fn drafter_matches_reference() {
 }
 
 #[test]
-fn converted_gguf_drafter() {
-    let meta = load_meta();
-    let (target, drafter_dir) = inputs("gguf", &meta);
+fn sliding_window_drafter_matches_reference() {
+    let meta = load_meta(FIXTURES_SLIDING);
+    let (target, drafter_dir) = inputs("sliding", &meta, true);
     let m = Model::load(&target, LoadOptions::default()).unwrap();
-    let (want, ..) = run_rounds(&m, &Drafter::load(&drafter_dir, &m).unwrap(), &meta);
+    let d = Drafter::load(&drafter_dir, &m).unwrap();
+    let (got, kl, diff, top1) = run_rounds(&m, &d, FIXTURES_SLIDING, &meta);
+    eprintln!(
+        "dflash sliding-window parity: worst KL {kl:.3e}, max |Δlogit| {diff:.3e}, top-1 checked on {top1} rows"
+    );
+    assert!(kl <= 1e-4, "KL {kl}");
+    assert!(diff <= 1e-2, "max |Δlogit| {diff}");
+    assert!(top1 > 0);
+    // The same weights and inputs with full attention everywhere (the other fixture) give other drafts: the
+    // window and the causal mask change what the rows see.
+    let full: Vec<f32> = (0..2)
+        .flat_map(|r| read_f32(FIXTURES, &format!("round{r}_logits.f32")))
+        .collect();
+    let moved = got
+        .iter()
+        .zip(&full)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(moved > 0.1, "sliding and full attention agree to {moved}");
+    // Converted to GGUF, the layer types travel in the stored config.
+    let bf16 = drafter_dir.with_extension("bf16.gguf");
+    convert_to_gguf(&drafter_dir, &bf16, GgmlType::BF16).unwrap();
+    let (again, ..) = run_rounds(
+        &m,
+        &Drafter::load(&bf16, &m).unwrap(),
+        FIXTURES_SLIDING,
+        &meta,
+    );
+    assert!(again == got, "the bf16 GGUF sliding drafter differs");
+}
+
+#[test]
+fn converted_gguf_drafter() {
+    let meta = load_meta(FIXTURES);
+    let (target, drafter_dir) = inputs("gguf", &meta, false);
+    let m = Model::load(&target, LoadOptions::default()).unwrap();
+    let (want, ..) = run_rounds(
+        &m,
+        &Drafter::load(&drafter_dir, &m).unwrap(),
+        FIXTURES,
+        &meta,
+    );
     // bf16 weights stored as bf16 are the same values: the same bits out.
     let bf16 = drafter_dir.with_extension("bf16.gguf");
     assert_eq!(
         convert_to_gguf(&drafter_dir, &bf16, GgmlType::BF16).unwrap(),
         0
     );
-    let (got, ..) = run_rounds(&m, &Drafter::load(&bf16, &m).unwrap(), &meta);
+    let (got, ..) = run_rounds(&m, &Drafter::load(&bf16, &m).unwrap(), FIXTURES, &meta);
     assert!(
         got == want,
         "bf16 GGUF drafter differs from the safetensors one"
@@ -178,7 +234,7 @@ fn converted_gguf_drafter() {
     // Q8_0: close to the reference.
     let q8 = drafter_dir.with_extension("q8_0.gguf");
     convert_to_gguf(&drafter_dir, &q8, GgmlType::Q8_0).unwrap();
-    let (_, kl, diff, _) = run_rounds(&m, &Drafter::load(&q8, &m).unwrap(), &meta);
+    let (_, kl, diff, _) = run_rounds(&m, &Drafter::load(&q8, &m).unwrap(), FIXTURES, &meta);
     eprintln!("dflash q8_0 drafter: worst KL {kl:.3e}, max |Δlogit| {diff:.3e}");
     assert!(kl <= 1e-2, "KL {kl}");
     // A target GGUF is not a drafter.

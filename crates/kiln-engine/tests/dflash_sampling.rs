@@ -184,6 +184,7 @@ fn speculative_sampling_matches_the_target_distribution() {
             mask_token_id: 3,
             rope_theta: 1e4,
             seed: 21,
+            sliding: None,
         },
     )
     .unwrap();

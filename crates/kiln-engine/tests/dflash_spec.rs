@@ -170,6 +170,7 @@ fn spec_agree_tiny_qwen3() {
         mask_token_id: 3,
         rope_theta: 1e4,
         seed: 11,
+        sliding: None,
     };
     let d = Drafter::load(drafter_dir("tiny", &spec_), &m).unwrap();
     let prompts: [&[u32]; 3] = [&[1, 2, 3], &[9, 200, 17, 5, 44, 81, 3, 120], &[77]];
@@ -207,6 +208,7 @@ fn spec_agree_smollm2() {
         mask_token_id: 0,
         rope_theta: 1e5,
         seed: 5,
+        sliding: None,
     };
     let d = Drafter::load(drafter_dir("smollm2", &spec_), &m).unwrap();
     // "The capital of France is" / a chat-ish fragment, as token ids of SmolLM2's vocabulary.
@@ -290,6 +292,7 @@ fn drafter_validation_errors() {
         mask_token_id: 3,
         rope_theta: 1e4,
         seed: 1,
+        sliding: None,
     };
     let cases: Vec<(DraftSpec, &str)> = vec![
         (
@@ -367,6 +370,7 @@ fn caller_stop_inside_a_block() {
         mask_token_id: 3,
         rope_theta: 1e4,
         seed: 3,
+        sliding: None,
     };
     let d = Drafter::load(drafter_dir("stop", &spec_), &m).unwrap();
     let prompt = [5u32, 6, 7];

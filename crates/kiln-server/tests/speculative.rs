@@ -56,6 +56,7 @@ fn load() -> (Model, Tokenizer, Arc<Drafter>) {
             mask_token_id: 0,
             rope_theta: 1e5,
             seed: 9,
+            sliding: None,
         },
     )
     .unwrap();

@@ -8,7 +8,7 @@
 //! gets the same bits alone, in a decode batch or in a prefill chunk (batch invariance).
 
 use super::{CpuBackend, MAX_HEAD_DIM};
-use crate::backend::{AttnParams, AttnRow, KvLayout, KvType};
+use crate::backend::{AttnParams, AttnRow, BlockAttn, KvLayout, KvType};
 use crate::error::{Error, Result};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -202,7 +202,7 @@ pub(crate) fn attention(
     kv: &mut CpuKv,
     layer: usize,
     rows: &[AttnRow],
-    visible: Option<usize>,
+    visible: Option<(usize, BlockAttn)>,
     p: &AttnParams,
 ) -> Result<()> {
     let l = kv.layout;
@@ -232,7 +232,7 @@ pub(crate) fn attention(
                 n_ctx: l.slot_ctx,
             });
         }
-        if visible.is_some_and(|n| {
+        if visible.is_some_and(|(n, _)| {
             r.pos >= n || n > l.slot_ctx || rows.last().map(|l| l.pos + 1) != Some(n)
         }) {
             return Err(Error::Batch(format!(
@@ -284,8 +284,8 @@ pub(crate) fn attention(
 struct Task<'a> {
     q: &'a [f32],
     rows: &'a [AttnRow],
-    /// Positions every row sees; `None`: causal (`0..=pos`).
-    visible: Option<usize>,
+    /// One past the block's last position and what its rows see; `None`: causal (`0..=pos`).
+    visible: Option<(usize, BlockAttn)>,
     kv: &'a CpuKv,
     layer: usize,
     p: &'a AttnParams,
@@ -316,8 +316,8 @@ impl Task<'_> {
         let row = rows[ri];
         let q0 = ri * qd + kh * group * hd;
         let qs = &q[q0..q0 + group * hd];
-        let base = kv_ref.offset(layer, row.slot, 0) + kh * hd;
-        let len = t_visible.unwrap_or(row.pos + 1);
+        let (lo, len) = span(t_visible, row.pos);
+        let base = kv_ref.offset(layer, row.slot, lo) + kh * hd;
         let mut tmp = [0f32; MAX_HEAD_DIM];
         let tmp = &mut tmp[..hd];
         // The buffer is taken out of the thread-local for the duration, not used inside `SCORES.with`'s closure:
@@ -365,6 +365,16 @@ impl Task<'_> {
         }
         SCORES.with(|c| c.replace(s));
     }
+}
+
+/// The first position a row at `pos` sees and how many it sees.
+#[inline(always)]
+fn span(visible: Option<(usize, BlockAttn)>, pos: usize) -> (usize, usize) {
+    let (lo, hi) = match visible {
+        None => (0, pos + 1),
+        Some((end, attn)) => attn.span(pos, end),
+    };
+    (lo, hi - lo)
 }
 
 /// [`load`], or [`load_f16c`] when `F16C` (set only by [`run_avx2`], whose caller checked the CPU).
@@ -476,8 +486,8 @@ mod x86 {
         let row = rows[ri];
         let q0 = ri * qd + kh * G * hd;
         let qs = &q[q0..q0 + G * hd];
-        let base = kv.offset(layer, row.slot, 0) + kh * hd;
-        let len = t_visible.unwrap_or(row.pos + 1);
+        let (lo, len) = super::span(t_visible, row.pos);
+        let base = kv.offset(layer, row.slot, lo) + kh * hd;
         // The last row read: every K/V access below stays under it.
         assert!(base + (len - 1) * kvd + hd <= k.len().min(v.len()) && o.len() >= G * hd);
         // Out of the thread-local, as in `Task::run`: inside `SCORES.with`'s closure the intrinsics would not

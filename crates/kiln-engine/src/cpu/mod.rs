@@ -10,7 +10,9 @@ mod moe;
 
 pub use attention::CpuKv;
 
-use crate::backend::{AttnParams, AttnRow, Backend, KvLayout, MoeFfn, RopeMode, RopeParams};
+use crate::backend::{
+    AttnParams, AttnRow, Backend, BlockAttn, KvLayout, MoeFfn, RopeMode, RopeParams,
+};
 use crate::error::{Error, Result};
 use crate::flags::Flags;
 use crate::weights::Weight;
@@ -383,9 +385,21 @@ impl Backend for CpuBackend {
         layer: usize,
         rows: &[AttnRow],
         visible: usize,
+        attn: BlockAttn,
         p: &AttnParams,
     ) -> Result<()> {
-        attention::attention(self, out, q, k, v, kv, layer, rows, Some(visible), p)
+        attention::attention(
+            self,
+            out,
+            q,
+            k,
+            v,
+            kv,
+            layer,
+            rows,
+            Some((visible, attn)),
+            p,
+        )
     }
 
     fn kv_store(

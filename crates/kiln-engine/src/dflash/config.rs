@@ -2,6 +2,7 @@
 //! and `dflash_config.{mask_token_id, target_layer_ids}`), parsed strictly: unknown fields and DFlash2 checkpoints
 //! are refused, because silently ignoring a field with a meaning would give wrong drafts.
 
+use crate::backend::BlockAttn;
 use crate::error::{Error, Result};
 use crate::hparams::Hparams;
 use serde_json::{Map, Value};
@@ -94,6 +95,8 @@ pub struct DraftConfig {
     pub output_multiplier: f32,
     /// Logit soft-capping (`final_logit_softcapping`; none when absent or ≤ 0).
     pub softcap: Option<f32>,
+    /// Per drafter layer, which positions its block rows see.
+    pub layer_attn: Vec<BlockAttn>,
 }
 
 fn bad(msg: impl Into<String>) -> Error {
@@ -177,20 +180,6 @@ impl DraftConfig {
         if !matches!(top.get("rope_scaling"), None | Some(Value::Null)) {
             return Err(Error::Unsupported("draft rope_scaling".into()));
         }
-        if top.get("use_sliding_window").and_then(Value::as_bool) == Some(true) {
-            return Err(Error::Unsupported("draft sliding-window layers".into()));
-        }
-        if let Some(lt) = top.get("layer_types").and_then(Value::as_array) {
-            if lt.iter().any(|t| t.as_str() != Some("full_attention")) {
-                return Err(Error::Unsupported(
-                    "draft layer_types other than 'full_attention' (sliding-window drafter layers)"
-                        .into(),
-                ));
-            }
-        }
-        if top.get("is_causal").and_then(Value::as_bool) == Some(true) {
-            return Err(Error::Unsupported("draft is_causal = true".into()));
-        }
         // transformers ≥ 5 writes `rope_parameters` instead of `rope_theta` + `rope_scaling`.
         let mut rope_theta = get_f32(top, "rope_theta")?;
         match top.get("rope_parameters") {
@@ -246,6 +235,7 @@ impl DraftConfig {
                 None => get_f32(top, key),
             }
         };
+        let layer_attn = layer_attn(top, n_layer)?;
         let cfg = DraftConfig {
             hidden,
             n_ff: get_usize(top, "intermediate_size")?,
@@ -264,6 +254,7 @@ impl DraftConfig {
             input_embedding_scale: scalar("input_embedding_scale")?.unwrap_or(1.0),
             output_multiplier: scalar("output_multiplier")?.unwrap_or(1.0),
             softcap: scalar("final_logit_softcapping")?.filter(|&c| c > 0.0),
+            layer_attn,
         };
         if cfg.n_layer == 0 || cfg.n_head == 0 || cfg.n_head_kv == 0 || cfg.head_dim == 0 {
             return Err(bad("layers, heads and head_dim must be positive"));
@@ -323,6 +314,67 @@ impl DraftConfig {
         }
         Ok(())
     }
+}
+
+/// Each layer's [`BlockAttn`], derived as transformers' Qwen3Config and the reference's attention module do: the
+/// window is `sliding_window` only when `use_sliding_window` is true; `layer_types` defaults to sliding layers
+/// from `max_window_layers` on when there is a window; a layer is causal when it is a sliding layer, unless
+/// `is_causal` says otherwise for every layer; only sliding layers take the window.
+fn layer_attn(top: &Map<String, Value>, n_layer: usize) -> Result<Vec<BlockAttn>> {
+    let flag = |key: &str| -> Result<Option<bool>> {
+        match top.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| bad(format!("'{key}' is not a boolean"))),
+        }
+    };
+    let window = match top.get("sliding_window") {
+        _ if flag("use_sliding_window")? != Some(true) => None,
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(w) if w >= 1 => Some(w as usize),
+            _ => return Err(bad("'sliding_window' is not a positive integer")),
+        },
+    };
+    let sliding: Vec<bool> = match top.get("layer_types") {
+        None | Some(Value::Null) => {
+            let from = match top.get("max_window_layers") {
+                None | Some(Value::Null) => 28,
+                Some(_) => get_usize(top, "max_window_layers")?,
+            };
+            (0..n_layer)
+                .map(|i| window.is_some() && i >= from)
+                .collect()
+        }
+        Some(Value::Array(a)) => {
+            if a.len() != n_layer {
+                return Err(bad(format!(
+                    "'layer_types' has {} entries for {n_layer} layers",
+                    a.len()
+                )));
+            }
+            a.iter()
+                .map(|t| match t.as_str() {
+                    Some("full_attention") => Ok(false),
+                    Some("sliding_attention") => Ok(true),
+                    _ => Err(Error::Unsupported(format!(
+                        "draft layer type {t} (full_attention and sliding_attention only)"
+                    ))),
+                })
+                .collect::<Result<_>>()?
+        }
+        Some(_) => return Err(bad("'layer_types' is not an array")),
+    };
+    let is_causal = flag("is_causal")?;
+    Ok(sliding
+        .into_iter()
+        .map(|s| BlockAttn {
+            causal: is_causal.unwrap_or(s),
+            window: if s { window } else { None },
+        })
+        .collect())
 }
 
 /// The reference's default tapping rule: one middle layer for a 1-layer drafter, else evenly from 1 to L−3.
@@ -399,6 +451,100 @@ mod tests {
         v["rope_parameters"]["rope_type"] = "yarn".into();
         let e = DraftConfig::parse(&v.to_string()).unwrap_err().to_string();
         assert!(e.contains("rope_type 'yarn'"), "{e}");
+    }
+
+    #[test]
+    fn layer_attention_as_transformers_derives_it() {
+        let attn = |f: &dyn Fn(&mut Value)| {
+            let mut v = base();
+            v["num_hidden_layers"] = 2.into();
+            f(&mut v);
+            DraftConfig::parse(&v.to_string()).map(|c| c.layer_attn)
+        };
+        let (full, causal) = (
+            BlockAttn::FULL,
+            BlockAttn {
+                causal: true,
+                window: None,
+            },
+        );
+        let sliding = |w| BlockAttn {
+            causal: true,
+            window: Some(w),
+        };
+        assert_eq!(attn(&|_| {}).unwrap(), vec![full, full]);
+        // Sliding layers from max_window_layers on when there is a window.
+        let w = |v: &mut Value| {
+            v["use_sliding_window"] = true.into();
+            v["sliding_window"] = 8.into();
+            v["max_window_layers"] = 1.into();
+        };
+        assert_eq!(attn(&w).unwrap(), vec![full, sliding(8)]);
+        // Without use_sliding_window the window is dropped (Qwen3Config), a sliding layer stays causal.
+        let lt = |v: &mut Value| {
+            v["sliding_window"] = 8.into();
+            v["layer_types"] = serde_json::json!(["full_attention", "sliding_attention"]);
+        };
+        assert_eq!(attn(&lt).unwrap(), vec![full, causal]);
+        // is_causal overrides the layer type's causality, for every layer.
+        let nc = |v: &mut Value| {
+            w(v);
+            v["is_causal"] = false.into();
+        };
+        let open = BlockAttn {
+            causal: false,
+            window: Some(8),
+        };
+        assert_eq!(attn(&nc).unwrap(), vec![full, open]);
+        assert_eq!(
+            attn(&|v| v["is_causal"] = true.into()).unwrap(),
+            vec![causal, causal]
+        );
+        let e = attn(&|v| v["layer_types"] = serde_json::json!(["full_attention"])).unwrap_err();
+        assert!(e.to_string().contains("1 entries for 2 layers"), "{e}");
+        let e = attn(&|v| {
+            v["layer_types"] = serde_json::json!(["full_attention", "chunked_attention"])
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("chunked_attention"), "{e}");
+        let e = attn(&|v| {
+            w(v);
+            v["sliding_window"] = 0.into();
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("sliding_window"), "{e}");
+    }
+
+    #[test]
+    fn spans_match_the_reference_mask() {
+        // The reference's `_attention_mask` element by element: query at p (the block's rows end at `end`), key q.
+        let visible = |a: BlockAttn, p: i64, q: i64| {
+            let mut v = true;
+            if a.causal {
+                v &= q <= p;
+            }
+            if let Some(w) = a.window.map(|w| w as i64) {
+                v &= p - q < w;
+                if !a.causal {
+                    v &= q - p < w;
+                }
+            }
+            v
+        };
+        for causal in [false, true] {
+            for window in [None, Some(1), Some(2), Some(5)] {
+                let a = BlockAttn { causal, window };
+                for end in 1usize..12 {
+                    for p in end.saturating_sub(4)..end {
+                        let (lo, hi) = a.span(p, end);
+                        let want: Vec<usize> = (0..end)
+                            .filter(|&q| visible(a, p as i64, q as i64))
+                            .collect();
+                        assert_eq!((lo..hi).collect::<Vec<_>>(), want, "{a:?} row {p} of {end}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!   `hidden_norm`; they skip the drafter's layernorms and MLP and only feed each layer's K/V projections;
 //! - the block `[anchor, MASK × (B−1)]` is embedded with the target's embedding table (× `input_embedding_scale`);
 //! - every layer: `input_layernorm` → Q from the block only, K/V = [proj(context); proj(block)], QK-norm, NEOX
-//!   RoPE at absolute positions, attention non-causal over context + the whole block, `o_proj`, residual,
+//!   RoPE at absolute positions, attention non-causal over context + the whole block (a sliding-window layer:
+//!   causal, and only positions less than `sliding_window` away; [`crate::BlockAttn`]), `o_proj`, residual,
 //!   `post_attention_layernorm` → SwiGLU MLP → residual; then `norm`;
 //! - draft logits = the target's output head applied to the normed hidden states (no target output norm),
 //!   × `output_multiplier`, optionally soft-capped.
@@ -239,6 +240,16 @@ fn bind(b: &mut Binder, name: &str, shape: &[u64]) -> Result<Weight> {
     })
 }
 
+/// Whether the drafter runs on its target's GPU: unless `KILN_NO_CUDA_DRAFTER`, or a layer is causal or has a
+/// sliding window, which the GPU's block attention does not take (that drafter runs on the CPU, its target on
+/// the GPU).
+#[cfg(feature = "cuda")]
+fn gpu_drafter(cfg: &DraftConfig, target: &Model) -> bool {
+    let cuda = target.cuda().expect("a GPU target");
+    target.backend().flags().cuda_drafter
+        && (cuda.block_masks() || cfg.layer_attn.iter().all(|&a| a == crate::BlockAttn::FULL))
+}
+
 impl Drafter {
     /// Loads the drafter at `path` — a z-lab directory, or a GGUF written by [`super::convert_to_gguf`] — and
     /// binds it to `target` (validated against it). When `target` runs on a GPU, the drafter's tensors and the
@@ -259,11 +270,14 @@ impl Drafter {
             let cfg_path = path.join("config.json");
             let text = std::fs::read_to_string(&cfg_path)
                 .map_err(|e| Error::Config(format!("{}: {e}", cfg_path.display())))?;
-            DraftConfig::parse(&text)?;
+            let cfg = DraftConfig::parse(&text)?;
             #[cfg(feature = "cuda")]
-            let on_gpu = target.cuda().is_some() && target.backend().flags().cuda_drafter;
+            let on_gpu = target.cuda().is_some() && gpu_drafter(&cfg, target);
             #[cfg(not(feature = "cuda"))]
-            let on_gpu = false;
+            let on_gpu = {
+                let _ = cfg;
+                false
+            };
             let matrix_ty = if on_gpu {
                 GgmlType::BF16
             } else {
@@ -341,7 +355,7 @@ impl Drafter {
             .unwrap_or_else(|| embd.clone());
         #[cfg(feature = "cuda")]
         let gpu = match target.cuda() {
-            Some(t) if target.backend().flags().cuda_drafter => {
+            Some(t) if gpu_drafter(&cfg, target) => {
                 let mut tensors: Vec<(&GgufFile, &kiln_gguf::TensorInfo)> =
                     file.tensors().iter().map(|t| (&*file, t)).collect();
                 let tf = target.gguf();
@@ -521,6 +535,7 @@ impl Drafter {
                 il,
                 &rows,
                 start + n,
+                c.layer_attn[il],
                 &p,
             )?;
             be.matmul_add(&mut sc.x, &l.o, &sc.attn, &mut sc.tmp, n)?;

@@ -35,6 +35,9 @@ pub struct DraftSpec {
     pub rope_theta: f32,
     /// Seed.
     pub seed: u64,
+    /// Sliding-window layers: the window W and, per layer, whether it is a sliding layer (written as
+    /// `use_sliding_window`, `sliding_window` and `layer_types`); none: every layer full attention.
+    pub sliding: Option<(usize, Vec<bool>)>,
 }
 
 fn splitmix(state: &mut u64) -> u64 {
@@ -99,6 +102,7 @@ pub fn draft_spec_for(
         mask_token_id: mask,
         rope_theta: hp.rope_theta,
         seed,
+        sliding: None,
     })
 }
 
@@ -107,7 +111,7 @@ pub fn write_random_drafter(dir: &Path, spec: &DraftSpec) -> Result<()> {
     let io = |e: std::io::Error| Error::Config(format!("{}: {e}", dir.display()));
     std::fs::create_dir_all(dir).map_err(io)?;
     let s = spec;
-    let config = serde_json::json!({
+    let mut config = serde_json::json!({
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
         "hidden_size": s.hidden,
@@ -129,6 +133,21 @@ pub fn write_random_drafter(dir: &Path, spec: &DraftSpec) -> Result<()> {
         "num_target_layers": s.num_target_layers,
         "dflash_config": {"mask_token_id": s.mask_token_id, "target_layer_ids": s.target_layer_ids},
     });
+    if let Some((window, layers)) = &s.sliding {
+        config["use_sliding_window"] = true.into();
+        config["sliding_window"] = (*window).into();
+        config["layer_types"] = layers
+            .iter()
+            .map(|&sl| {
+                if sl {
+                    "sliding_attention"
+                } else {
+                    "full_attention"
+                }
+            })
+            .collect::<Vec<_>>()
+            .into();
+    }
     let text = serde_json::to_string_pretty(&config)
         .map_err(|e| Error::Config(format!("draft config: {e}")))?;
     std::fs::write(dir.join("config.json"), text).map_err(io)?;
