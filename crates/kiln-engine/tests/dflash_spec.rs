@@ -187,6 +187,20 @@ fn spec_agree_tiny_qwen3() {
             agree_all(&m, &d, pr, 100, pr.len() + extra);
         }
     }
+    // A drafter whose first layer is a sliding-window one (causal, window 2: shorter than a block).
+    let sliding = DraftSpec {
+        n_layer: 2,
+        sliding: Some((2, vec![true, false])),
+        ..spec_
+    };
+    let d = Drafter::load(drafter_dir("tiny-sliding", &sliding), &m).unwrap();
+    for max in [7, 23] {
+        let tau = agree_all(&m, &d, prompts[1], max, 256);
+        assert!(
+            max < 23 || tau > 3.0,
+            "sliding drafter: τ {tau} at full forced acceptance"
+        );
+    }
 }
 
 #[test]
