@@ -414,3 +414,73 @@ fn caller_stop_inside_a_block() {
         );
     }
 }
+
+/// Damaged drafter directories give an error, never a panic or a drafter: the safetensors file truncated at
+/// every length of its header and at points in its data, and a few hundred seeded byte mutations of its header
+/// and of config.json (each either refused or, when the bytes still form a valid drafter, loaded).
+#[test]
+fn damaged_drafter_files() {
+    let path = common::tiny_file("qwen3", GgmlType::F32);
+    let m = Model::load(&path, LoadOptions::default()).unwrap();
+    let spec_ = DraftSpec {
+        hidden: common::D as usize,
+        n_ff: 32,
+        n_layer: 1,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 16,
+        vocab: common::VOCAB as usize,
+        block_size: 4,
+        num_target_layers: common::LAYERS,
+        target_layer_ids: vec![0],
+        mask_token_id: 3,
+        rope_theta: 1e4,
+        seed: 2,
+        sliding: None,
+    };
+    let dir = drafter_dir("damaged", &spec_);
+    let st_path = dir.join("model.safetensors");
+    let cfg_path = dir.join("config.json");
+    let st = std::fs::read(&st_path).unwrap();
+    let cfg = std::fs::read(&cfg_path).unwrap();
+    let header = 8 + u64::from_le_bytes(st[..8].try_into().unwrap()) as usize;
+    let load = |st_bytes: &[u8], cfg_bytes: &[u8]| {
+        std::fs::write(&st_path, st_bytes).unwrap();
+        std::fs::write(&cfg_path, cfg_bytes).unwrap();
+        Drafter::load(&dir, &m)
+    };
+    assert!(load(&st, &cfg).is_ok());
+    for cut in (0..header + 16).chain([st.len() / 2, st.len() - 1]) {
+        let e = load(&st[..cut], &cfg).unwrap_err().to_string();
+        assert!(e.contains("model.safetensors"), "cut at {cut}: {e}");
+    }
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut refused, mut loaded) = (0, 0);
+    for i in 0..400 {
+        let (mut s, mut c) = (st.clone(), cfg.clone());
+        let target = if i % 2 == 0 {
+            &mut s[..header]
+        } else {
+            &mut c[..]
+        };
+        for _ in 0..1 + next() % 3 {
+            let at = (next() % target.len() as u64) as usize;
+            target[at] = next() as u8;
+        }
+        match load(&s, &c) {
+            Ok(_) => loaded += 1,
+            Err(e) => {
+                assert!(!e.to_string().is_empty());
+                refused += 1
+            }
+        }
+    }
+    eprintln!("damaged drafter files: {refused} refused, {loaded} still valid");
+    assert!(refused > 200, "only {refused} of 400 mutations refused");
+}
