@@ -15,8 +15,10 @@
 # under concurrent load against each request alone;
 # bits = logits bit-equal to another build's, REF_KILN=path, not in the default;
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
-# dflash = a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M target, forced τ 4/7/10, and the same
-# drafter as bf16 safetensors (z-lab's format) with its BF16 matmuls on cuBLAS and off;
+# dflash = greedy output with a drafter equal to plain decoding on a tiny target (a drafter on the GPU, and one with a
+# sliding-window layer on the CPU), then a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M
+# target, forced τ 4/7/10, and the same drafter as bf16 safetensors (z-lab's format) with its BF16 matmuls on cuBLAS
+# and off;
 # profile = ncu's time of every kernel of a decode step and of a 16-row block, per step, and of the 8B's prefill
 # chunks of 512 (PROFILE="decode block16 prefill moe-prefill" picks shapes; moe-prefill, the 30B-A3B's, only
 # when named);
@@ -323,6 +325,31 @@ fi
 # 5. DFlash on the GPU: the drafter's step and the verify block against plain decoding, at forced acceptance
 # (the drafter computes for real; drafts replaced by the plain continuation, at most K accepted a round).
 if want dflash; then
+    # Greedy output equal to plain decoding: a tiny target on the GPU with a random drafter on the GPU, and with
+    # the same drafter given a sliding-window first layer (which runs on the CPU, its target on the GPU).
+    synth synth-tiny-q8 "$WORK/tiny-q8.gguf" --arch qwen3 --preset tiny --quant q8_0
+    [ -s "$WORK/d-tiny/config.json" ] ||
+        step synth-draft-tiny "$KILN" synth --arch dflash --target "$WORK/tiny-q8.gguf" --quant bf16 -o "$WORK/d-tiny"
+    rm -rf "$WORK/d-tiny-sliding" && cp -r "$WORK/d-tiny" "$WORK/d-tiny-sliding"
+    python3 - "$WORK/d-tiny-sliding/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(use_sliding_window=True, sliding_window=3,
+         layer_types=["sliding_attention"] + ["full_attention"] * (c["num_hidden_layers"] - 1))
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+PY
+    for d in d-tiny d-tiny-sliding; do
+        for p in "Once upon a time" "The quick brown fox jumps over"; do
+            run=("$KILN" run -m "$WORK/tiny-q8.gguf" --device cuda --temp 0 -n 48 -p "$p")
+            "${run[@]}" >"$WORK/plain.txt" 2>>"$OUT/run-plain.log" &&
+                "${run[@]}" --draft "$WORK/$d" >"$WORK/spec.txt" 2>>"$OUT/run-$d.log" &&
+                cmp -s "$WORK/spec.txt" "$WORK/plain.txt" && say "same as plain: $d, '$p'" ||
+                { say "FAILED: $d, '$p': an error or other text than plain decoding (run-$d.log)"; exit 1; }
+        done
+    done
+    step bench-dflash-sliding "$KILN" bench -m "$WORK/tiny-q8.gguf" --device cuda --draft "$WORK/d-tiny-sliding" \
+        --draft-force 3,6 -d 64 -n 64 -r 1
+    grep -E "^\|" "$OUT/bench-dflash-sliding.log" | tee -a "$OUT/summary.txt"
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
     step bench-dflash timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
