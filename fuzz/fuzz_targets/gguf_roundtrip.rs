@@ -32,7 +32,10 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(second.alignment(), first.alignment());
     assert_eq!(second.tensors().len(), first.tensors().len());
     for (a, b) in first.tensors().iter().zip(second.tensors()) {
-        assert_eq!((&a.name, a.ty, &a.shape, a.size), (&b.name, b.ty, &b.shape, b.size));
+        assert_eq!(
+            (&a.name, a.ty, &a.shape, a.size),
+            (&b.name, b.ty, &b.shape, b.size)
+        );
         assert_eq!(first.tensor_data(a), second.tensor_data(b));
     }
     assert_eq!(rewrite(&second), bytes);

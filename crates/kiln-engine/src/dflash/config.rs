@@ -60,6 +60,13 @@ const KNOWN_DFLASH_FIELDS: &[&str] = &[
     "final_logit_softcapping",
 ];
 
+/// Most drafter layers accepted (published drafters have 1 to 8).
+const MAX_LAYERS: usize = 1024;
+/// Largest width, head count or vocabulary accepted.
+const MAX_DIM: usize = 1 << 24;
+/// Largest block accepted (published drafters use 16; a verify block is a batch of this many rows).
+const MAX_BLOCK: usize = 256;
+
 /// A DFlash drafter's configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DraftConfig {
@@ -209,6 +216,13 @@ impl DraftConfig {
             None => hidden / n_head.max(1),
         };
         let n_layer = get_usize(top, "num_hidden_layers")?;
+        // Sizes that allocate before any tensor is checked against them are bounded here, so a hostile config
+        // is an error rather than an allocation failure.
+        if n_layer > MAX_LAYERS {
+            return Err(bad(format!(
+                "num_hidden_layers {n_layer} (a drafter has at most {MAX_LAYERS})"
+            )));
+        }
         let num_target_layers = get_usize(top, "num_target_layers")?;
         let target_layer_ids = match draft_value(top, dc, "target_layer_ids") {
             Some(Value::Array(a)) => a
@@ -259,6 +273,19 @@ impl DraftConfig {
         if cfg.n_layer == 0 || cfg.n_head == 0 || cfg.n_head_kv == 0 || cfg.head_dim == 0 {
             return Err(bad("layers, heads and head_dim must be positive"));
         }
+        for (key, v) in [
+            ("hidden_size", cfg.hidden),
+            ("intermediate_size", cfg.n_ff),
+            ("num_attention_heads", cfg.n_head),
+            ("num_key_value_heads", cfg.n_head_kv),
+            ("head_dim", cfg.head_dim),
+            ("vocab_size", cfg.vocab),
+        ] {
+            // Products of two of these (tensor shapes) stay far inside 64 bits.
+            if v > MAX_DIM {
+                return Err(bad(format!("{key} {v} (at most {MAX_DIM})")));
+            }
+        }
         if !cfg.n_head.is_multiple_of(cfg.n_head_kv) {
             return Err(bad(format!(
                 "{} query heads are not a multiple of {} key/value heads",
@@ -268,8 +295,11 @@ impl DraftConfig {
         if !cfg.head_dim.is_multiple_of(2) {
             return Err(bad("head_dim must be even (RoPE rotates pairs)"));
         }
-        if cfg.block_size < 2 {
-            return Err(bad(format!("block_size {} (must be ≥ 2)", cfg.block_size)));
+        if !(2..=MAX_BLOCK).contains(&cfg.block_size) {
+            return Err(bad(format!(
+                "block_size {} (must be 2 to {MAX_BLOCK})",
+                cfg.block_size
+            )));
         }
         if cfg.target_layer_ids.is_empty() {
             return Err(bad("'target_layer_ids' is empty"));
@@ -424,6 +454,20 @@ mod tests {
         v["architectures"] = serde_json::json!(["DFlash2DraftModel"]);
         let e = DraftConfig::parse(&v.to_string()).unwrap_err().to_string();
         assert!(e.contains("DFlash2"), "{e}");
+        for (key, n, want) in [
+            (
+                "num_hidden_layers",
+                40_737_095_516u64,
+                "num_hidden_layers 40737095516",
+            ),
+            ("block_size", 1 << 40, "block_size 1099511627776"),
+            ("head_dim", 1 << 40, "head_dim 1099511627776"),
+        ] {
+            let mut v = base();
+            v[key] = n.into();
+            let e = DraftConfig::parse(&v.to_string()).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
         let mut v = base();
         v["dflash_config"]["conv_kernel_size"] = 4.into();
         let e = DraftConfig::parse(&v.to_string()).unwrap_err().to_string();
