@@ -158,34 +158,52 @@ fn inputs(tag: &str, meta: &serde_json::Value, sliding: bool) -> (PathBuf, PathB
     (target, drafter_dir)
 }
 
-#[test]
-fn drafter_matches_reference() {
-    let meta = load_meta(FIXTURES);
-    let (target, drafter_dir) = inputs("ref", &meta, false);
+/// A fixture's inputs, loaded, and the drafter's logits over its rounds.
+struct Checked {
+    m: Model,
+    target: PathBuf,
+    drafter_dir: PathBuf,
+    meta: serde_json::Value,
+    logits: Vec<f32>,
+}
+
+/// Loads the inputs of the fixture in `fixtures` (regenerated under `tag`) and checks the drafter's logits against
+/// the reference's there.
+fn matches_reference(fixtures: &str, tag: &str, sliding: bool) -> Checked {
+    let meta = load_meta(fixtures);
+    let (target, drafter_dir) = inputs(tag, &meta, sliding);
     let m = Model::load(&target, LoadOptions::default()).unwrap();
     let d = Drafter::load(&drafter_dir, &m).unwrap();
-    let (_, kl, diff, top1) = run_rounds(&m, &d, FIXTURES, &meta);
+    let (logits, kl, diff, top1) = run_rounds(&m, &d, fixtures, &meta);
     eprintln!(
-        "dflash parity: worst KL {kl:.3e}, max |Δlogit| {diff:.3e}, top-1 checked on {top1} rows"
+        "dflash parity ({tag}): worst KL {kl:.3e}, max |Δlogit| {diff:.3e}, top-1 checked on {top1} rows"
     );
     assert!(kl <= 1e-4, "KL {kl}");
     assert!(diff <= 1e-2, "max |Δlogit| {diff}");
     assert!(top1 > 0);
+    Checked {
+        m,
+        target,
+        drafter_dir,
+        meta,
+        logits,
+    }
+}
+
+#[test]
+fn drafter_matches_reference() {
+    matches_reference(FIXTURES, "ref", false);
 }
 
 #[test]
 fn sliding_window_drafter_matches_reference() {
-    let meta = load_meta(FIXTURES_SLIDING);
-    let (target, drafter_dir) = inputs("sliding", &meta, true);
-    let m = Model::load(&target, LoadOptions::default()).unwrap();
-    let d = Drafter::load(&drafter_dir, &m).unwrap();
-    let (got, kl, diff, top1) = run_rounds(&m, &d, FIXTURES_SLIDING, &meta);
-    eprintln!(
-        "dflash sliding-window parity: worst KL {kl:.3e}, max |Δlogit| {diff:.3e}, top-1 checked on {top1} rows"
-    );
-    assert!(kl <= 1e-4, "KL {kl}");
-    assert!(diff <= 1e-2, "max |Δlogit| {diff}");
-    assert!(top1 > 0);
+    let Checked {
+        m,
+        drafter_dir,
+        meta,
+        logits: got,
+        ..
+    } = matches_reference(FIXTURES_SLIDING, "sliding", true);
     // The same weights and inputs with full attention everywhere (the other fixture) give other drafts: the
     // window and the causal mask change what the rows see.
     let full: Vec<f32> = (0..2)
@@ -211,15 +229,13 @@ fn sliding_window_drafter_matches_reference() {
 
 #[test]
 fn converted_gguf_drafter() {
-    let meta = load_meta(FIXTURES);
-    let (target, drafter_dir) = inputs("gguf", &meta, false);
-    let m = Model::load(&target, LoadOptions::default()).unwrap();
-    let (want, ..) = run_rounds(
-        &m,
-        &Drafter::load(&drafter_dir, &m).unwrap(),
-        FIXTURES,
-        &meta,
-    );
+    let Checked {
+        m,
+        target,
+        drafter_dir,
+        meta,
+        logits: want,
+    } = matches_reference(FIXTURES, "gguf", false);
     // bf16 weights stored as bf16 are the same values: the same bits out.
     let bf16 = drafter_dir.with_extension("bf16.gguf");
     assert_eq!(

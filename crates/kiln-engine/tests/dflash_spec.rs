@@ -288,11 +288,9 @@ fn spec_agree_trained_drafter_held_out_prompts() {
     );
 }
 
-#[test]
-fn drafter_validation_errors() {
-    let path = common::tiny_file("qwen3", GgmlType::F32);
-    let m = Model::load(&path, LoadOptions::default()).unwrap();
-    let base = DraftSpec {
+/// A one-layer drafter of block 4 for the tiny target.
+fn small_spec(seed: u64) -> DraftSpec {
+    DraftSpec {
         hidden: common::D as usize,
         n_ff: 32,
         n_layer: 1,
@@ -305,9 +303,16 @@ fn drafter_validation_errors() {
         target_layer_ids: vec![0],
         mask_token_id: 3,
         rope_theta: 1e4,
-        seed: 1,
+        seed,
         sliding: None,
-    };
+    }
+}
+
+#[test]
+fn drafter_validation_errors() {
+    let path = common::tiny_file("qwen3", GgmlType::F32);
+    let m = Model::load(&path, LoadOptions::default()).unwrap();
+    let base = small_spec(1);
     let cases: Vec<(DraftSpec, &str)> = vec![
         (
             DraftSpec {
@@ -422,23 +427,7 @@ fn caller_stop_inside_a_block() {
 fn damaged_drafter_files() {
     let path = common::tiny_file("qwen3", GgmlType::F32);
     let m = Model::load(&path, LoadOptions::default()).unwrap();
-    let spec_ = DraftSpec {
-        hidden: common::D as usize,
-        n_ff: 32,
-        n_layer: 1,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 16,
-        vocab: common::VOCAB as usize,
-        block_size: 4,
-        num_target_layers: common::LAYERS,
-        target_layer_ids: vec![0],
-        mask_token_id: 3,
-        rope_theta: 1e4,
-        seed: 2,
-        sliding: None,
-    };
-    let dir = drafter_dir("damaged", &spec_);
+    let dir = drafter_dir("damaged", &small_spec(2));
     let st_path = dir.join("model.safetensors");
     let cfg_path = dir.join("config.json");
     let st = std::fs::read(&st_path).unwrap();

@@ -240,14 +240,18 @@ fn bind(b: &mut Binder, name: &str, shape: &[u64]) -> Result<Weight> {
     })
 }
 
-/// Whether the drafter runs on its target's GPU: unless `KILN_NO_CUDA_DRAFTER`, or a layer is causal or has a
-/// sliding window, which the GPU's block attention does not take (that drafter runs on the CPU, its target on
-/// the GPU).
-#[cfg(feature = "cuda")]
+/// Whether the drafter runs on its target's GPU: when the target runs on one, unless `KILN_NO_CUDA_DRAFTER` or a
+/// layer is causal or has a sliding window, which the GPU's block attention does not take (that drafter runs on
+/// the CPU, its target on the GPU).
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 fn gpu_drafter(cfg: &DraftConfig, target: &Model) -> bool {
-    let cuda = target.cuda().expect("a GPU target");
-    target.backend().flags().cuda_drafter
-        && (cuda.block_masks() || cfg.layer_attn.iter().all(|&a| a == crate::BlockAttn::FULL))
+    #[cfg(feature = "cuda")]
+    return target.cuda().is_some_and(|cuda| {
+        target.backend().flags().cuda_drafter
+            && (cuda.block_masks() || cfg.layer_attn.iter().all(|&a| a == crate::BlockAttn::FULL))
+    });
+    #[cfg(not(feature = "cuda"))]
+    false
 }
 
 impl Drafter {
@@ -270,15 +274,7 @@ impl Drafter {
             let cfg_path = path.join("config.json");
             let text = std::fs::read_to_string(&cfg_path)
                 .map_err(|e| Error::Config(format!("{}: {e}", cfg_path.display())))?;
-            let cfg = DraftConfig::parse(&text)?;
-            #[cfg(feature = "cuda")]
-            let on_gpu = target.cuda().is_some() && gpu_drafter(&cfg, target);
-            #[cfg(not(feature = "cuda"))]
-            let on_gpu = {
-                let _ = cfg;
-                false
-            };
-            let matrix_ty = if on_gpu {
+            let matrix_ty = if gpu_drafter(&DraftConfig::parse(&text)?, target) {
                 GgmlType::BF16
             } else {
                 GgmlType::F32
