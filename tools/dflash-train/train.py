@@ -15,6 +15,7 @@ and frozen. AdamW, linear warm-up then cosine decay over the step or time budget
         --data tools/dflash-train/data.jsonl --out OUT --minutes 30 [--layers 1] [--device cpu|cuda]
 """
 import argparse
+import contextlib
 import gzip
 import json
 import math
@@ -29,7 +30,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fastgen import generate_batch  # noqa: E402
-from gguf_target import load_llama  # noqa: E402
+from gguf_target import dequantize, load_llama, read_gguf  # noqa: E402
 
 IGNORE = -100
 # SmolLM2 has no mask token. `<empty_output>` (id 16) is a special token of its vocabulary (a Jupyter-notebook
@@ -195,6 +196,25 @@ def save_drafter(model, out):
         json.dump(model.c, f, indent=2)
 
 
+def load_init(path, drafter):
+    """Loads drafter weights to start from: a z-lab directory (model.safetensors) or a `kiln convert-draft` GGUF
+    (tensors under the safetensors names, matrices dequantized). Its config must equal the drafter's."""
+    if os.path.isdir(path):
+        from safetensors.torch import load_file
+
+        with open(os.path.join(path, "config.json")) as f:
+            cfg = json.load(f)
+        state = load_file(os.path.join(path, "model.safetensors"))
+    else:
+        meta, tensors = read_gguf(path)
+        cfg = json.loads(meta["dflash.config_json"])
+        state = {k: torch.from_numpy(dequantize(k, ty, shape, raw)) for k, (ty, shape, raw) in tensors.items()}
+    if cfg != drafter.c:
+        diff = sorted(k for k in set(cfg) | set(drafter.c) if cfg.get(k) != drafter.c.get(k))
+        sys.exit(f"--init {path}: its config differs from this run's drafter in {diff}")
+    drafter.load_state_dict({k: v.float() for k, v in state.items()})
+
+
 def load_data(path, max_len):
     train, test = [], []
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
@@ -262,13 +282,22 @@ def answer_prompts(target, prompts, samples, temp, max_new, batch, eos):
 class Batcher:
     """Turns sequences into one training batch: target features (on the fly or cached), anchors, blocks, masks."""
 
-    def __init__(self, target, taps, mask_id, block, gamma, device, cache):
+    def __init__(self, target, taps, mask_id, block, gamma, device, cache, bf16):
         self.target, self.taps, self.mask_id, self.block = target, taps, mask_id, block
-        self.device = device
+        self.device, self.bf16 = device, bf16
         self.cache = {} if cache else None
         k = torch.arange(1, block, dtype=torch.float32)
         self.pos_weight = torch.exp(-(k - 1) / gamma).to(device)  # weight of block position k = 1..B-1
         self.embed = target.get_input_embeddings().weight
+
+    @contextlib.contextmanager
+    def float32_features(self):
+        """Evaluations see the features kiln computes (float32), whatever the training batches use."""
+        bf16, self.bf16 = self.bf16, False
+        try:
+            yield
+        finally:
+            self.bf16 = bf16
 
     @torch.no_grad()
     def features(self, seqs):
@@ -279,7 +308,9 @@ class Batcher:
         for i, (s, _) in enumerate(seqs):
             ids[i, :len(s)] = torch.tensor(s)
             att[i, :len(s)] = 1
-        out = self.target.model(ids.to(self.device), attention_mask=att.to(self.device), output_hidden_states=True)
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            out = self.target.model(ids.to(self.device), attention_mask=att.to(self.device),
+                                    output_hidden_states=True)
         # hidden_states[0] is the embedding output, [l + 1] the output of layer l.
         return torch.cat([out.hidden_states[l + 1] for l in self.taps], dim=-1).float()
 
@@ -440,6 +471,12 @@ def main():
     ap.add_argument("--cache-features", action="store_true",
                     help="keep each sequence's target features after its first use (f16, in RAM): epochs after the "
                          "first skip the target forward (worth it on a CPU)")
+    ap.add_argument("--target-bf16", action="store_true",
+                    help="the target's forward for the training features under bf16 autocast (float32 otherwise; "
+                         "the evaluations and the replayed decoding always use float32 features, as kiln does)")
+    ap.add_argument("--init", default="",
+                    help="start from this drafter (z-lab directory or `kiln convert-draft` GGUF) instead of random "
+                         "weights; a new schedule (warm-up, cosine decay) runs over --minutes")
     ap.add_argument("--gen-samples", type=int, default=0,
                     help="before training, sample this many extra target responses per training prompt (GPU)")
     ap.add_argument("--gen-temp", type=float, default=0.8)
@@ -497,6 +534,8 @@ def main():
         # embedding rows with logits in the hundreds (CE ~77 at step 0, ~14 at 0.1); near-uniform logits let the
         # first steps learn instead of unlearning the scale.
         drafter.norm.weight.fill_(0.05)
+    if args.init:
+        load_init(args.init, drafter)
     head_w = target.get_output_embeddings().weight  # frozen, shared with the target
     train, test = load_data(args.data, args.max_len)
     if not train:
@@ -548,7 +587,8 @@ def main():
           f"{n_params / 1e6:.2f} M params, taps {taps}, mask id {args.mask_id}; "
           f"{len(train)} train / {len(test)} test sequences", flush=True)
 
-    batcher = Batcher(target, taps, args.mask_id, args.block, args.gamma, dev, args.cache_features)
+    batcher = Batcher(target, taps, args.mask_id, args.block, args.gamma, dev, args.cache_features,
+                      args.target_bf16)
     opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.wd)
     budget = args.minutes * 60.0
     start = time.time()
@@ -603,9 +643,10 @@ def main():
             log.append({"step": step, "minutes": elapsed / 60, "loss": run_loss / 10, "tau_train": 1 + run_acc / 10})
             run_loss, run_acc = 0.0, 0.0
         if time.time() - last_eval > args.eval_every * 60 and test:
-            tl, tau = evaluate(drafter, head_w, batcher, test, args, amp)
-            # The replayed decoding is a few seconds on a GPU, minutes on a CPU: periodic on GPUs only.
-            sim = simulate_tau(drafter, head_w, batcher, test, args.sim_new, amp) if amp and args.sim_new else None
+            with batcher.float32_features():
+                tl, tau = evaluate(drafter, head_w, batcher, test, args, amp)
+                # The replayed decoding is a few seconds on a GPU, minutes on a CPU: periodic on GPUs only.
+                sim = simulate_tau(drafter, head_w, batcher, test, args.sim_new, amp) if amp and args.sim_new else None
             print(f"eval step {step}: held-out loss {tl:.3f}, teacher-forced tau {tau:.2f}"
                   + (f", replayed-decoding tau {sim:.2f}" if sim else ""), flush=True)
             log.append({"step": step, "minutes": (done_s + time.time() - start) / 60, "test_loss": tl,
@@ -616,8 +657,9 @@ def main():
     finished = progress >= 1.0
     result = {"steps": step, "minutes": trained_s / 60, "finished": finished}
     if test:
-        tl, tau = evaluate(drafter, head_w, batcher, test, args, amp)
-        sim = simulate_tau(drafter, head_w, batcher, test, args.sim_new, amp) if args.sim_new else None
+        with batcher.float32_features():
+            tl, tau = evaluate(drafter, head_w, batcher, test, args, amp)
+            sim = simulate_tau(drafter, head_w, batcher, test, args.sim_new, amp) if args.sim_new else None
         print(f"final step {step}: held-out loss {tl:.3f}, teacher-forced tau {tau:.2f}"
               + (f", replayed-decoding tau {sim:.2f}" if sim else ""), flush=True)
         result.update(test_loss=tl, tau_test=tau, tau_sim=sim)
