@@ -344,8 +344,9 @@ class Batcher:
             self.cached_features([train[k] for k in ids], [("train", k) for k in ids])
             i = j
         n_tok = sum(len(s) for s, _ in train)
-        print(f"precomputed the features of {len(train)} sequences ({n_tok} tokens) in {time.time() - t0:.0f} s",
-              flush=True)
+        dt = time.time() - t0
+        print(f"precomputed the features of {len(train)} sequences ({n_tok} tokens) in {dt:.1f} s "
+              f"({n_tok / max(dt, 1e-9):,.0f} tokens/s)", flush=True)
 
     def build(self, seqs, anchors_per_seq, rng, keys, all_anchors=False, fixed=None):
         """One batch: random anchors (evenly spaced with all_anchors, or the lists in `fixed`)."""
