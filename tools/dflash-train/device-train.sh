@@ -48,7 +48,8 @@ call_minutes=4
 # prompts of the held-out set's kinds, answered greedily and 4 times sampled; and 30,000 prompts it writes itself,
 # answered greedily (a 3-layer drafter trained on self-written prompts alone reached teacher-forced tau ~3.2 on its
 # training batches but 2.6 on the held-out prompts). The training features come from the target under bf16
-# autocast (its float32 forward was 40 of a step's 75 ms; evaluations stay float32). Later arguments override these.
+# autocast, as for the committed drafter (it did not shorten the step; evaluations stay float32). Later arguments
+# override these.
 export PYTHONUNBUFFERED=1
 python3 "$here/train.py" --gguf "$gguf" --data "$here/data.jsonl.gz" --out "$out" --minutes "$minutes" \
     --resume --stop-after "$call_minutes" \
