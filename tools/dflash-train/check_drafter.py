@@ -2,7 +2,8 @@
 """Oracle check of train.py's drafter: a checkpoint written by train.py, loaded by the reference `dflash` package
 (DFlashDraftModel.from_pretrained), must give the same block outputs and draft tokens as train.py's own forward
 (the one that was trained), for several anchors of a real sequence with the target's real features; and the
-training-time masked multi-anchor pass must equal one inference round per anchor.
+training-time masked multi-anchor pass must equal one inference round per anchor; and --greedy-labels' labels must
+be the target's own argmax continuation (computed here one token at a time), cut where the sequence leaves it.
 
     python3 tools/dflash-train/check_drafter.py --gguf .test-assets/SmolLM2-135M-Instruct.Q4_1.gguf --draft DIR
 """
@@ -35,7 +36,7 @@ def main():
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(100, 20000, (1, 120), generator=g)
     batcher = T.Batcher(target, taps, mask_id, bl, 7.0, torch.device("cpu"), False)
-    feat = batcher.features([(ids[0].tolist(), 0)])
+    feat, _ = batcher.features([(ids[0].tolist(), 0)])
     emb = target.get_input_embeddings().weight
     worst, same = 0.0, True
     anchors = [5, 40, 87, 104]
@@ -67,6 +68,33 @@ def main():
           f"masked multi-anchor batch vs single rounds: max |dhidden| {worst_multi:.3g}, labels {ok_labels}")
     if worst > 1e-3 or not same or worst_multi > 1e-3 or not ok_labels:
         sys.exit("train.py's drafter disagrees with the reference dflash model")
+    check_greedy_labels(target, taps, mask_id, bl)
+
+
+@torch.no_grad()
+def check_greedy_labels(target, taps, mask_id, bl):
+    """A sequence of 40 random tokens, 20 tokens of the target's greedy continuation, then 20 random ones: a block
+    anchored inside the greedy part is labelled with the greedy tokens, then (once) the target's argmax after the
+    last greedy token, then nothing; a block anchored in the random tail only at k = 1."""
+    g = torch.Generator().manual_seed(1)
+    seq = torch.randint(100, 20000, (40,), generator=g).tolist()
+    for _ in range(20):
+        seq.append(int(target(torch.tensor([seq])).logits[0, -1].argmax()))
+    seq += torch.randint(100, 20000, (20,), generator=g).tolist()
+    argmax = target(torch.tensor([seq])).logits[0].argmax(-1).tolist()  # argmax[j]: the target's token after j
+    batcher = T.Batcher(target, taps, mask_id, bl, 7.0, torch.device("cpu"), True, False, greedy_labels=True)
+    anchors = [45, 50, 70]
+    labels = batcher.build([(seq, 0)], 0, None, [("train", 0)], fixed=[anchors])[5][0].tolist()
+    for j, a in enumerate(anchors):
+        want, follows = [], True
+        for k in range(1, bl):
+            pos = a + k
+            want.append(argmax[pos - 1] if follows and pos < len(seq) else T.IGNORE)
+            follows &= pos < len(seq) and seq[pos] == argmax[pos - 1]
+        if labels[j] != want:
+            sys.exit(f"--greedy-labels at anchor {a}: {labels[j]}, expected {want}")
+    print(f"greedy labels: the target's argmax continuation at anchors {anchors} "
+          f"({sum(l != T.IGNORE for r in labels for l in r)} labels)")
 
 
 if __name__ == "__main__":

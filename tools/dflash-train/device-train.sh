@@ -7,6 +7,9 @@
 # One call trains at most 4 minutes (the first call also has the target generate extra data, ~4-5 minutes) or
 # 8 minutes (later calls), so that each call ends within 10 minutes; run the same command again to continue
 # until it says "finished" (the state and the generated data stay in OUT_DIR; keep OUT_DIR on the machine).
+# Where a job may outlive the command that starts it, one detached job is simpler and loses no time to restarts:
+#   setsid nohup bash device-train.sh GGUF OUT_DIR 16 --stop-after 0 > LOG 2>&1 &
+# (a later --stop-after overrides this script's; 0 = train over the whole schedule), then watch LOG.
 # GGUF may arrive in parts (a 98 MB file over a transfer limit): when GGUF itself is absent, GGUF.part-* are
 # concatenated (in name order) into it. Make the parts with tools/dflash-train/split-gguf.sh.
 # The weights are also left as model.safetensors.part-* of at most 9 MB (for transfers that cap file sizes;
@@ -47,13 +50,14 @@ call_minutes=4
 # memory runs out; ~41 k tokens/s on an H200): 16 sampled responses per training prompt; extra_prompts.py's 5,295
 # prompts of the held-out set's kinds, answered greedily and 4 times sampled; and 30,000 prompts it writes itself,
 # answered greedily (a 3-layer drafter trained on self-written prompts alone reached teacher-forced tau ~3.2 on its
-# training batches but 2.6 on the held-out prompts). The training features come from the target under bf16
-# autocast, as for the committed drafter (it did not shorten the step; evaluations stay float32). Later arguments
-# override these.
+# training batches but 2.6 on the held-out prompts). Every training sequence's features (float32 target, stored
+# f16 in GPU memory: ~60 GB for ~10 M tokens) and the target's argmax next tokens are computed once before the
+# first step; the blocks are labelled with those argmax tokens (--greedy-labels: what verification accepts, where
+# most of the data is sampled). Later arguments override these.
 export PYTHONUNBUFFERED=1
 python3 "$here/train.py" --gguf "$gguf" --data "$here/data.jsonl.gz" --out "$out" --minutes "$minutes" \
-    --resume --stop-after "$call_minutes" \
-    --target-bf16 --layers 3 --batch 16 --anchors 64 --warmup 100 --eval-every 2 --eval-batch 8 --eval-anchors 64 \
+    --resume --stop-after "$call_minutes" --cache-features --precompute-features 65536 --greedy-labels \
+    --layers 3 --batch 16 --anchors 64 --warmup 100 --eval-every 2 --eval-batch 8 --eval-anchors 64 \
     --gen-samples 16 --gen-prompts 30000 --gen-batch 4096 \
     --gen-prompt-ids "$here/extra_prompts.jsonl.gz" --gen-prompt-samples 4 "$@" 2>&1 | grep -v -i warning | tee -a "$out/train.log"
 rm -f "$out"/model.safetensors.part-*

@@ -282,13 +282,14 @@ def answer_prompts(target, prompts, samples, temp, max_new, batch, eos):
 class Batcher:
     """Turns sequences into one training batch: target features (on the fly or cached), anchors, blocks, masks."""
 
-    def __init__(self, target, taps, mask_id, block, gamma, device, cache, bf16):
+    def __init__(self, target, taps, mask_id, block, gamma, device, cache, bf16, greedy_labels=False):
         self.target, self.taps, self.mask_id, self.block = target, taps, mask_id, block
-        self.device, self.bf16 = device, bf16
+        self.device, self.bf16, self.greedy_labels = device, bf16, greedy_labels
         self.cache = {} if cache else None
         k = torch.arange(1, block, dtype=torch.float32)
         self.pos_weight = torch.exp(-(k - 1) / gamma).to(device)  # weight of block position k = 1..B-1
         self.embed = target.get_input_embeddings().weight
+        self.head = target.get_output_embeddings().weight
 
     @contextlib.contextmanager
     def float32_features(self):
@@ -300,8 +301,9 @@ class Batcher:
             self.bf16 = bf16
 
     @torch.no_grad()
-    def features(self, seqs):
-        """[B, T, taps*H] float32 target hidden states after the tapped layers (padded with zeros)."""
+    def features(self, seqs, greedy=False):
+        """[B, T, taps*H] float32 target hidden states after the tapped layers (padded with zeros); with `greedy`,
+        also [B, T] the target's argmax next token at each position (for --greedy-labels), else None."""
         t = max(len(s) for s, _ in seqs)
         ids = torch.zeros(len(seqs), t, dtype=torch.long)
         att = torch.zeros(len(seqs), t, dtype=torch.long)
@@ -312,24 +314,38 @@ class Batcher:
             out = self.target.model(ids.to(self.device), attention_mask=att.to(self.device),
                                     output_hidden_states=True)
         # hidden_states[0] is the embedding output, [l + 1] the output of layer l.
-        return torch.cat([out.hidden_states[l + 1] for l in self.taps], dim=-1).float()
+        feat = torch.cat([out.hidden_states[l + 1] for l in self.taps], dim=-1).float()
+        if not greedy:
+            return feat, None
+        last = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])
+        # In row chunks: the logits of a whole batch (tokens x 49,152 floats) need not fit at once.
+        nxt = torch.cat([F.linear(last[i:i + 4096].float(), self.head.float()).argmax(-1)
+                         for i in range(0, last.shape[0], 4096)])
+        return feat, nxt.view(ids.shape).to(torch.int32)
 
     def cached_features(self, seqs, keys):
+        """(features, greedy next tokens or None) of `seqs`; the greedy tokens only for training sequences with
+        --greedy-labels (held-out labels stay the sequence's own tokens)."""
+        greedy = self.greedy_labels and keys[0][0] == "train"
         # Held-out sequences are never cached: evaluations see the features kiln computes (float32).
         if self.cache is None or keys[0][0] != "train":
-            return self.features(seqs)
+            return self.features(seqs, greedy)
         miss = [i for i, k in enumerate(keys) if k not in self.cache]
         if miss:
-            f = self.features([seqs[i] for i in miss])
+            f, nxt = self.features([seqs[i] for i in miss], greedy)
             for j, i in enumerate(miss):
                 # f16 on the batch's device: in RAM on a CPU, in GPU memory on a GPU (no transfer per step).
-                self.cache[keys[i]] = f[j, :len(seqs[i][0])].to(torch.float16)
+                n = len(seqs[i][0])
+                self.cache[keys[i]] = (f[j, :n].to(torch.float16), None if nxt is None else nxt[j, :n])
         t = max(len(s) for s, _ in seqs)
-        out = torch.zeros(len(seqs), t, self.cache[keys[0]].shape[-1], device=self.device)
+        out = torch.zeros(len(seqs), t, self.cache[keys[0]][0].shape[-1], device=self.device)
+        nxt = torch.full((len(seqs), t), IGNORE, dtype=torch.int32, device=self.device) if greedy else None
         for i, k in enumerate(keys):
-            c = self.cache[k]
+            c, g = self.cache[k]
             out[i, :c.shape[0]] = c.to(self.device).float()
-        return out
+            if greedy:
+                nxt[i, :g.shape[0]] = g
+        return out, nxt
 
     def precompute(self, train, max_tokens):
         """Fills the cache with every training sequence's features before the first step: batches of similar
@@ -351,7 +367,7 @@ class Batcher:
     def build(self, seqs, anchors_per_seq, rng, keys, all_anchors=False, fixed=None):
         """One batch: random anchors (evenly spaced with all_anchors, or the lists in `fixed`)."""
         bl, d = self.block, self.device
-        feat = self.cached_features(seqs, keys)
+        feat, nxt = self.cached_features(seqs, keys)
         b, t = feat.shape[:2]
         anchors = [] if fixed is None else fixed
         for ids, p_len in seqs if fixed is None else []:
@@ -369,6 +385,8 @@ class Batcher:
         for i, ((ids, _), a) in enumerate(zip(seqs, anchors)):
             anc[i, :len(a)] = torch.tensor(a, dtype=torch.long)
             toks[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        if d.type == "cuda":  # pinned, so the copies do not wait for the GPU's queue
+            anc, toks = anc.pin_memory().to(d, non_blocking=True), toks.pin_memory().to(d, non_blocking=True)
         anc, toks = anc.to(d), toks.to(d)
         real = anc >= 0
         a0 = anc.clamp_min(0)
@@ -376,7 +394,17 @@ class Batcher:
         blk_tok = toks.gather(1, blk_pos.view(b, n)).view(b, na, bl)  # IGNORE past the sequence's end
         blk_ids = torch.full((b, na, bl), self.mask_id, dtype=torch.long, device=d)
         blk_ids[..., 0] = torch.where(real, blk_tok[..., 0], self.mask_id)
-        labels = torch.where(real[..., None], blk_tok[..., 1:], IGNORE)
+        if nxt is None:
+            labels = torch.where(real[..., None], blk_tok[..., 1:], IGNORE)
+        else:
+            # --greedy-labels: block position k is labelled with the target's argmax after position a+k-1 (what
+            # greedy verification accepts), and only while the sequence's own tokens a+1..a+k-1 are the target's
+            # argmax too (past a sampled token that differs, the greedy continuation is unknown).
+            nxt = torch.cat([nxt.long(), torch.full((b, bl), IGNORE, dtype=torch.long, device=d)], dim=1)
+            blk_nxt = nxt.gather(1, blk_pos[..., :-1].reshape(b, -1)).view(b, na, bl - 1)
+            same = blk_tok[..., 1:-1] == blk_nxt[..., :-1]
+            ok = torch.cat([torch.ones_like(same[..., :1]), same], dim=-1).long().cumprod(-1).bool()
+            labels = torch.where(real[..., None] & ok & (blk_tok[..., 1:] != IGNORE), blk_nxt, IGNORE)
         qb = torch.arange(n, device=d) // bl  # block of each query / block key
         sees_ctx = torch.arange(t, device=d).view(1, 1, t) < (a0 * real)[:, qb].unsqueeze(-1)  # context before a
         sees_blk = (qb[:, None] == qb[None, :]).expand(b, n, n)  # its own block, in both directions
@@ -398,10 +426,11 @@ def draft_loss(drafter, head_w, batch, pos_weight, block, amp):
     w = pos_weight.view(1, 1, -1) * valid
     loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
     # Accepted length under greedy verification: drafts accepted while each equals the target's token.
+    # Returned as sums on the device (no host sync): accepted drafts over the blocks with a label, and their count.
     correct = (logits.argmax(-1) == labels) & (labels != IGNORE)
     accepted = correct.long().cumprod(-1).sum(-1)  # [B, anchors]
     has_block = valid[..., 0] > 0
-    return loss, accepted[has_block].float(), correct, valid
+    return loss, (accepted * has_block).sum(), has_block.sum()
 
 
 def timer(on, dev):
@@ -422,19 +451,18 @@ def lr_at(progress, step, warmup, peak, floor=0.1):
 @torch.no_grad()
 def evaluate(drafter, head_w, batcher, test, args, amp):
     drafter.eval()
-    acc_len, losses, n = [], [], 0
+    losses, n, acc, blocks = [], 0, 0, 0
     for i in range(0, len(test), args.eval_batch):
         seqs = test[i:i + args.eval_batch]
         batch = batcher.build(seqs, args.eval_anchors, None, [("test", i + j) for j in range(len(seqs))],
                               all_anchors=True)
-        loss, accepted, _, _ = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block, amp)
+        loss, a, nb = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block, amp)
         losses.append(loss.item() * len(seqs))
         n += len(seqs)
-        acc_len.append(accepted)
+        acc, blocks = acc + a.item(), blocks + nb.item()
     drafter.train()
-    acc = torch.cat(acc_len)
     # τ = tokens per verify round = accepted drafts + the bonus token (teacher-forced estimate).
-    return sum(losses) / max(n, 1), 1.0 + acc.mean().item()
+    return sum(losses) / max(n, 1), 1.0 + acc / max(blocks, 1)
 
 
 @torch.no_grad()
@@ -448,7 +476,7 @@ def simulate_tau(drafter, head_w, batcher, test, max_new, amp):
     tokens = rounds = 0
     for ids, p in test:
         ids = ids[:p + max_new]
-        feat = batcher.features([(ids, p)])
+        feat, _ = batcher.features([(ids, p)])
         a = p
         while a < len(ids) - 1:
             blk = torch.full((1, bl), batcher.mask_id, dtype=torch.long, device=d)
@@ -497,6 +525,10 @@ def main():
     ap.add_argument("--target-bf16", action="store_true",
                     help="the target's forward for the training features under bf16 autocast (float32 otherwise; "
                          "the evaluations and the replayed decoding always use float32 features, as kiln does)")
+    ap.add_argument("--greedy-labels", action="store_true",
+                    help="label the training blocks with the target's argmax next tokens (what greedy verification "
+                         "accepts) instead of the sequence's own, possibly sampled, tokens; block positions past a "
+                         "sampled token that is not the argmax get no label. Held-out labels are unchanged")
     ap.add_argument("--init", default="",
                     help="start from this drafter (z-lab directory or `kiln convert-draft` GGUF) instead of random "
                          "weights; a new schedule (warm-up, cosine decay) runs over --minutes")
@@ -611,12 +643,13 @@ def main():
           f"{len(train)} train / {len(test)} test sequences", flush=True)
 
     batcher = Batcher(target, taps, args.mask_id, args.block, args.gamma, dev, args.cache_features,
-                      args.target_bf16)
+                      args.target_bf16, args.greedy_labels)
     if args.precompute_features:
         if not args.cache_features:
             sys.exit("--precompute-features needs --cache-features")
         batcher.precompute(train, args.precompute_features)
-    opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.wd)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.wd,
+                            fused=dev.type == "cuda")
     budget = args.minutes * 60.0
     start = time.time()
     last_eval = start
@@ -627,7 +660,8 @@ def main():
         opt.load_state_dict(state["opt"])
         step, done_s, log = state["step"], state["trained_s"], state["log"]
         rng.seed(args.seed + step)
-    run_loss, run_acc = 0.0, 0.0
+    # Running sums stay on the device: a step waits for the GPU only at the printed steps.
+    run_loss, run_acc, run_blocks = 0.0, 0, 0
     while True:
         elapsed = done_s + time.time() - start
         progress = elapsed / budget
@@ -649,7 +683,7 @@ def main():
         lr = lr_at(progress, step, args.warmup, args.lr)
         for g in opt.param_groups:
             g["lr"] = lr
-        loss, accepted, _, _ = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block, amp)
+        loss, accepted, blocks = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block, amp)
         marks.append(timer(timed, dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -662,13 +696,13 @@ def main():
                      zip(("batch (features, masks)", "forward + loss", "backward", "optimizer"), marks, marks[1:])]
             print(f"step {step} time, ms: " + ", ".join(parts), flush=True)
         step += 1
-        run_loss += loss.item()
-        run_acc += accepted.mean().item() if accepted.numel() else 0.0
+        run_loss, run_acc, run_blocks = run_loss + loss.detach(), run_acc + accepted, run_blocks + blocks
         if step % 10 == 0:
-            print(f"step {step} {elapsed / 60:.1f} min lr {lr:.2e} loss {run_loss / 10:.3f} "
-                  f"train tau~{1 + run_acc / 10:.2f}", flush=True)
-            log.append({"step": step, "minutes": elapsed / 60, "loss": run_loss / 10, "tau_train": 1 + run_acc / 10})
-            run_loss, run_acc = 0.0, 0.0
+            run_loss, tau = run_loss.item() / 10, 1 + run_acc.item() / max(run_blocks.item(), 1)
+            print(f"step {step} {elapsed / 60:.1f} min lr {lr:.2e} loss {run_loss:.3f} train tau~{tau:.2f}",
+                  flush=True)
+            log.append({"step": step, "minutes": elapsed / 60, "loss": run_loss, "tau_train": tau})
+            run_loss, run_acc, run_blocks = 0.0, 0, 0
         if time.time() - last_eval > args.eval_every * 60 and test:
             with batcher.float32_features():
                 tl, tau = evaluate(drafter, head_w, batcher, test, args, amp)
