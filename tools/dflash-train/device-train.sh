@@ -59,7 +59,7 @@ python3 "$here/train.py" --gguf "$gguf" --data "$here/data.jsonl.gz" --out "$out
     --resume --stop-after "$call_minutes" --cache-features --precompute-features 65536 --greedy-labels \
     --layers 3 --batch 16 --anchors 64 --warmup 100 --eval-every 2 --eval-batch 8 --eval-anchors 64 \
     --gen-samples 16 --gen-prompts 30000 --gen-batch 4096 \
-    --gen-prompt-ids "$here/extra_prompts.jsonl.gz" --gen-prompt-samples 4 "$@" 2>&1 | grep -v -i warning | tee -a "$out/train.log"
+    --gen-prompt-ids "$here/extra_prompts.jsonl.gz" --gen-prompt-samples 4 "$@" 2>&1 | grep --line-buffered -v -i warning | tee -a "$out/train.log"
 rm -f "$out"/model.safetensors.part-*
 split -b 9000000 "$out/model.safetensors" "$out/model.safetensors.part-"
 ls -l "$out"
