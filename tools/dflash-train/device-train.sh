@@ -30,9 +30,20 @@ if [ ! -f "$gguf" ]; then
         echo "error: $gguf not found, and no $gguf.part-* to join" >&2
         exit 1
     fi
-    # Joined at GGUF's own path (the training log names it; a later job finds it there).
-    cat "${parts[@]}" > "$gguf.tmp" && mv "$gguf.tmp" "$gguf"
-    echo "joined ${#parts[@]} parts of $gguf ($(stat -c %s "$gguf") bytes)"
+    # Joined at GGUF's own path (the training log names it; a later job finds it there), and only when the
+    # joined bytes are the file split-gguf.sh split: a part that did not arrive must stop the job here.
+    if [ ! -f "$gguf.sha256" ]; then
+        echo "error: $gguf.sha256 not found (split-gguf.sh writes it next to the parts)" >&2
+        exit 1
+    fi
+    cat "${parts[@]}" > "$gguf.tmp"
+    if [ "$(sha256sum < "$gguf.tmp" | cut -d' ' -f1)" != "$(cut -d' ' -f1 "$gguf.sha256")" ]; then
+        echo "error: the ${#parts[@]} parts of $gguf (${parts[*]}) do not join into the file of $gguf.sha256" >&2
+        rm -f "$gguf.tmp"
+        exit 1
+    fi
+    mv "$gguf.tmp" "$gguf"
+    echo "joined ${#parts[@]} parts of $gguf ($(stat -c %s "$gguf") bytes, checksum matches)"
 fi
 
 python3 - <<'PY'
