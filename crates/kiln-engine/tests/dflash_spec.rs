@@ -288,6 +288,61 @@ fn spec_agree_trained_drafter_held_out_prompts() {
     );
 }
 
+/// `--draft-max K`: the drafter still runs its whole block, so its K proposals are the first K of the full
+/// block's; at most K drafts are verified a round, and the output is plain greedy output.
+#[test]
+fn draft_max_proposes_a_prefix_and_keeps_the_output() {
+    let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
+    let drafter = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tools/dflash-train/trained/smollm2-135m-dflash-3l-q8_0.gguf"
+    );
+    let mut d = Drafter::load(drafter, &m).unwrap();
+    for bad in [0, 16] {
+        let e = d.set_max_drafts(bad).unwrap_err().to_string();
+        assert!(e.contains("proposes 1 to 15"), "{e}");
+    }
+    let be = m.backend();
+    let width = d.config().hidden * d.config().target_layer_ids.len();
+    let ctx: Vec<f32> = (0..10 * width)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let mut st = d.new_state(be, 64).unwrap();
+    d.append_context(be, &mut st, &ctx).unwrap();
+    let full = d.propose(be, &mut st, 28, 16, 15).unwrap();
+    assert_eq!(full.len(), 15);
+    let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
+    let prompts = [
+        "Write a Python function that returns the n-th Fibonacci number.",
+        "List three facts about the Moon.",
+        "What is 17 times 23?",
+    ];
+    let p = params(40, tok.eos_ids().to_vec(), SamplerParams::greedy());
+    for k in [1, 3, 7] {
+        d.set_max_drafts(k).unwrap();
+        assert_eq!(d.propose(be, &mut st, 28, 16, 15).unwrap(), full[..k]);
+        assert_eq!(d.propose(be, &mut st, 28, 16, 2).unwrap(), full[..k.min(2)]);
+        for text in prompts {
+            let ids = apply_chat_template_ids(
+                &tok,
+                &[Message::new("user", text)],
+                true,
+                &serde_json::json!({}),
+            )
+            .unwrap();
+            let want = plain(&m, &ids, &p, 512);
+            let mut s = session(&m, 512);
+            let o = generate(&mut s, 0, &d, &ids, &p, None, &mut |_| false).unwrap();
+            assert_eq!((&o.tokens, o.finish), (&want.0, want.1), "K {k}, {text:?}");
+            assert!(
+                o.stats.hist[k + 1..].iter().all(|&h| h == 0),
+                "K {k}: a round accepted more than K drafts: {:?}",
+                o.stats.hist
+            );
+        }
+    }
+}
+
 /// A one-layer drafter of block 4 for the tiny target.
 fn small_spec(seed: u64) -> DraftSpec {
     DraftSpec {

@@ -73,6 +73,8 @@ pub struct ServerConfig {
     pub draft: Option<PathBuf>,
     /// Whether requests that do not say (`"speculative"`) are speculative when a drafter is loaded.
     pub draft_default: bool,
+    /// Drafts proposed and verified per round at most (None: the drafter's block − 1).
+    pub draft_max: Option<usize>,
     /// Scheduler settings (prefill chunk, queue capacity, prefix reuse).
     pub scheduler: SchedulerConfig,
     /// Largest request body.
@@ -98,6 +100,7 @@ impl ServerConfig {
             flags: Flags::default(),
             draft: None,
             draft_default: true,
+            draft_max: None,
             scheduler: SchedulerConfig::default(),
             max_body_bytes: 8 << 20,
             read_timeout: Duration::from_secs(10),
@@ -169,9 +172,13 @@ fn engine_main(state: Arc<AppState>, loaded: oneshot::Sender<Result<(), String>>
         let tok = Tokenizer::from_gguf(model.gguf()).map_err(|e| e.to_string())?;
         let drafter = match &cfg.draft {
             Some(dir) => {
-                Some(Arc::new(Drafter::load(dir, &model).map_err(|e| {
-                    format!("loading the drafter {}: {e}", dir.display())
-                })?))
+                let mut d = Drafter::load(dir, &model)
+                    .map_err(|e| format!("loading the drafter {}: {e}", dir.display()))?;
+                if let Some(k) = cfg.draft_max {
+                    d.set_max_drafts(k)
+                        .map_err(|e| format!("--draft-max: {e}"))?;
+                }
+                Some(Arc::new(d))
             }
             None => None,
         };

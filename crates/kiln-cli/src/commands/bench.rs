@@ -195,6 +195,10 @@ pub struct Args {
     /// own proposals.
     #[arg(long = "draft-force", value_delimiter = ',', requires = "draft")]
     pub draft_force: Vec<ForceArg>,
+    /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: all):
+    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. Output unchanged.
+    #[arg(long = "draft-max", value_name = "N", requires = "draft")]
+    pub draft_max: Option<usize>,
     /// A/B: run the baseline and a variant with these environment assignments (`KILN_NO_X=1`, several separated
     /// by spaces or commas) interleaved, each run in its own process, and print medians and the ratio.
     #[arg(long, value_name = "VAR=VALUE")]
@@ -330,8 +334,11 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
         for &threads in &args.threads {
             let mut model = load(path, threads, flags)?;
             args.device.attach(&mut model)?;
-            let drafter = Drafter::load(dir, &model)
+            let mut drafter = Drafter::load(dir, &model)
                 .with_context(|| format!("loading the drafter {}", dir.display()))?;
+            if let Some(k) = args.draft_max {
+                drafter.set_max_drafts(k).context("--draft-max")?;
+            }
             let dc = drafter.config();
             let block = dc.block_size;
             if let Some(k) = forces.iter().flatten().find(|&&k| k >= block) {

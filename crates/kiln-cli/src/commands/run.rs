@@ -128,6 +128,10 @@ pub struct Args {
     /// K accepted per round (measures the engine at τ = K + 1 with any drafter).
     #[arg(long = "draft-force", requires = "draft")]
     pub draft_force: Option<usize>,
+    /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: all):
+    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. Output unchanged.
+    #[arg(long = "draft-max", value_name = "N", requires = "draft")]
+    pub draft_max: Option<usize>,
 }
 
 /// Loads a model with a progress bar on stderr; prints kill-switch and load warnings.
@@ -369,12 +373,19 @@ fn run_draft(
             session.slot_ctx()
         );
     }
-    let drafter = Drafter::load(dir, model)
+    let mut drafter = Drafter::load(dir, model)
         .with_context(|| format!("loading the drafter {}", dir.display()))?;
+    if let Some(k) = args.draft_max {
+        drafter.set_max_drafts(k).context("--draft-max")?;
+    }
     let dc = drafter.config();
     eprintln!(
-        "kiln: drafter {} layers, block {}, taps {:?}, mask id {}",
-        dc.n_layer, dc.block_size, dc.target_layer_ids, dc.mask_token_id
+        "kiln: drafter {} layers, block {}, taps {:?}, mask id {}, at most {} drafts a round",
+        dc.n_layer,
+        dc.block_size,
+        dc.target_layer_ids,
+        dc.mask_token_id,
+        drafter.max_drafts()
     );
     let params = GenerateParams {
         max_tokens: args.n_predict,

@@ -62,6 +62,10 @@ pub struct Args {
     /// With --draft: only requests that send `"speculative": true` are speculative.
     #[arg(long = "draft-opt-in", requires = "draft")]
     pub draft_opt_in: bool,
+    /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: all):
+    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. Output unchanged.
+    #[arg(long = "draft-max", value_name = "N", requires = "draft")]
+    pub draft_max: Option<usize>,
     /// Seconds running requests may take to finish on SIGINT/SIGTERM before they are cancelled.
     #[arg(long = "shutdown-grace", default_value_t = 10.0)]
     pub shutdown_grace: f64,
@@ -93,6 +97,7 @@ pub fn run(args: Args) -> Result<()> {
         flags,
         draft: args.draft,
         draft_default: !args.draft_opt_in,
+        draft_max: args.draft_max,
         scheduler: SchedulerConfig {
             chunk: args.chunk.unwrap_or(args.device.default_batch()),
             queue_capacity: args.queue,

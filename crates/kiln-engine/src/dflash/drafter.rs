@@ -54,6 +54,9 @@ pub struct Drafter {
     layers: Vec<Layer>,
     embd: Weight,
     head: Weight,
+    /// Drafts proposed per round at most (block size − 1 unless [`Drafter::set_max_drafts`] lowers it): the block
+    /// still has all its rows, only the first ones are proposed and verified.
+    max_drafts: usize,
     /// The GPU backend holding the drafter's tensors and the target's head, when the target runs on a GPU.
     #[cfg(feature = "cuda")]
     gpu: Option<crate::cuda::CudaBackend>,
@@ -381,6 +384,7 @@ impl Drafter {
             on
         });
         Ok(Drafter {
+            max_drafts: cfg.block_size - 1,
             cfg,
             fc,
             hidden_norm,
@@ -401,6 +405,27 @@ impl Drafter {
         self.gpu
             .as_ref()
             .ok_or_else(|| Error::Device("a GPU drafter state without the drafter's GPU".into()))
+    }
+
+    /// Proposes at most `k` drafts a round (1 ≤ k < block size). The drafter still runs its whole block (the
+    /// proposals are the ones it makes with every mask row present, as it was trained), but only rows 1..=k go
+    /// through the LM head and the verify forward: where verifying a row costs about what it is likely to gain
+    /// (a compute-bound CPU at a modest τ), a shorter verify block is faster. Output is unchanged.
+    pub fn set_max_drafts(&mut self, k: usize) -> Result<()> {
+        let b = self.cfg.block_size;
+        if k == 0 || k >= b {
+            return Err(Error::Config(format!(
+                "at most {k} drafts a round: the drafter's block of {b} proposes 1 to {}",
+                b - 1
+            )));
+        }
+        self.max_drafts = k;
+        Ok(())
+    }
+
+    /// Drafts proposed per round at most.
+    pub fn max_drafts(&self) -> usize {
+        self.max_drafts
     }
 
     /// The configuration.
@@ -610,7 +635,7 @@ impl Drafter {
         block: &[u32],
     ) -> Result<Vec<f32>> {
         let n = block.len();
-        self.run_block(be, st, block, false)?;
+        self.run_block(be, st, block, 0)?;
         let mut out = vec![0f32; n * self.cfg.hidden];
         match &st.exec {
             Exec::Cpu { sc, .. } => be.read(&sc.hidden, &mut out)?,
@@ -623,14 +648,14 @@ impl Drafter {
         Ok(out)
     }
 
-    /// The block forward; with `propose`, also the head over rows 1.. and their argmax (in `sc.logits`, the
-    /// ids returned). The block's embeddings are computed on the host (the target's table).
+    /// The block forward; with `drafts` > 0, also the head over rows 1..=drafts and their argmax (in `sc.logits`,
+    /// the ids returned). The block's embeddings are computed on the host (the target's table).
     fn run_block(
         &self,
         be: &CpuBackend,
         st: &mut DraftState,
         block: &[u32],
-        propose: bool,
+        drafts: usize,
     ) -> Result<Vec<u32>> {
         let c = &self.cfg;
         let n = block.len();
@@ -648,12 +673,9 @@ impl Drafter {
         let start = st.len;
         // Without a multiplier or soft-cap the draft is the argmax of the raw head logits, taken where they are
         // (either could round distinct logits into ties, so with them the host applies both first).
+        let propose = drafts > 0;
         let on_device = propose && c.output_multiplier == 1.0 && c.softcap.is_none();
-        let logit_rows: Vec<usize> = if propose {
-            (1..n).collect()
-        } else {
-            Vec::new()
-        };
+        let logit_rows: Vec<usize> = (1..=drafts).collect();
         match &mut st.exec {
             Exec::Cpu { kv, sc } => {
                 be.write(&mut sc.x, &x)?;
@@ -662,11 +684,11 @@ impl Drafter {
                     return Ok(Vec::new());
                 }
                 be.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
-                be.matmul(&mut sc.logits, &self.head, &sc.tmp, n - 1)?;
+                be.matmul(&mut sc.logits, &self.head, &sc.tmp, drafts)?;
                 if on_device {
-                    return be.argmax_rows(&sc.logits, n - 1, c.vocab);
+                    return be.argmax_rows(&sc.logits, drafts, c.vocab);
                 }
-                let mut l = vec![0f32; (n - 1) * c.vocab];
+                let mut l = vec![0f32; drafts * c.vocab];
                 be.read(&sc.logits, &mut l)?;
                 Ok(self
                     .finish_logits(l)
@@ -691,7 +713,7 @@ impl Drafter {
                         self.block_rows(g, kv, sc, start, n)?;
                         if propose {
                             g.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
-                            g.matmul(&mut sc.logits, &self.head, &sc.tmp, n - 1)?;
+                            g.matmul(&mut sc.logits, &self.head, &sc.tmp, drafts)?;
                         }
                         Ok(())
                     },
@@ -700,9 +722,9 @@ impl Drafter {
                     return Ok(Vec::new());
                 }
                 if on_device {
-                    return g.argmax_rows(&sc.logits, n - 1, c.vocab);
+                    return g.argmax_rows(&sc.logits, drafts, c.vocab);
                 }
-                let mut l = vec![0f32; (n - 1) * c.vocab];
+                let mut l = vec![0f32; drafts * c.vocab];
                 g.read(&sc.logits, &mut l)?;
                 Ok(self
                     .finish_logits(l)
@@ -736,21 +758,23 @@ impl Drafter {
     }
 
     /// Greedy proposals for the block `[anchor, MASK × (n − 1)]` at positions `st.len()..`: the argmax of the
-    /// draft logits of rows 1..n (`n − 1` tokens). `be` is the target's CPU backend (the block's embedding,
-    /// and the whole forward when the drafter is not on a GPU).
+    /// draft logits of rows 1..=k, k = min(n − 1, `want`, [`Drafter::max_drafts`]). `be` is the target's CPU
+    /// backend (the block's embedding, and the whole forward when the drafter is not on a GPU).
     pub fn propose(
         &self,
         be: &CpuBackend,
         st: &mut DraftState,
         anchor: u32,
         n: usize,
+        want: usize,
     ) -> Result<Vec<u32>> {
-        if n < 2 {
+        let k = want.min(self.max_drafts).min(n.saturating_sub(1));
+        if k == 0 {
             return Ok(Vec::new());
         }
         let mut block = vec![self.cfg.mask_token_id; n];
         block[0] = anchor;
-        self.run_block(be, st, &block, true)
+        self.run_block(be, st, &block, k)
     }
 }
 

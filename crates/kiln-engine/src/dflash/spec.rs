@@ -262,10 +262,12 @@ pub fn generate_with(
             session.decode(slot, pending)?;
             return done(tokens, FinishReason::Length, stats);
         }
-        let v = block_max.min(room).min(budget);
+        // The drafter's block fits the context; the drafts (verify rows after the first) also the token budget.
         let t0 = Instant::now();
-        let mut drafts = drafter.propose(be, &mut dstate, pending, v)?;
+        let mut drafts =
+            drafter.propose(be, &mut dstate, pending, block_max.min(room), budget - 1)?;
         stats.draft_time += t0.elapsed();
+        let v = drafts.len() + 1;
         if let Some(f) = forced {
             force_drafts(f, &mut drafts, tokens.len(), n_vocab);
         }

@@ -44,12 +44,16 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             return;
         };
         let len = slot.cache.len();
-        let v = drafter
+        // The drafter's block fits the context; the drafts (verify rows after the first) also the token budget.
+        let block = drafter
             .config()
             .block_size
-            .min(slot_ctx.saturating_sub(len))
-            .min(job.req.max_tokens.saturating_sub(job.generated))
-            .max(1);
+            .min(slot_ctx.saturating_sub(len));
+        let want = job
+            .req
+            .max_tokens
+            .saturating_sub(job.generated)
+            .saturating_sub(1);
         if slot.draft.is_none() {
             match drafter.new_state(model.backend(), slot_ctx) {
                 Ok(st) => slot.draft = Some(st),
@@ -64,7 +68,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         let Some(st) = slot.draft.as_mut() else {
             return;
         };
-        let mut drafts = match drafter.propose(model.backend(), st, pending, v) {
+        let mut drafts = match drafter.propose(model.backend(), st, pending, block, want) {
             Ok(d) => d,
             Err(e) => {
                 if let Some(job) = slot.job.take() {
