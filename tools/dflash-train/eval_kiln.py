@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--limit", type=int, default=0, help="first N prompts only")
     ap.add_argument("--extra", default="", help="extra kiln run arguments, space-separated (e.g. '--device cuda')")
+    ap.add_argument("--draft-extra", default="", help="extra arguments of the --draft runs only (e.g. '--draft-max 3')")
     ap.add_argument("--json", help="write the per-prompt results here")
     a = ap.parse_args()
     prompts = [json.loads(line) for line in open(a.prompts)]
@@ -53,7 +54,7 @@ def main():
     hist = None
     for p in prompts:
         out0, err0 = run(base + ["-p", p["prompt"]])
-        out1, err1 = run(base + ["-p", p["prompt"], "--draft", a.draft])
+        out1, err1 = run(base + ["-p", p["prompt"], "--draft", a.draft] + a.draft_extra.split())
         m0, m1, mt, mr = PLAIN.search(err0), DRAFT.search(err1), TAU.search(err1), ROUND.search(err1)
         if not (m0 and m1 and mt):
             sys.exit(f"cannot parse kiln's stderr for prompt {p['id']}:\n{err0[-800:]}\n{err1[-800:]}")
