@@ -197,8 +197,14 @@ pub struct Args {
     pub draft_force: Vec<ForceArg>,
     /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: all):
     /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. Output unchanged.
-    #[arg(long = "draft-max", value_name = "N", requires = "draft")]
-    pub draft_max: Option<usize>,
+    /// Comma-separated: one row each (the draft column says `maxN`).
+    #[arg(
+        long = "draft-max",
+        value_name = "N",
+        value_delimiter = ',',
+        requires = "draft"
+    )]
+    pub draft_max: Vec<usize>,
     /// A/B: run the baseline and a variant with these environment assignments (`KILN_NO_X=1`, several separated
     /// by spaces or commas) interleaved, each run in its own process, and print medians and the ratio.
     #[arg(long, value_name = "VAR=VALUE")]
@@ -329,6 +335,11 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
     } else {
         args.draft_force.iter().map(|f| f.0).collect()
     };
+    let maxes: Vec<Option<usize>> = if args.draft_max.is_empty() {
+        vec![None]
+    } else {
+        args.draft_max.iter().map(|&k| Some(k)).collect()
+    };
     let mut records = Vec::new();
     for path in &args.models {
         for &threads in &args.threads {
@@ -336,18 +347,14 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
             args.device.attach(&mut model)?;
             let mut drafter = Drafter::load(dir, &model)
                 .with_context(|| format!("loading the drafter {}", dir.display()))?;
-            if let Some(k) = args.draft_max {
-                drafter.set_max_drafts(k).context("--draft-max")?;
-            }
             let dc = drafter.config();
-            let block = dc.block_size;
+            let (block, n_layer) = (dc.block_size, dc.n_layer);
             if let Some(k) = forces.iter().flatten().find(|&&k| k >= block) {
                 bail!(
                     "--draft-force {k}: a block of {block} holds at most {} drafts",
                     block - 1
                 );
             }
-            let draft_desc = format!("{}L b{block}", dc.n_layer);
             let info = ModelInfo::of(&model, path);
             let n_threads = model.backend().threads();
             let max_depth = args.depth.iter().copied().max().unwrap_or(0).max(1);
@@ -360,7 +367,17 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
                     None => bench_tokens(model.n_vocab(), prompt_len, 1),
                 };
                 for &n_gen in &gens {
-                    for &force in &forces {
+                    for (&max, &force) in maxes
+                        .iter()
+                        .flat_map(|m| forces.iter().map(move |f| (m, f)))
+                    {
+                        let draft_desc = match max {
+                            Some(k) => {
+                                drafter.set_max_drafts(k).context("--draft-max")?;
+                                format!("{n_layer}L b{block} max{k}")
+                            }
+                            None => format!("{n_layer}L b{block}"),
+                        };
                         let test = SpecTest {
                             prompt_len,
                             n_gen,
@@ -370,7 +387,7 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
                             .with_context(|| format!("{}: {}", path.display(), test.name()))?;
                         let r = SpecRecord {
                             model: info.clone(),
-                            draft: draft_desc.clone(),
+                            draft: draft_desc,
                             backend: backend.into(),
                             threads: n_threads,
                             test,
