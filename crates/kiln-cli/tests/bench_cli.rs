@@ -378,6 +378,34 @@ fn bench_draft_reports_tau_histogram_and_split() {
     assert_eq!(recs[1]["accept_hist"][2], 1);
     // At most 7 per round: 8 + 3.
     assert_eq!(recs[2]["rounds"], 2);
+    // `--draft-max` rows: every draft right (forced, up to 7), but at most N verified a round: 11 tokens in rounds
+    // of 3 (3 + 3 + 3 + 2) at N = 2, of 6 (6 + 5) at N = 5.
+    let v = draft_bench(&[
+        "--draft-max",
+        "2,5",
+        "--draft-force",
+        "7",
+        "-n",
+        "12",
+        "-d",
+        "8",
+    ]);
+    let recs = v.as_array().unwrap();
+    let rows: Vec<(String, u64)> = recs
+        .iter()
+        .map(|r| {
+            (
+                r["draft"].as_str().unwrap().to_string(),
+                r["rounds"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [("1L b8 max2".to_string(), 4), ("1L b8 max5".to_string(), 2)]
+    );
+    assert_eq!(recs[0]["accept_hist"][2], 3);
+    assert_eq!(recs[0]["accept_hist"][3], 0);
     // A K that does not fit the block is refused.
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["bench", "-m", m.to_str().unwrap(), "--draft"])
