@@ -244,11 +244,7 @@ fn spec_agree_smollm2() {
 #[test]
 fn spec_agree_trained_drafter_held_out_prompts() {
     let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
-    let drafter = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tools/dflash-train/trained/smollm2-135m-dflash-3l-q8_0.gguf"
-    );
-    let d = Drafter::load(drafter, &m).unwrap();
+    let d = Drafter::load(TRAINED_DRAFTER, &m).unwrap();
     let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
     let prompts = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -265,17 +261,7 @@ fn spec_agree_trained_drafter_held_out_prompts() {
     let p = params(32, tok.eos_ids().to_vec(), SamplerParams::greedy());
     let (mut emitted, mut rounds, mut stopped) = (0usize, 0usize, 0usize);
     for text in &held_out {
-        let ids = apply_chat_template_ids(
-            &tok,
-            &[Message::new("user", text.clone())],
-            true,
-            &serde_json::json!({}),
-        )
-        .unwrap();
-        let want = plain(&m, &ids, &p, 512);
-        let mut s = session(&m, 512);
-        let o = generate(&mut s, 0, &d, &ids, &p, None, &mut |_| false).unwrap();
-        assert_eq!((&o.tokens, o.finish), (&want.0, want.1), "prompt {text:?}");
+        let o = spec_chat_agrees(&m, &tok, &d, text, &p);
         emitted += o.stats.round_tokens;
         rounds += o.stats.rounds;
         stopped += (o.finish == FinishReason::Stop) as usize;
@@ -288,16 +274,40 @@ fn spec_agree_trained_drafter_held_out_prompts() {
     );
 }
 
+/// The drafter trained for SmolLM2-135M-Instruct (tools/dflash-train), committed as a Q8_0 GGUF.
+const TRAINED_DRAFTER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tools/dflash-train/trained/smollm2-135m-dflash-3l-q8_0.gguf"
+);
+
+/// Speculative generation for one user message in the model's chat template, asserted equal to plain generation.
+fn spec_chat_agrees(
+    m: &Model,
+    tok: &Tokenizer,
+    d: &Drafter,
+    text: &str,
+    p: &GenerateParams,
+) -> kiln_engine::dflash::SpecOutput {
+    let ids = apply_chat_template_ids(
+        tok,
+        &[Message::new("user", text)],
+        true,
+        &serde_json::json!({}),
+    )
+    .unwrap();
+    let want = plain(m, &ids, p, 512);
+    let mut s = session(m, 512);
+    let o = generate(&mut s, 0, d, &ids, p, None, &mut |_| false).unwrap();
+    assert_eq!((&o.tokens, o.finish), (&want.0, want.1), "prompt {text:?}");
+    o
+}
+
 /// `--draft-max K`: the drafter still runs its whole block, so its K proposals are the first K of the full
 /// block's; at most K drafts are verified a round, and the output is plain greedy output.
 #[test]
 fn draft_max_proposes_a_prefix_and_keeps_the_output() {
     let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
-    let drafter = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tools/dflash-train/trained/smollm2-135m-dflash-3l-q8_0.gguf"
-    );
-    let mut d = Drafter::load(drafter, &m).unwrap();
+    let mut d = Drafter::load(TRAINED_DRAFTER, &m).unwrap();
     for bad in [0, 16] {
         let e = d.set_max_drafts(bad).unwrap_err().to_string();
         assert!(e.contains("proposes 1 to 15"), "{e}");
@@ -323,17 +333,7 @@ fn draft_max_proposes_a_prefix_and_keeps_the_output() {
         assert_eq!(d.propose(be, &mut st, 28, 16, 15).unwrap(), full[..k]);
         assert_eq!(d.propose(be, &mut st, 28, 16, 2).unwrap(), full[..k.min(2)]);
         for text in prompts {
-            let ids = apply_chat_template_ids(
-                &tok,
-                &[Message::new("user", text)],
-                true,
-                &serde_json::json!({}),
-            )
-            .unwrap();
-            let want = plain(&m, &ids, &p, 512);
-            let mut s = session(&m, 512);
-            let o = generate(&mut s, 0, &d, &ids, &p, None, &mut |_| false).unwrap();
-            assert_eq!((&o.tokens, o.finish), (&want.0, want.1), "K {k}, {text:?}");
+            let o = spec_chat_agrees(&m, &tok, &d, text, &p);
             assert!(
                 o.stats.hist[k + 1..].iter().all(|&h| h == 0),
                 "K {k}: a round accepted more than K drafts: {:?}",
