@@ -385,9 +385,8 @@ class Batcher:
         for i, ((ids, _), a) in enumerate(zip(seqs, anchors)):
             anc[i, :len(a)] = torch.tensor(a, dtype=torch.long)
             toks[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-        if d.type == "cuda":  # pinned, so the copies do not wait for the GPU's queue
-            anc, toks = anc.pin_memory().to(d, non_blocking=True), toks.pin_memory().to(d, non_blocking=True)
-        anc, toks = anc.to(d), toks.to(d)
+        # On a GPU through pinned memory, so the copies do not wait for the GPU's queue.
+        anc, toks = (x.pin_memory().to(d, non_blocking=True) if d.type == "cuda" else x.to(d) for x in (anc, toks))
         real = anc >= 0
         a0 = anc.clamp_min(0)
         blk_pos = a0[..., None] + torch.arange(bl, device=d)  # [b, na, bl]: positions a .. a+B-1
