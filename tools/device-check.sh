@@ -23,7 +23,9 @@
 # chunks of 512 (PROFILE="decode block16 prefill moe-prefill" picks shapes; moe-prefill, the 30B-A3B's, only
 # when named);
 # tune = kernel constants from TUNE tried against the defaults, not in the default;
-# ablate = the 8B's decode step without one kind of launch at a time, not in the default). Logs go to $OUT (default
+# ablate = the 8B's decode step without one kind of launch at a time, not in the default;
+# stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
+# kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
 set -uo pipefail
 
@@ -403,6 +405,24 @@ if want ablate; then
         "${ABLATE:-attn_q attn_v attn_output ffn_gate ffn_down output attn_split attn_merge rms_norm_q8 swiglu_q8}"
     say "in-place cost of each launch kind (8B Q4_K_M tg128):"
     grep -E "^\|" "$OUT/ablate.log" | tee -a "$OUT/summary.txt"
+fi
+
+# Why a kernel takes its time: one layer's four K8 block-kernel launches at 16 rows (Q/K/V, o-proj, gate/up, down:
+# `gemv16_k8`) and its four one-row GEMVs (`gemv3_k8_r1` / `gemv_k8_r1`), the first two layers skipped, with ncu's
+# sections for stall reasons, occupancy, issue rate and memory throughput (details in stalls-*.log).
+if want stalls && command -v ncu >/dev/null; then
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    for shape in "block16 gemv16_k8 -p 16 -b 16 -n 0" "decode gemv3_k8_r1|gemv_k8_r1 -p 0 -n 2"; do
+        set -- $shape
+        name=$1 kern=$2
+        shift 2
+        step "stalls-$name" env KILN_NO_CUDA_GRAPH=1 timeout 300 ncu --clock-control none --cache-control none \
+            -k "regex:^($kern)$" --launch-skip 8 --launch-count 4 --section SpeedOfLight --section Occupancy \
+            --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+            --section InstructionStats "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda "$@" -r 1
+        grep -E "^  [a-z_0-9]+.*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Issued Ipc|No Eligible|[Ss]tall|Warp Cycles Per Issued|Block Limit" \
+            "$OUT/stalls-$name.log" | tee -a "$OUT/summary.txt"
+    done
 fi
 
 # 6. Where a decode step's time goes: ncu times every kernel alone (graphs off; caches and clocks left as they
