@@ -417,23 +417,42 @@ __device__ __forceinline__ void b16_store_groups(const float* ex, int w, float* 
 // flight; fragments by ldmatrix; the integers as mmq_q4_k8_body (scales split 8 hi + lo into two m16n8k32 chains,
 // the min term from the code sums split into int8 halves), which are the GEMV's is and im exactly; then the
 // GEMV's float step k8_step per super-block in ascending order and the groups added in the xor tree's pairing.
-// Output tile bx (outputs 32 bx ..), rows 16 blockIdx.y ..; 128 threads, dynamic shared memory B16_SMEM_Q4K.
+// Output tile bx (outputs 32 bx ..), rows 16 blockIdx.y ..; 32 B16_WARPS threads, dynamic shared memory
+// B16_SMEM_Q4K(_W8).
 #define B16_OUT 32
 #define B16_STAGE (16 * MP_LDA + B16_OUT * MP_Q4 + 16 * 32 + 16 * 4) // codes, super-blocks, code sums, scales
 #define B16_DEC (8 * B16_OUT * 8 + B16_OUT * 8 + 16 * 16 + B16_OUT * 8) // {hi, lo}, packed mins and sums, d / dmin
 #define B16_WARP (2 * B16_STAGE + B16_DEC)
-#define B16_SMEM_Q4K 95744 // this body's need; its kernel (gemv16_k8, below) takes B16_SMEM_K8
+// Warps a block (4 or 8; the host reads it, KILN_CUDA_DEFINES may set it). With 4, warp a replays GEMV group a
+// alone and a block has 4 warps for 32 outputs: ncu had the 8B's o-proj and down launches (128 blocks, one a
+// multiprocessor) at one warp a scheduler, each warp issuing every ~3-4 cycles on its own dependent chains and the
+// scheduler idle two thirds of the time. With 8, warps a and a + 4 share group a: they take its super-blocks in
+// turn (a + 4 (2k), a + 4 (2k + 1)) at the same time, and warp a + 4 hands each of its float steps to warp a,
+// which adds both in the group's ascending order (same steps, same order: the GEMV's bits). Measured on the H200
+// (8B Q4_K_M, 16-row block): 8 warps passed the self-test's bit equality but were not faster end to end
+// (pp16 -b 16 3,034 vs 3,046 tok/s with 4), so 4 stays the default; which launches gain and lose is not profiled.
+#ifndef B16_WARPS
+#define B16_WARPS 4
+#endif
+static_assert(B16_WARPS == 4 || B16_WARPS == 8, "B16_WARPS: 4 or 8");
+#define B16_XCH (2 * 4 * 16 * 32) // floats: the handed-over steps, [slot][group][C element][lane]
+#define B16_SMEM_Q4K 95744        // with 4 warps: this body's need (its kernel, gemv16_k8, takes B16_SMEM_K8)
+#define B16_SMEM_Q4K_W8 199680    // with 8
 static_assert(B16_SMEM_Q4K == 4 * B16_WARP + 4 * 4 * 4 * 32 * 4, "B16_SMEM_Q4K: four warps' stages, + the groups' sums");
+static_assert(B16_SMEM_Q4K_W8 == 8 * B16_WARP + 4 * 4 * 4 * 32 * 4 + B16_XCH * 4, "B16_SMEM_Q4K_W8: + the exchange");
 __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
                                          const int* ks, int width, int n_out, int n_rows, int accumulate) {
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, a = threadIdx.x >> 5;
-    unsigned char* base = mp_smem + a * B16_WARP;
+    // Group a; with 8 warps, h = which of its two warps this is (h = 1 hands its steps to h = 0).
+    constexpr int S = B16_WARPS / 4;
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5, a = wid & 3, h = wid >> 2;
+    unsigned char* base = mp_smem + wid * B16_WARP;
     int2* shl = (int2*)(base + 2 * B16_STAGE); // [j][o]: {hi, lo} of sc_j
     u32* smin = (u32*)(shl + 8 * B16_OUT);     // [o][2]: m_0..3, m_4..7 as bytes
     u32* ssum = smin + 2 * B16_OUT;            // [r][4]: S_lo 0..3, S_lo 4..7, S_hi 0..3, S_hi 4..7 as bytes
     float* sd = (float*)(ssum + 4 * 16);
     float* sdm = sd + B16_OUT;
-    float* ex = (float*)(mp_smem + 4 * B16_WARP);
+    float* ex = (float*)(mp_smem + B16_WARPS * B16_WARP);
+    float* xch = ex + 4 * 4 * 4 * 32;
     int o0 = bx * B16_OUT, r0 = blockIdx.y * 16;
     int nsb = width / 256, nb = width / 32;
     // This lane's sources, computed once: activation rows lane / 16 + 2 m (16-byte chunk lane % 16), the code
@@ -443,9 +462,9 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
     const int* ksrc = ks + (long long)(s_in ? r0 + (lane >> 1) : 0) * nb + 4 * (lane & 1);
     bool d_in = lane < 16 && r0 + lane < n_rows;
     const float* dsrc = kd + (long long)(d_in ? r0 + lane : 0) * nsb;
-    // Copies of this group's it-th super-block (sb = a + 4 it) into stage it % 2.
+    // Copies of this warp's it-th super-block (the group's (S it + h)-th: sb = a + 4 (S it + h)) into stage it % 2.
     auto issue = [&](int it) {
-        int sb = a + 4 * it;
+        int sb = a + 4 * (S * it + h);
         unsigned char* st = base + (it & 1) * B16_STAGE;
         b16_copy_act(st, xa + sb * 256, width, n_rows - r0, kq);
         unsigned char* sw = st + 16 * MP_LDA;
@@ -460,84 +479,107 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
     for (int ni = 0; ni < 4; ni++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[ni][e] = 0.0f;
-    int n_it = a < nsb ? (nsb - a + 3) / 4 : 0;
+    // The group's super-blocks, this warp's share, and the rounds both warps of the group take (one barrier each).
+    int n_g = a < nsb ? (nsb - a + 3) / 4 : 0;
+    int n_it = h < n_g ? (n_g - h + S - 1) / S : 0, n_rounds = (n_g + S - 1) / S;
     if (n_it > 0) issue(0);
-    for (int it = 0; it < n_it; it++) {
-        cp_wait_all();
-        __syncwarp(); // super-block it is in; every lane is done with it - 1 (its stage and the decoded scales)
-        if (it + 1 < n_it) issue(it + 1);
-        const signed char* sa = (const signed char*)(base + (it & 1) * B16_STAGE);
-        const u8* sw = (const u8*)sa + 16 * MP_LDA;
-        const int* sks = (const int*)(sw + B16_OUT * MP_Q4);
-        const float* sdx = (const float*)(sks + 16 * 8);
-        {
-            // Lane o decodes output o's scales, packed mins, d and dmin; lane (row, half) packs the row's sums.
-            const u8* rec = sw + lane * MP_Q4;
-            smin[2 * lane] = mp_q4k_scales(rec, 0, shl + lane, B16_OUT);
-            smin[2 * lane + 1] = mp_q4k_scales(rec, 1, shl + lane, B16_OUT);
-            u32 h0 = *(const u32*)rec;
-            sd[lane] = h2f((u16)(h0 & 0xFFFF));
-            sdm[lane] = h2f((u16)(h0 >> 16));
-            int r = lane >> 1, hi = lane & 1;
-            mp_pack_sums(sks + 8 * r, hi, ssum[4 * r + 2 * hi], ssum[4 * r + 2 * hi + 1]);
-        }
-        __syncwarp();
-        int hs[4][4], ls[4][4];
+    for (int it = 0; it < n_rounds; it++) {
+        if (it < n_it) {
+            cp_wait_all();
+            __syncwarp(); // super-block it is in; every lane is done with it - 1 (its stage and the decoded scales)
+            if (it + 1 < n_it) issue(it + 1);
+            const signed char* sa = (const signed char*)(base + (it & 1) * B16_STAGE);
+            const u8* sw = (const u8*)sa + 16 * MP_LDA;
+            const int* sks = (const int*)(sw + B16_OUT * MP_Q4);
+            const float* sdx = (const float*)(sks + 16 * 8);
+            {
+                // Lane o decodes output o's scales, packed mins, d and dmin; lane (row, half) packs the row's sums.
+                const u8* rec = sw + lane * MP_Q4;
+                smin[2 * lane] = mp_q4k_scales(rec, 0, shl + lane, B16_OUT);
+                smin[2 * lane + 1] = mp_q4k_scales(rec, 1, shl + lane, B16_OUT);
+                u32 h0 = *(const u32*)rec;
+                sd[lane] = h2f((u16)(h0 & 0xFFFF));
+                sdm[lane] = h2f((u16)(h0 >> 16));
+                int r = lane >> 1, hi = lane & 1;
+                mp_pack_sums(sks + 8 * r, hi, ssum[4 * r + 2 * hi], ssum[4 * r + 2 * hi + 1]);
+            }
+            __syncwarp();
+            int hs[4][4], ls[4][4];
 #pragma unroll
-        for (int ni = 0; ni < 4; ni++)
+            for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) hs[ni][e] = ls[ni][e] = 0;
+                for (int e = 0; e < 4; e++) hs[ni][e] = ls[ni][e] = 0;
 #pragma unroll 1
-        for (int p = 0; p < 4; p++) {
-            int braw[4][2];
-            mp_q4k_raw(braw, sw, 0, p, lane);
+            for (int p = 0; p < 4; p++) {
+                int braw[4][2];
+                mp_q4k_raw(braw, sw, 0, p, lane);
 #pragma unroll
-            for (int s = 0; s < 2; s++) {
-                int j = 2 * p + s;
-                int a4[4];
-                ldsm4(a4, sa + ((lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + 32 * j + 16 * (lane >> 4));
+                for (int s = 0; s < 2; s++) {
+                    int j = 2 * p + s;
+                    int a4[4];
+                    ldsm4(a4, sa + ((lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + 32 * j + 16 * (lane >> 4));
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    int2 hl = shl[j * B16_OUT + 8 * ni + g];
-                    int b0 = (braw[ni][0] >> (4 * s)) & 0x0F0F0F0F, b1 = (braw[ni][1] >> (4 * s)) & 0x0F0F0F0F;
-                    mma_s8_16832(hs[ni], a4, b0 * hl.x, b1 * hl.x);
-                    mma_s8_16832(ls[ni], a4, b0 * hl.y, b1 * hl.y);
+                    for (int ni = 0; ni < 4; ni++) {
+                        int2 hl = shl[j * B16_OUT + 8 * ni + g];
+                        int b0 = (braw[ni][0] >> (4 * s)) & 0x0F0F0F0F, b1 = (braw[ni][1] >> (4 * s)) & 0x0F0F0F0F;
+                        mma_s8_16832(hs[ni], a4, b0 * hl.x, b1 * hl.x);
+                        mma_s8_16832(ls[ni], a4, b0 * hl.y, b1 * hl.y);
+                    }
+                }
+            }
+            int as0 = (int)ssum[4 * g + t], as1 = (int)ssum[4 * (g + 8) + t];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                int mw = (int)smin[2 * (8 * ni + g) + (t & 1)];
+                int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
+                mma_s8_16816_acc(c_lo, as0, as1, t < 2 ? mw : 0);
+                mma_s8_16816_acc(c_hi, as0, as1, t < 2 ? 0 : mw);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = g + 8 * (e >> 1), o = 8 * ni + 2 * t + (e & 1);
+                    int isum = 8 * hs[ni][e] + ls[ni][e], imin = c_lo[e] + 64 * c_hi[e];
+                    float f = k8_step(sd[o], sdm[o], sdx[r], isum, imin);
+                    if (h == 0) acc[ni][e] = __fadd_rn(acc[ni][e], f);
+                    else xch[(((it & 1) * 4 + a) * 16 + 4 * ni + e) * 32 + lane] = f;
                 }
             }
         }
-        int as0 = (int)ssum[4 * g + t], as1 = (int)ssum[4 * (g + 8) + t];
+        if constexpr (S > 1) {
+            // Warp h = 0 adds the partner's step of this round after its own (the group's next super-block). Slot
+            // it % 2: the partner writes it again two rounds on, after the next barrier, which h = 0 passes only
+            // once it has read it here.
+            asm volatile("bar.sync %0, 64;" ::"r"(1 + a) : "memory");
+            if (h == 0 && S * it + 1 < n_g) {
 #pragma unroll
-        for (int ni = 0; ni < 4; ni++) {
-            int mw = (int)smin[2 * (8 * ni + g) + (t & 1)];
-            int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
-            mma_s8_16816_acc(c_lo, as0, as1, t < 2 ? mw : 0);
-            mma_s8_16816_acc(c_hi, as0, as1, t < 2 ? 0 : mw);
+                for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = g + 8 * (e >> 1), o = 8 * ni + 2 * t + (e & 1);
-                int isum = 8 * hs[ni][e] + ls[ni][e], imin = c_lo[e] + 64 * c_hi[e];
-                acc[ni][e] = __fadd_rn(acc[ni][e], k8_step(sd[o], sdm[o], sdx[r], isum, imin));
+                    for (int e = 0; e < 4; e++)
+                        acc[ni][e] = __fadd_rn(acc[ni][e], xch[(((it & 1) * 4 + a) * 16 + 4 * ni + e) * 32 + lane]);
             }
         }
     }
+    if (h == 0) {
 #pragma unroll
-    for (int ni = 0; ni < 4; ni++)
+        for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) ex[((a * 4 + ni) * 4 + e) * 32 + lane] = acc[ni][e];
+            for (int e = 0; e < 4; e++) ex[((a * 4 + ni) * 4 + e) * 32 + lane] = acc[ni][e];
+    }
     __syncthreads();
-    b16_store_groups<4>(ex, a, out, o0, r0, n_out, n_rows, accumulate);
+    if (h == 0) b16_store_groups<4>(ex, a, out, o0, r0, n_out, n_rows, accumulate);
 }
 
-// Q6_K, K8 activations, 32 outputs a block: warp w replays the GEMV's groups G = 2w and 2w + 1 (super-blocks G,
-// G + 8, ...) for all 32 outputs, one cp.async pipeline through both groups' super-blocks (as gemv16_q4k8; the
+// Q6_K, K8 activations, 32 outputs a block: with 4 warps, warp w replays the GEMV's groups G = 2w and 2w + 1
+// (super-blocks G, G + 8, ...; with 8 warps, group w alone) for all 32 outputs, one cp.async pipeline through both groups' super-blocks (as gemv16_q4k8; the
 // f16 d of each super-block, stored after all rows, is read one super-block ahead into a register). Per
 // super-block the integers of mmq_q6_k8_body (two m16n8k16 a sub-block, one scale per 16), which are the GEMV's
 // is; its k8_step; the eight groups added in the xor tree's pairing.
-// Output tile bx, rows 16 blockIdx.y ..; 128 threads, dynamic shared memory B16_SMEM_Q6K.
+// Output tile bx, rows 16 blockIdx.y ..; 32 B16_WARPS threads, dynamic shared memory B16_SMEM_Q6K(_W8).
 #define B6_STAGE (16 * MP_LDA + B16_OUT * MP_Q6 + 16 * 4) // codes, super-blocks, row scales
 #define B6_WARP (2 * B6_STAGE + 16 * B16_OUT * 4 + B16_OUT * 4) // + the scales as ints [piece][o], d [o]
-#define B16_SMEM_Q6K 97280 // the groups' sums reuse the stages at the end
+#define B16_SMEM_Q6K 97280     // with 4 warps (the groups' sums reuse the stages at the end)
+#define B16_SMEM_Q6K_W8 194560 // with 8: warp w replays group w alone
 static_assert(B16_SMEM_Q6K == 4 * B6_WARP, "B16_SMEM_Q6K: four warps' stages");
+static_assert(B16_SMEM_Q6K_W8 == 8 * B6_WARP, "B16_SMEM_Q6K_W8: eight warps' stages");
 __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
                                          int width, int n_out, int n_rows, int accumulate) {
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
@@ -551,9 +593,10 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
     const signed char* xa = kq + (long long)(r0 + (lane >> 4)) * width + 16 * (lane & 15);
     bool d_in = lane < 16 && r0 + lane < n_rows;
     const float* dsrc = kd + (long long)(d_in ? r0 + lane : 0) * nsb;
-    // This warp's super-blocks: group G0 = 2 warp (G0, G0 + 8, ..: n0 of them), then group G0 + 1 (n1).
-    int G0 = 2 * warp;
-    int n0 = G0 < nsb ? (nsb - G0 + 7) / 8 : 0, n1 = G0 + 1 < nsb ? (nsb - G0 + 6) / 8 : 0;
+    // This warp's super-blocks: group G0 = GW warp (G0, G0 + 8, ..: n0 of them), then with 4 warps group G0 + 1 (n1).
+    constexpr int GW = 8 / B16_WARPS;
+    int G0 = GW * warp;
+    int n0 = G0 < nsb ? (nsb - G0 + 7) / 8 : 0, n1 = GW == 2 && G0 + 1 < nsb ? (nsb - G0 + 6) / 8 : 0;
     auto sb_of = [&](int it) { return it < n0 ? G0 + 8 * it : G0 + 1 + 8 * (it - n0); };
     auto issue = [&](int it) {
         int sb = sb_of(it);
@@ -644,21 +687,27 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             ex[((G0 * 4 + ni) * 4 + e) * 32 + lane] = acc0[ni][e];
-            ex[(((G0 + 1) * 4 + ni) * 4 + e) * 32 + lane] = acc1[ni][e];
+            if (GW == 2) ex[(((G0 + 1) * 4 + ni) * 4 + e) * 32 + lane] = acc1[ni][e];
         }
     __syncthreads();
-    b16_store_groups<8>(ex, warp, out, o0, r0, n_out, n_rows, accumulate);
+    if (warp < 4) b16_store_groups<8>(ex, warp, out, o0, r0, n_out, n_rows, accumulate);
 }
 
 // The K8 block kernel: up to three weights that read the same activations (Q/K/V, gate/up; Q4_K and Q6_K may
 // mix) in one launch (JOB_ARGS, common.cu), each block a 32-output tile of its weight (pseudo type id K8_Q4_K or
 // K8_Q6_K). A small weight
 // (K/V) then shares the wave of a large one instead of leaving most multiprocessors idle in its own launch.
-// Each output has the bits of the weight alone. grid = (total tiles, ceil(n_rows / 16)), block = 128.
-#define B16_SMEM_K8 97280 // read by the host (compile.rs's dynamic_smem): the larger of the two bodies'
-static_assert(B16_SMEM_K8 >= B16_SMEM_Q4K && B16_SMEM_K8 >= B16_SMEM_Q6K, "B16_SMEM_K8: both bodies fit");
-extern "C" __global__ void __launch_bounds__(128, 2) gemv16_k8(const signed char* kq, const float* kd, const int* ks,
-                                                               int width, int n_rows, int accumulate, JOB_ARGS) {
+// Each output has the bits of the weight alone.
+// B16_SMEM_K8_W4 / _W8, as B16_WARPS is 4 or 8, are read by the host (compile.rs's dynamic_smem): the larger of
+// the two bodies' needs. grid = (total tiles, ceil(n_rows / 16)), block = 32 B16_WARPS.
+#define B16_SMEM_K8_W4 97280
+#define B16_SMEM_K8_W8 199680
+#define B16_SMEM_K8 (B16_WARPS == 8 ? B16_SMEM_K8_W8 : B16_SMEM_K8_W4)
+static_assert(B16_SMEM_K8_W4 >= B16_SMEM_Q4K && B16_SMEM_K8_W4 >= B16_SMEM_Q6K, "B16_SMEM_K8_W4: both bodies fit");
+static_assert(B16_SMEM_K8_W8 >= B16_SMEM_Q4K_W8 && B16_SMEM_K8_W8 >= B16_SMEM_Q6K_W8, "B16_SMEM_K8_W8: both fit");
+#define B16_BOUNDS __launch_bounds__(32 * B16_WARPS, 8 / B16_WARPS)
+extern "C" __global__ void B16_BOUNDS gemv16_k8(const signed char* kq, const float* kd, const int* ks, int width,
+                                               int n_rows, int accumulate, JOB_ARGS) {
     wait_prior_kernel();
     mp_check_smem(B16_SMEM_K8);
     Job j = JOB_PICK;

@@ -34,7 +34,8 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
         "mmq_q4_k8" | "moe_mmq_q4_k8" => "MP_SMEM_Q4K",
         "mmq_q6_k8" | "moe_mmq_q6_k8" => "MP_SMEM_Q6K",
         "mmq_q8_0" | "moe_mmq_q8_0" => "MP_SMEM_Q8",
-        "gemv16_k8" => "B16_SMEM_K8",
+        "gemv16_k8" if b16_warps() == 8 => "B16_SMEM_K8_W8",
+        "gemv16_k8" => "B16_SMEM_K8_W4",
         "attn_flash_h64" => "FA_SMEM_H64",
         "attn_flash_h128" => "FA_SMEM_H128",
         _ => return 0,
@@ -50,6 +51,16 @@ pub fn attn_min_chunk() -> usize {
         .rev()
         .find_map(|d| d.strip_prefix("-DAT_MIN_CHUNK=")?.parse().ok())
         .unwrap_or(source_define("AT_MIN_CHUNK") as usize)
+}
+
+/// Warps in a block of the K8 block kernel (`B16_WARPS` in gemv16.cu, or the value `KILN_CUDA_DEFINES` gives it):
+/// its launch's block size and shared memory follow it.
+pub fn b16_warps() -> u32 {
+    tuning_defines()
+        .iter()
+        .rev()
+        .find_map(|d| d.strip_prefix("-DB16_WARPS=")?.parse().ok())
+        .unwrap_or(source_define("B16_WARPS"))
 }
 
 /// The value of a numeric `#define NAME value` in the kernel source.

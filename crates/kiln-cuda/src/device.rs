@@ -2180,11 +2180,15 @@ impl Device {
         let (t0, o0, w0, n0) = job(0);
         let (t1, o1, w1, n1) = job(1);
         let (t2, o2, w2, n2) = job(2);
+        let threads = match kernel {
+            "gemv16_k8" => 32 * crate::compile::b16_warps(),
+            _ => 128,
+        };
         self.launch(
             kernel,
             LaunchConfig {
                 grid_dim: (total as u32, n_rows.div_ceil(tile_rows) as u32, 1),
-                block_dim: (128, 1, 1),
+                block_dim: (threads, 1, 1),
                 shared_mem_bytes: 0,
             },
             &[
