@@ -1,7 +1,7 @@
 //! Compiles every kernel through NVRTC for an architecture (default `sm_90a`) with the options kiln uses at
 //! run time, without a GPU, prints each kernel's registers and spills, and writes the cubin to `$KILN_CUBIN_DIR`
-//! when set; then compiles them once more with every in-kernel kill switch off (`option_defines`), so both
-//! sides of each compile. Used by tools/check-kernels.sh in CI:
+//! when set; then compiles them once more with every in-kernel kill switch off (`option_defines`) and the K8
+//! block kernel at 8 warps, so both sides of each compile. Used by tools/check-kernels.sh in CI:
 //! `cargo run -p kiln-cuda --example check_kernels [-- sm_90a ...]` with libnvrtc on the library path.
 use kiln_cuda::compile::{
     compile_cubin, compile_options, nvrtc_version, option_defines, resource_report, KERNEL_NAMES,
@@ -62,11 +62,13 @@ fn main() {
                 failed = true;
             }
         }
-        let off = option_defines(&kiln_cuda::Options {
+        let mut off = option_defines(&kiln_cuda::Options {
             gemv_stage: false,
             early_weights: false,
             ..kiln_cuda::Options::default()
         });
+        // The K8 block kernel's other block size (B16_WARPS in gemv16.cu, a tuning define).
+        off.push("-DB16_WARPS=8".to_string());
         match compile_cubin(arch, &off) {
             Ok(_) => println!("ok {arch} with {}", off.join(" ")),
             Err(e) => {
