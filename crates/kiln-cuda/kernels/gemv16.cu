@@ -12,7 +12,7 @@
 // through gemv_r1 against the same row in a block here). The per-32 Q4_K/Q6_K kernels stage each step's
 // activations per warp; the Q8_0 kernel copies the next step's while this one multiplies (cp.async).
 // The K8 kernel (gemv16_k8, bodies b16_q4k8 / b16_q6k8: the decode path's default for K-quant models) is built
-// differently: 32 outputs a block, cp.async-pipelined, its integers from the prefill kernels' tensor-core forms.
+// differently: B16_OUT outputs a block, cp.async-pipelined, its integers from the prefill kernels' tensor-core forms.
 
 // Each warp stages the activations of the 256 elements it works on next, for the block's 16 rows, in its own
 // shared memory (16-byte loads, two rows a load; zeros past n_rows): Q8 codes with rows padded to 272 bytes (the
@@ -374,36 +374,48 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
 // takes the one float step k8_step. So each lane carries one running sum per group and C element, and the groups
 // meet in shared memory in the xor tree's pairing.
 
-// A warp's copies of the raw super-blocks `sb` (REC bytes each) of outputs o0 .. o0 + 31 into sw (row stride REC),
-// consecutive lanes on consecutive 16-byte chunks; zeros past n_out.
-template <int REC>
+// The K8 block kernel comes in two tiles, OUT = 32 or 16 outputs a block (gemv16_k8, gemv16_k8_o16; the host
+// picks one per launch). With 32, the 8B's o-proj and down (4,096 outputs) are 128 blocks, under one a
+// multiprocessor, each warp a long dependent chain; 16 gives twice the blocks at about half the chain a warp (the
+// same weight bytes; each block copies the 16 rows' activations again, from L2) and under 70 KB of shared memory,
+// 3 blocks a multiprocessor. An output's float steps are the same in both (its own GEMV's).
+
+// A warp's copies of the raw super-blocks `sb` (REC bytes each) of outputs o0 .. o0 + OUT - 1 into sw (row
+// stride REC), consecutive lanes on consecutive 16-byte chunks; zeros past n_out.
+template <int OUT, int REC>
 __device__ __forceinline__ void b16_copy_super(unsigned char* sw, const u8* w, int sb, int nsb, int o0, int n_out) {
     int lane = threadIdx.x & 31;
+    constexpr int CH = REC / 16, N = OUT * CH; // chunks an output, chunks in all
 #pragma unroll
-    for (int k = 0; k < REC / 16; k++) {
-        int u = lane + 32 * k, o = u / (REC / 16), c = u - (REC / 16) * o;
-        bool in = o0 + o < n_out;
-        cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c, in);
+    for (int k = 0; k < (N + 31) / 32; k++) {
+        int u = lane + 32 * k, o = u / CH, c = u - CH * o;
+        if (N % 32 == 0 || u < N) {
+            bool in = o0 + o < n_out;
+            cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c, in);
+        }
     }
 }
 
-// The end of a K8 block kernel body: warp w stores n8 tile w of the block's 16 rows x 32 outputs, adding the NG
-// groups' sums in `ex` ([group][ni][e][lane]) in the GEMV's xor-tree pairing: groups NG / 2 apart, then NG / 4,
-// ... (4 groups: (g0 + g2) + (g1 + g3)).
-template <int NG>
+// The end of a K8 block kernel body: warp w (of 4) stores OUT / 8 of the block's (n8 tile, C element) pairs,
+// pair pe = OUT / 8 w + k being tile pe / 4, element pe % 4, adding the NG groups' sums in `ex`
+// ([group][tile][e][lane]) in the GEMV's xor-tree pairing: groups NG / 2 apart, then NG / 4, ... (4 groups:
+// (g0 + g2) + (g1 + g3)).
+template <int OUT, int NG>
 __device__ __forceinline__ void b16_store_groups(const float* ex, int w, float* out, int o0, int r0, int n_out,
                                                  int n_rows, int accumulate) {
+    constexpr int NI = OUT / 8;
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
+    for (int k = 0; k < NI; k++) {
+        int pe = NI * w + k, ni = pe >> 2, e = pe & 3;
         float v[NG];
 #pragma unroll
-        for (int gr = 0; gr < NG; gr++) v[gr] = ex[((gr * 4 + w) * 4 + e) * 32 + lane];
+        for (int gr = 0; gr < NG; gr++) v[gr] = ex[(gr * 4 * NI + pe) * 32 + lane];
 #pragma unroll
         for (int half = NG / 2; half >= 1; half >>= 1)
 #pragma unroll
             for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
-        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * w + 2 * t + (e & 1);
+        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
         if (r < n_rows && o < n_out) {
             float* po = out + (long long)r * n_out + o;
             *po = accumulate ? *po + v[0] : v[0];
@@ -411,49 +423,49 @@ __device__ __forceinline__ void b16_store_groups(const float* ex, int w, float* 
     }
 }
 
-// Q4_K, K8 activations, 32 outputs a block: warp a replays the GEMV's group a (super-blocks a, a + 4, ...) for
-// all 32 outputs, pipelined like mmq.cu's prefill bodies: each super-block's activation codes, code sums, row
-// scales and the 32 outputs' raw super-blocks are copied into the warp's shared memory with cp.async, two in
-// flight; fragments by ldmatrix; the integers as mmq_q4_k8_body (scales split 8 hi + lo into two m16n8k32 chains,
-// the min term from the code sums split into int8 halves), which are the GEMV's is and im exactly; then the
-// GEMV's float step k8_step per super-block in ascending order and the groups added in the xor tree's pairing.
-// Output tile bx (outputs 32 bx ..), rows 16 blockIdx.y ..; 32 B16_WARPS threads, dynamic shared memory
-// B16_SMEM_Q4K(_W8).
-#define B16_OUT 32
-#define B16_STAGE (16 * MP_LDA + B16_OUT * MP_Q4 + 16 * 32 + 16 * 4) // codes, super-blocks, code sums, scales
-#define B16_DEC (8 * B16_OUT * 8 + B16_OUT * 8 + 16 * 16 + B16_OUT * 8) // {hi, lo}, packed mins and sums, d / dmin
-#define B16_WARP (2 * B16_STAGE + B16_DEC)
 // Warps a block (4 or 8; the host reads it, KILN_CUDA_DEFINES may set it). With 4, warp a replays GEMV group a
-// alone and a block has 4 warps for 32 outputs: ncu had the 8B's o-proj and down launches (128 blocks, one a
-// multiprocessor) at one warp a scheduler, each warp issuing every ~3-4 cycles on its own dependent chains and the
-// scheduler idle two thirds of the time. With 8, warps a and a + 4 share group a: they take its super-blocks in
-// turn (a + 4 (2k), a + 4 (2k + 1)) at the same time, and warp a + 4 hands each of its float steps to warp a,
-// which adds both in the group's ascending order (same steps, same order: the GEMV's bits). Measured on the H200
-// (8B Q4_K_M, 16-row block): 8 warps passed the self-test's bit equality but were not faster end to end
-// (pp16 -b 16 3,034 vs 3,046 tok/s with 4), so 4 stays the default; which launches gain and lose is not profiled.
+// alone. With 8, warps a and a + 4 share group a: they take its super-blocks in turn (a + 4 (2k), a + 4 (2k + 1))
+// at the same time, and warp a + 4 hands each of its float steps to warp a, which adds both in the group's
+// ascending order (same steps, same order: the GEMV's bits). Measured on the H200 (8B Q4_K_M, 16-row block, 32
+// outputs a block): 8 warps passed the self-test's bit equality but were not faster end to end (pp16 -b 16 3,034
+// vs 3,046 tok/s with 4), so 4 stays the default.
 #ifndef B16_WARPS
 #define B16_WARPS 4
 #endif
 static_assert(B16_WARPS == 4 || B16_WARPS == 8, "B16_WARPS: 4 or 8");
-#define B16_XCH (2 * 4 * 16 * 32) // floats: the handed-over steps, [slot][group][C element][lane]
-#define B16_SMEM_Q4K 95744        // with 4 warps: this body's need (its kernel, gemv16_k8, takes B16_SMEM_K8)
-#define B16_SMEM_Q4K_W8 199680    // with 8
-static_assert(B16_SMEM_Q4K == 4 * B16_WARP + 4 * 4 * 4 * 32 * 4, "B16_SMEM_Q4K: four warps' stages, + the groups' sums");
-static_assert(B16_SMEM_Q4K_W8 == 8 * B16_WARP + 4 * 4 * 4 * 32 * 4 + B16_XCH * 4, "B16_SMEM_Q4K_W8: + the exchange");
+
+// Q4_K, K8 activations, OUT outputs a block: warp a replays the GEMV's group a (super-blocks a, a + 4, ...) for
+// all the block's outputs, pipelined like mmq.cu's prefill bodies: each super-block's activation codes, code
+// sums, row scales and the outputs' raw super-blocks are copied into the warp's shared memory with cp.async, two
+// in flight; fragments by ldmatrix. The integers are the GEMV's is and im exactly: per sub-block one m16n8k32 of
+// the raw 4-bit codes, times the output's scale added into an int32 sum (is = sum of sc_j dot_j), and the min term
+// from the code sums split into int8 halves; then the GEMV's float step k8_step per super-block in ascending
+// order and the groups added in the xor tree's pairing. Output tile bx (outputs OUT bx ..), rows 16 blockIdx.y ..;
+// 32 B16_WARPS threads, dynamic shared memory b16_smem<OUT>().
+template <int OUT> struct B16Q4 {
+    static constexpr int STAGE = 16 * MP_LDA + OUT * MP_Q4 + 16 * 32 + 16 * 4; // codes, super-blocks, sums, scales
+    static constexpr int DEC = 8 * OUT * 4 + OUT * 8 + 16 * 16 + OUT * 8;      // sc, packed mins and sums, d / dmin
+    static constexpr int WARP = 2 * STAGE + DEC;
+    static constexpr int EX = 4 * 4 * (OUT / 8) * 32;  // floats: the groups' sums, [group][tile][e][lane]
+    static constexpr int XCH = 2 * 4 * 4 * (OUT / 8) * 32; // floats: handed-over steps, [slot][group][C elem][lane]
+    static constexpr int NEED = B16_WARPS * WARP + 4 * EX + (B16_WARPS == 8 ? 4 * XCH : 0);
+};
+template <int OUT>
 __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
                                          const int* ks, int width, int n_out, int n_rows, int accumulate) {
+    using L = B16Q4<OUT>;
     // Group a; with 8 warps, h = which of its two warps this is (h = 1 hands its steps to h = 0).
-    constexpr int S = B16_WARPS / 4;
+    constexpr int S = B16_WARPS / 4, NI = OUT / 8;
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5, a = wid & 3, h = wid >> 2;
-    unsigned char* base = mp_smem + wid * B16_WARP;
-    int2* shl = (int2*)(base + 2 * B16_STAGE); // [j][o]: {hi, lo} of sc_j
-    u32* smin = (u32*)(shl + 8 * B16_OUT);     // [o][2]: m_0..3, m_4..7 as bytes
-    u32* ssum = smin + 2 * B16_OUT;            // [r][4]: S_lo 0..3, S_lo 4..7, S_hi 0..3, S_hi 4..7 as bytes
+    unsigned char* base = mp_smem + wid * L::WARP;
+    int* ssc = (int*)(base + 2 * L::STAGE); // [j][o]: sc_j
+    u32* smin = (u32*)(ssc + 8 * OUT);      // [o][2]: m_0..3, m_4..7 as bytes
+    u32* ssum = smin + 2 * OUT;             // [r][4]: S_lo 0..3, S_lo 4..7, S_hi 0..3, S_hi 4..7 as bytes
     float* sd = (float*)(ssum + 4 * 16);
-    float* sdm = sd + B16_OUT;
-    float* ex = (float*)(mp_smem + B16_WARPS * B16_WARP);
-    float* xch = ex + 4 * 4 * 4 * 32;
-    int o0 = bx * B16_OUT, r0 = blockIdx.y * 16;
+    float* sdm = sd + OUT;
+    float* ex = (float*)(mp_smem + B16_WARPS * L::WARP);
+    float* xch = ex + L::EX;
+    int o0 = bx * OUT, r0 = blockIdx.y * 16;
     int nsb = width / 256, nb = width / 32;
     // This lane's sources, computed once: activation rows lane / 16 + 2 m (16-byte chunk lane % 16), the code
     // sums of row lane / 2 (half lane % 2), the scale of row lane (lanes < 16).
@@ -465,18 +477,18 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
     // Copies of this warp's it-th super-block (the group's (S it + h)-th: sb = a + 4 (S it + h)) into stage it % 2.
     auto issue = [&](int it) {
         int sb = a + 4 * (S * it + h);
-        unsigned char* st = base + (it & 1) * B16_STAGE;
+        unsigned char* st = base + (it & 1) * L::STAGE;
         b16_copy_act(st, xa + sb * 256, width, n_rows - r0, kq);
         unsigned char* sw = st + 16 * MP_LDA;
-        b16_copy_super<MP_Q4>(sw, w, sb, nsb, o0, n_out);
-        unsigned char* sx = sw + B16_OUT * MP_Q4;
+        b16_copy_super<OUT, MP_Q4>(sw, w, sb, nsb, o0, n_out);
+        unsigned char* sx = sw + OUT * MP_Q4;
         cp_async<16>(sx + 32 * (lane >> 1) + 16 * (lane & 1), ksrc + 8 * sb, s_in);
         if (lane < 16) cp_async<4>(sx + 16 * 32 + 4 * lane, dsrc + sb, d_in);
         cp_commit();
     };
-    float acc[4][4];
+    float acc[NI][4];
 #pragma unroll
-    for (int ni = 0; ni < 4; ni++)
+    for (int ni = 0; ni < NI; ni++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[ni][e] = 0.0f;
     // The group's super-blocks, this warp's share, and the rounds both warps of the group take (one barrier each).
@@ -488,48 +500,66 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
             cp_wait_all();
             __syncwarp(); // super-block it is in; every lane is done with it - 1 (its stage and the decoded scales)
             if (it + 1 < n_it) issue(it + 1);
-            const signed char* sa = (const signed char*)(base + (it & 1) * B16_STAGE);
+            const signed char* sa = (const signed char*)(base + (it & 1) * L::STAGE);
             const u8* sw = (const u8*)sa + 16 * MP_LDA;
-            const int* sks = (const int*)(sw + B16_OUT * MP_Q4);
+            const int* sks = (const int*)(sw + OUT * MP_Q4);
             const float* sdx = (const float*)(sks + 16 * 8);
             {
-                // Lane o decodes output o's scales, packed mins, d and dmin; lane (row, half) packs the row's sums.
-                const u8* rec = sw + lane * MP_Q4;
-                smin[2 * lane] = mp_q4k_scales(rec, 0, shl + lane, B16_OUT);
-                smin[2 * lane + 1] = mp_q4k_scales(rec, 1, shl + lane, B16_OUT);
-                u32 h0 = *(const u32*)rec;
-                sd[lane] = h2f((u16)(h0 & 0xFFFF));
-                sdm[lane] = h2f((u16)(h0 >> 16));
+                // Lane (o, half) = (lane % OUT, lane / OUT) decodes output o's scales and packed mins of
+                // sub-blocks 4 half .. (both halves when OUT is 32), lanes o < OUT its d and dmin; lane (row,
+                // half) packs the row's code sums.
+                int o = lane % OUT;
+                const u8* rec = sw + o * MP_Q4;
+                const u32* hw = (const u32*)rec;
+                u32 s0 = hw[1], s1 = hw[2], s2 = hw[3];
+#pragma unroll
+                for (int jh = lane / OUT; jh < 2; jh += 32 / OUT) {
+                    u32 mw = 0;
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        int j = 4 * jh + i, scj, mj;
+                        k4_sm(s0, s1, s2, j, scj, mj);
+                        ssc[j * OUT + o] = scj;
+                        mw |= (u32)mj << (8 * i);
+                    }
+                    smin[2 * o + jh] = mw;
+                }
+                if (lane < OUT) {
+                    sd[o] = h2f((u16)(hw[0] & 0xFFFF));
+                    sdm[o] = h2f((u16)(hw[0] >> 16));
+                }
                 int r = lane >> 1, hi = lane & 1;
                 mp_pack_sums(sks + 8 * r, hi, ssum[4 * r + 2 * hi], ssum[4 * r + 2 * hi + 1]);
             }
             __syncwarp();
-            int hs[4][4], ls[4][4];
+            int is[NI][4];
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++)
+            for (int ni = 0; ni < NI; ni++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) hs[ni][e] = ls[ni][e] = 0;
+                for (int e = 0; e < 4; e++) is[ni][e] = 0;
 #pragma unroll 1
             for (int p = 0; p < 4; p++) {
-                int braw[4][2];
-                mp_q4k_raw(braw, sw, 0, p, lane);
+                int braw[NI][2];
+                mp_q4k_raw<NI>(braw, sw, 0, p, lane);
 #pragma unroll
                 for (int s = 0; s < 2; s++) {
                     int j = 2 * p + s;
                     int a4[4];
                     ldsm4(a4, sa + ((lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + 32 * j + 16 * (lane >> 4));
 #pragma unroll
-                    for (int ni = 0; ni < 4; ni++) {
-                        int2 hl = shl[j * B16_OUT + 8 * ni + g];
+                    for (int ni = 0; ni < NI; ni++) {
+                        int2 sc = *(const int2*)(ssc + j * OUT + 8 * ni + 2 * t); // C columns 2t, 2t + 1
                         int b0 = (braw[ni][0] >> (4 * s)) & 0x0F0F0F0F, b1 = (braw[ni][1] >> (4 * s)) & 0x0F0F0F0F;
-                        mma_s8_16832(hs[ni], a4, b0 * hl.x, b1 * hl.x);
-                        mma_s8_16832(ls[ni], a4, b0 * hl.y, b1 * hl.y);
+                        int dot[4] = {0, 0, 0, 0};
+                        mma_s8_16832(dot, a4, b0, b1);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) is[ni][e] += ((e & 1) ? sc.y : sc.x) * dot[e];
                     }
                 }
             }
             int as0 = (int)ssum[4 * g + t], as1 = (int)ssum[4 * (g + 8) + t];
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
+            for (int ni = 0; ni < NI; ni++) {
                 int mw = (int)smin[2 * (8 * ni + g) + (t & 1)];
                 int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
                 mma_s8_16816_acc(c_lo, as0, as1, t < 2 ? mw : 0);
@@ -537,10 +567,10 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int r = g + 8 * (e >> 1), o = 8 * ni + 2 * t + (e & 1);
-                    int isum = 8 * hs[ni][e] + ls[ni][e], imin = c_lo[e] + 64 * c_hi[e];
-                    float f = k8_step(sd[o], sdm[o], sdx[r], isum, imin);
+                    int imin = c_lo[e] + 64 * c_hi[e];
+                    float f = k8_step(sd[o], sdm[o], sdx[r], is[ni][e], imin);
                     if (h == 0) acc[ni][e] = __fadd_rn(acc[ni][e], f);
-                    else xch[(((it & 1) * 4 + a) * 16 + 4 * ni + e) * 32 + lane] = f;
+                    else xch[(((it & 1) * 4 + a) * 4 * NI + 4 * ni + e) * 32 + lane] = f;
                 }
             }
         }
@@ -551,45 +581,48 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
             asm volatile("bar.sync %0, 64;" ::"r"(1 + a) : "memory");
             if (h == 0 && S * it + 1 < n_g) {
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++)
+                for (int ni = 0; ni < NI; ni++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        acc[ni][e] = __fadd_rn(acc[ni][e], xch[(((it & 1) * 4 + a) * 16 + 4 * ni + e) * 32 + lane]);
+                        acc[ni][e] = __fadd_rn(acc[ni][e], xch[(((it & 1) * 4 + a) * 4 * NI + 4 * ni + e) * 32 + lane]);
             }
         }
     }
     if (h == 0) {
 #pragma unroll
-        for (int ni = 0; ni < 4; ni++)
+        for (int ni = 0; ni < NI; ni++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) ex[((a * 4 + ni) * 4 + e) * 32 + lane] = acc[ni][e];
+            for (int e = 0; e < 4; e++) ex[((a * NI + ni) * 4 + e) * 32 + lane] = acc[ni][e];
     }
     __syncthreads();
-    if (h == 0) b16_store_groups<4>(ex, a, out, o0, r0, n_out, n_rows, accumulate);
+    if (h == 0) b16_store_groups<OUT, 4>(ex, a, out, o0, r0, n_out, n_rows, accumulate);
 }
 
-// Q6_K, K8 activations, 32 outputs a block: with 4 warps, warp w replays the GEMV's groups G = 2w and 2w + 1
-// (super-blocks G, G + 8, ...; with 8 warps, group w alone) for all 32 outputs, one cp.async pipeline through both groups' super-blocks (as gemv16_q4k8; the
-// f16 d of each super-block, stored after all rows, is read one super-block ahead into a register). Per
-// super-block the integers of mmq_q6_k8_body (two m16n8k16 a sub-block, one scale per 16), which are the GEMV's
-// is; its k8_step; the eight groups added in the xor tree's pairing.
-// Output tile bx, rows 16 blockIdx.y ..; 32 B16_WARPS threads, dynamic shared memory B16_SMEM_Q6K(_W8).
-#define B6_STAGE (16 * MP_LDA + B16_OUT * MP_Q6 + 16 * 4) // codes, super-blocks, row scales
-#define B6_WARP (2 * B6_STAGE + 16 * B16_OUT * 4 + B16_OUT * 4) // + the scales as ints [piece][o], d [o]
-#define B16_SMEM_Q6K 97280     // with 4 warps (the groups' sums reuse the stages at the end)
-#define B16_SMEM_Q6K_W8 194560 // with 8: warp w replays group w alone
-static_assert(B16_SMEM_Q6K == 4 * B6_WARP, "B16_SMEM_Q6K: four warps' stages");
-static_assert(B16_SMEM_Q6K_W8 == 8 * B6_WARP, "B16_SMEM_Q6K_W8: eight warps' stages");
+// Q6_K, K8 activations, OUT outputs a block: with 4 warps, warp w replays the GEMV's groups G = 2w and 2w + 1
+// (super-blocks G, G + 8, ...; with 8 warps, group w alone) for all the block's outputs, one cp.async pipeline
+// through both groups' super-blocks (as b16_q4k8; the f16 d of each super-block, stored after all rows, is read
+// one super-block ahead into a register). Per super-block the integers of mmq_q6_k8_body (two m16n8k16 a
+// sub-block, one scale per 16), which are the GEMV's is; its k8_step; the eight groups added in the xor tree's
+// pairing. Output tile bx, rows 16 blockIdx.y ..; 32 B16_WARPS threads, dynamic shared memory b16_smem<OUT>().
+template <int OUT> struct B16Q6 {
+    static constexpr int STAGE = 16 * MP_LDA + OUT * MP_Q6 + 16 * 4;      // codes, super-blocks, row scales
+    static constexpr int WARP = 2 * STAGE + 16 * OUT * 4 + OUT * 4;       // + the scales as ints [piece][o], d [o]
+    static constexpr int NEED = B16_WARPS * WARP;                         // the groups' sums reuse the stages
+    static_assert(8 * 4 * (OUT / 8) * 32 * 4 <= NEED, "the eight groups' sums fit in the stages");
+};
+template <int OUT>
 __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
                                          int width, int n_out, int n_rows, int accumulate) {
+    using L = B16Q6<OUT>;
+    constexpr int NI = OUT / 8;
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
-    unsigned char* base = mp_smem + warp * B6_WARP;
-    int* sisc = (int*)(base + 2 * B6_STAGE); // [2 j + half][o]
-    float* sd = (float*)(sisc + 16 * B16_OUT);
-    int o0 = bx * B16_OUT, r0 = blockIdx.y * 16;
+    unsigned char* base = mp_smem + warp * L::WARP;
+    int* sisc = (int*)(base + 2 * L::STAGE); // [2 j + half][o]
+    float* sd = (float*)(sisc + 16 * OUT);
+    int o0 = bx * OUT, r0 = blockIdx.y * 16;
     int nsb = width / 256;
     const u16* dw = (const u16*)(w + (long long)n_out * nsb * MP_Q6);
-    int od = min(o0 + lane, n_out - 1);
+    int od = min(o0 + lane % OUT, n_out - 1);
     const signed char* xa = kq + (long long)(r0 + (lane >> 4)) * width + 16 * (lane & 15);
     bool d_in = lane < 16 && r0 + lane < n_rows;
     const float* dsrc = kd + (long long)(d_in ? r0 + lane : 0) * nsb;
@@ -600,16 +633,16 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
     auto sb_of = [&](int it) { return it < n0 ? G0 + 8 * it : G0 + 1 + 8 * (it - n0); };
     auto issue = [&](int it) {
         int sb = sb_of(it);
-        unsigned char* st = base + (it & 1) * B6_STAGE;
+        unsigned char* st = base + (it & 1) * L::STAGE;
         b16_copy_act(st, xa + sb * 256, width, n_rows - r0, kq);
         unsigned char* sw = st + 16 * MP_LDA;
-        b16_copy_super<MP_Q6>(sw, w, sb, nsb, o0, n_out);
-        if (lane < 16) cp_async<4>(sw + B16_OUT * MP_Q6 + 4 * lane, dsrc + sb, d_in);
+        b16_copy_super<OUT, MP_Q6>(sw, w, sb, nsb, o0, n_out);
+        if (lane < 16) cp_async<4>(sw + OUT * MP_Q6 + 4 * lane, dsrc + sb, d_in);
         cp_commit();
     };
-    float acc0[4][4], acc1[4][4]; // groups G0 and G0 + 1
+    float acc0[NI][4], acc1[NI][4]; // groups G0 and G0 + 1
 #pragma unroll
-    for (int ni = 0; ni < 4; ni++)
+    for (int ni = 0; ni < NI; ni++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc0[ni][e] = acc1[ni][e] = 0.0f;
     int n_it = n0 + n1;
@@ -626,35 +659,42 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
             issue(it + 1);
             d_next = dw[(long long)od * nsb + sb_of(it + 1)];
         }
-        const signed char* sa = (const signed char*)(base + (it & 1) * B6_STAGE);
+        const signed char* sa = (const signed char*)(base + (it & 1) * L::STAGE);
         const u8* sw = (const u8*)sa + 16 * MP_LDA;
-        const float* sdx = (const float*)(sw + B16_OUT * MP_Q6);
-        // Lane o: output o's 16 scales as ints, and its d.
+        const float* sdx = (const float*)(sw + OUT * MP_Q6);
+        // Lane (o, half) = (lane % OUT, lane / OUT): output o's scales i = half, half + 32 / OUT, .. as ints;
+        // lanes o < OUT its d.
+        {
+            int o = lane % OUT;
 #pragma unroll
-        for (int i = 0; i < 16; i++) sisc[i * B16_OUT + lane] = (signed char)sw[lane * MP_Q6 + 192 + i];
-        sd[lane] = o0 + lane < n_out ? h2f(d_cur) : 0.0f;
+            for (int k = 0; k < OUT / 2; k++) {
+                int i = lane / OUT + (32 / OUT) * k;
+                sisc[i * OUT + o] = (signed char)sw[o * MP_Q6 + 192 + i];
+            }
+            if (lane < OUT) sd[o] = o0 + o < n_out ? h2f(d_cur) : 0.0f;
+        }
         __syncwarp();
-        int isum[4][4];
+        int isum[NI][4];
 #pragma unroll
-        for (int ni = 0; ni < 4; ni++)
+        for (int ni = 0; ni < NI; ni++)
 #pragma unroll
             for (int e = 0; e < 4; e++) isum[ni][e] = 0;
 #pragma unroll 1
         for (int hk = 0; hk < 4; hk++) {
             int h = hk >> 1, kk = hk & 1;
-            int raw[4][4];
-            mp_q6k_raw(raw, sw, 0, hk, lane);
+            int raw[NI][4];
+            mp_q6k_raw<NI>(raw, sw, 0, hk, lane);
 #pragma unroll
             for (int s = 0; s < 2; s++) {
                 int j = 4 * h + kk + 2 * s;
                 int a4[4];
                 ldsm4(a4, sa + ((lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + 32 * j + 16 * (lane >> 4));
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
+                for (int ni = 0; ni < NI; ni++) {
                     int b[2];
                     mp_q6k_b(b, raw[ni], kk, s);
-                    int2 slo = *(const int2*)(sisc + (2 * j) * B16_OUT + 8 * ni + 2 * t);
-                    int2 shi = *(const int2*)(sisc + (2 * j + 1) * B16_OUT + 8 * ni + 2 * t);
+                    int2 slo = *(const int2*)(sisc + (2 * j) * OUT + 8 * ni + 2 * t);
+                    int2 shi = *(const int2*)(sisc + (2 * j + 1) * OUT + 8 * ni + 2 * t);
                     int lo[4], hi[4];
                     mma_s8_16816(lo, a4[0], a4[1], b[0]);
                     mma_s8_16816(hi, a4[2], a4[3], b[1]);
@@ -666,14 +706,14 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
         }
         if (it < n0) {
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++)
+            for (int ni = 0; ni < NI; ni++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     acc0[ni][e] = __fadd_rn(acc0[ni][e], k8_step(sd[8 * ni + 2 * t + (e & 1)], 0.0f,
                                                                  sdx[g + 8 * (e >> 1)], isum[ni][e], 0));
         } else {
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++)
+            for (int ni = 0; ni < NI; ni++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     acc1[ni][e] = __fadd_rn(acc1[ni][e], k8_step(sd[8 * ni + 2 * t + (e & 1)], 0.0f,
@@ -681,36 +721,54 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
         }
     }
     __syncthreads(); // every warp is done with its stages: the groups' sums reuse them
-    float* ex = (float*)mp_smem; // [group][ni][e][lane]
+    float* ex = (float*)mp_smem; // [group][tile][e][lane]
 #pragma unroll
-    for (int ni = 0; ni < 4; ni++)
+    for (int ni = 0; ni < NI; ni++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            ex[((G0 * 4 + ni) * 4 + e) * 32 + lane] = acc0[ni][e];
-            if (GW == 2) ex[(((G0 + 1) * 4 + ni) * 4 + e) * 32 + lane] = acc1[ni][e];
+            ex[((G0 * NI + ni) * 4 + e) * 32 + lane] = acc0[ni][e];
+            if (GW == 2) ex[(((G0 + 1) * NI + ni) * 4 + e) * 32 + lane] = acc1[ni][e];
         }
     __syncthreads();
-    if (warp < 4) b16_store_groups<8>(ex, warp, out, o0, r0, n_out, n_rows, accumulate);
+    if (warp < 4) b16_store_groups<OUT, 8>(ex, warp, out, o0, r0, n_out, n_rows, accumulate);
 }
 
-// The K8 block kernel: up to three weights that read the same activations (Q/K/V, gate/up; Q4_K and Q6_K may
-// mix) in one launch (JOB_ARGS, common.cu), each block a 32-output tile of its weight (pseudo type id K8_Q4_K or
-// K8_Q6_K). A small weight
-// (K/V) then shares the wave of a large one instead of leaving most multiprocessors idle in its own launch.
-// Each output has the bits of the weight alone.
-// B16_SMEM_K8_W4 / _W8, as B16_WARPS is 4 or 8, are read by the host (compile.rs's dynamic_smem): the larger of
-// the two bodies' needs. grid = (total tiles, ceil(n_rows / 16)), block = 32 B16_WARPS.
-#define B16_SMEM_K8_W4 97280
-#define B16_SMEM_K8_W8 199680
-#define B16_SMEM_K8 (B16_WARPS == 8 ? B16_SMEM_K8_W8 : B16_SMEM_K8_W4)
-static_assert(B16_SMEM_K8_W4 >= B16_SMEM_Q4K && B16_SMEM_K8_W4 >= B16_SMEM_Q6K, "B16_SMEM_K8_W4: both bodies fit");
-static_assert(B16_SMEM_K8_W8 >= B16_SMEM_Q4K_W8 && B16_SMEM_K8_W8 >= B16_SMEM_Q6K_W8, "B16_SMEM_K8_W8: both fit");
-#define B16_BOUNDS __launch_bounds__(32 * B16_WARPS, 8 / B16_WARPS)
-extern "C" __global__ void B16_BOUNDS gemv16_k8(const signed char* kq, const float* kd, const int* ks, int width,
-                                               int n_rows, int accumulate, JOB_ARGS) {
+// The K8 block kernels: up to three weights that read the same activations (Q/K/V, gate/up; Q4_K and Q6_K may
+// mix) in one launch (JOB_ARGS, common.cu), each block an OUT-output tile of its weight (pseudo type id K8_Q4_K or
+// K8_Q6_K). A small weight (K/V) then shares the wave of a large one instead of leaving most multiprocessors idle
+// in its own launch. Each output has the bits of the weight alone.
+// B16_SMEM_K8_W<warps>_O<outputs> are read by the host (compile.rs's dynamic_smem): the larger of the two bodies'
+// needs. grid = (total tiles, ceil(n_rows / 16)), block = 32 B16_WARPS.
+#define B16_SMEM_K8_W4_O16 66304
+#define B16_SMEM_K8_W8_O16 136192
+#define B16_SMEM_K8_W4_O32 97280
+#define B16_SMEM_K8_W8_O32 194560
+template <int OUT> constexpr int b16_smem() {
+    return OUT == 16 ? (B16_WARPS == 8 ? B16_SMEM_K8_W8_O16 : B16_SMEM_K8_W4_O16)
+                     : (B16_WARPS == 8 ? B16_SMEM_K8_W8_O32 : B16_SMEM_K8_W4_O32);
+}
+template <int OUT> constexpr int b16_need() {
+    return B16Q4<OUT>::NEED > B16Q6<OUT>::NEED ? B16Q4<OUT>::NEED : B16Q6<OUT>::NEED;
+}
+static_assert(b16_smem<16>() == b16_need<16>() && b16_smem<32>() == b16_need<32>(),
+              "B16_SMEM_K8_W*_O*: the larger body's need");
+template <int OUT>
+__device__ __forceinline__ void b16_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows,
+                                       int accumulate, JOB_ARGS) {
     wait_prior_kernel();
-    mp_check_smem(B16_SMEM_K8);
+    mp_check_smem(b16_smem<OUT>());
     Job j = JOB_PICK;
-    if (j.ty == K8_Q4_K) b16_q4k8(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate);
-    else if (j.ty == K8_Q6_K) b16_q6k8(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate);
+    if (j.ty == K8_Q4_K) b16_q4k8<OUT>(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate);
+    else if (j.ty == K8_Q6_K) b16_q6k8<OUT>(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate);
+}
+// Blocks a multiprocessor the registers must allow: as many as the shared memory does (4 warps: 2 of 32 outputs,
+// 3 of 16, so at most 168 registers a thread there).
+extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 8 / B16_WARPS)
+    gemv16_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate, JOB_ARGS) {
+    b16_k8<32>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2);
+}
+extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 12 / B16_WARPS)
+    gemv16_k8_o16(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate,
+                  JOB_ARGS) {
+    b16_k8<16>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2);
 }

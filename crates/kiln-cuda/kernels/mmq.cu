@@ -427,10 +427,11 @@ __device__ __forceinline__ void mp_pack_sums(const int* v, int hi, u32& w0, u32&
 
 // Raw Q4_K quant words of sub-block pair p for the 32 outputs from `row0` (super-blocks of MP_Q4 bytes in shared
 // memory): braw[ni][half], this lane's 4 bytes of elements 16 half + 4 t .. of output row0 + 8 ni + g; low
-// nibbles are sub-block 2 p, high nibbles 2 p + 1.
-__device__ __forceinline__ void mp_q4k_raw(int (&braw)[4][2], const u8* sw, int row0, int p, int lane) {
+// nibbles are sub-block 2 p, high nibbles 2 p + 1. NI = 2 takes the first 16 outputs alone.
+template <int NI = 4>
+__device__ __forceinline__ void mp_q4k_raw(int (&braw)[NI][2], const u8* sw, int row0, int p, int lane) {
 #pragma unroll
-    for (int nq = 0; nq < 2; nq++) {
+    for (int nq = 0; nq < NI / 2; nq++) {
         int r[4];
         ldsm4(r, sw + (row0 + 16 * nq + 8 * (lane >> 4) + (lane & 7)) * MP_Q4 + 16 + 32 * p + 16 * ((lane >> 3) & 1));
         braw[2 * nq][0] = r[0];
@@ -442,12 +443,14 @@ __device__ __forceinline__ void mp_q4k_raw(int (&braw)[4][2], const u8* sw, int 
 
 // Raw Q6_K words of unit hk = 2 h + kk for the 32 outputs from `row0` (MP_Q6-byte super-blocks in shared memory):
 // raw[ni] = {ql half 0, ql half 1, qh half 0, qh half 1}; ql[64 h + 32 kk ..] gives sub-blocks 4 h + kk (low
-// nibbles) and 4 h + kk + 2 (high), with 2-bit highs at bits 2 kk and 2 kk + 4 of qh[32 h ..].
-__device__ __forceinline__ void mp_q6k_raw(int (&raw)[4][4], const u8* sw, int row0, int hk, int lane) {
+// nibbles) and 4 h + kk + 2 (high), with 2-bit highs at bits 2 kk and 2 kk + 4 of qh[32 h ..]. NI = 2: the first
+// 16 outputs.
+template <int NI = 4>
+__device__ __forceinline__ void mp_q6k_raw(int (&raw)[NI][4], const u8* sw, int row0, int hk, int lane) {
     int h = hk >> 1, kk = hk & 1, m = lane >> 3;
     int off = m < 2 ? 64 * h + 32 * kk + 16 * m : 128 + 32 * h + 16 * (m - 2);
 #pragma unroll
-    for (int ni = 0; ni < 4; ni++) ldsm4(raw[ni], sw + (row0 + 8 * ni + (lane & 7)) * MP_Q6 + off);
+    for (int ni = 0; ni < NI; ni++) ldsm4(raw[ni], sw + (row0 + 8 * ni + (lane & 7)) * MP_Q6 + off);
 }
 
 // The two mma B words (elements 4 t .. and 16 + 4 t ..) of sub-block 4 h + kk + 2 s from one output's raw words:

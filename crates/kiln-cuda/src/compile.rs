@@ -34,8 +34,10 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
         "mmq_q4_k8" | "moe_mmq_q4_k8" => "MP_SMEM_Q4K",
         "mmq_q6_k8" | "moe_mmq_q6_k8" => "MP_SMEM_Q6K",
         "mmq_q8_0" | "moe_mmq_q8_0" => "MP_SMEM_Q8",
-        "gemv16_k8" if b16_warps() == 8 => "B16_SMEM_K8_W8",
-        "gemv16_k8" => "B16_SMEM_K8_W4",
+        "gemv16_k8" | "gemv16_k8_o16" => {
+            let outs = if kernel == "gemv16_k8" { 32 } else { 16 };
+            return source_define(&format!("B16_SMEM_K8_W{}_O{outs}", b16_warps()));
+        }
         "attn_flash_h64" => "FA_SMEM_H64",
         "attn_flash_h128" => "FA_SMEM_H128",
         _ => return 0,
@@ -82,7 +84,7 @@ fn source_define(name: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 69] = [
+pub const KERNEL_NAMES: [&str; 70] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -116,6 +118,7 @@ pub const KERNEL_NAMES: [&str; 69] = [
     "gemv16_q6k",
     "gemv16_q8_0",
     "gemv16_k8",
+    "gemv16_k8_o16",
     "quantize_k8",
     "matmul_deq",
     "dequant_bf16",
@@ -467,6 +470,7 @@ mod tests {
         assert_eq!(dynamic_smem("mmq_q4_k8"), 64000);
         assert_eq!(dynamic_smem("moe_mmq_q8_0"), 79872);
         assert_eq!(dynamic_smem("gemv16_k8"), 97280);
+        assert_eq!(dynamic_smem("gemv16_k8_o16"), 66304);
         assert_eq!(dynamic_smem("attn_flash_h128"), 69632);
         assert_eq!(dynamic_smem("gemv_r1"), 0);
         // Every sized kernel exists and stays within the 227 KB a block may have on sm_90.

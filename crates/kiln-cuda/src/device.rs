@@ -100,6 +100,10 @@ pub struct Options {
     /// Int8 tensor cores for other passes' matmuls of [`G16_MIN_ROWS`] rows or more on Q4_K/Q6_K/Q8_0
     /// (gemv16.cu, bit-identical to the GEMV).
     pub block_mma: bool,
+    /// With `block_mma`: a K8 block launch that would give the multiprocessors fewer than two 32-output tiles
+    /// each (the 8B's o-proj and down at 16 rows: 128) takes tiles of 16 outputs (`gemv16_k8_o16`: twice the
+    /// blocks, each about half the work, 3 a multiprocessor); else always 32. Same bits.
+    pub block_tile16: bool,
     /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
     /// step per super-block; else per-32 Q8 blocks with a float step per 32 weights.
@@ -150,6 +154,7 @@ impl Default for Options {
             graphs: true,
             prefill_mma: true,
             block_mma: true,
+            block_tile16: true,
             k8: true,
             prefill_k8: true,
             flash_attn: true,
@@ -236,6 +241,8 @@ pub struct Device {
     pdl: bool,
     /// Thread block clusters (compute capability 9.0 or later).
     clusters: bool,
+    /// Multiprocessors of the GPU.
+    sm_count: usize,
     meta: Mutex<Meta>,
     /// Attention scratch (split partials or scores), grown only outside graph capture.
     ws: Mutex<CudaSlice<f32>>,
@@ -542,6 +549,9 @@ impl Device {
             .compute_capability()
             .map_err(drv("compute capability"))?;
         let arch = arch_name(major, minor);
+        let sm_count = ctx
+            .attribute(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(drv("multiprocessor count"))? as usize;
         let mut drv_ver = 0i32;
         // SAFETY: plain out-parameter; the driver library is loaded.
         unsafe { cu::cuDriverGetVersion(&mut drv_ver) };
@@ -623,6 +633,7 @@ impl Device {
             opts,
             pdl: opts.pdl && major >= 9,
             clusters: major >= 9,
+            sm_count,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
             argmax_out: Mutex::new(argmax_out),
@@ -2157,7 +2168,9 @@ impl Device {
 
     /// Launches a job kernel (`gemv3_*`, [`takes_jobs`]) over up to three weights `(type id, out, weight, rows)`
     /// that read the same activations: each weight's tiles of `tile.1` outputs, one after the other along
-    /// grid x (its first tile at `b1` / `b2`), activation rows in tiles of `tile.0` along grid y.
+    /// grid x (its first tile at `b1` / `b2`), activation rows in tiles of `tile.0` along grid y. The K8 block
+    /// kernel takes 16-output tiles instead when 32 would leave multiprocessors with fewer than two
+    /// ([`Options::block_tile16`]).
     #[allow(clippy::too_many_arguments)]
     fn launch_jobs(
         &self,
@@ -2169,6 +2182,17 @@ impl Device {
         accumulate: bool,
         (tile_rows, tile_outs): (usize, usize),
     ) -> Result<()> {
+        let tiles = |outs: usize| -> usize {
+            jobs.iter().map(|j| j.3.div_ceil(outs)).sum::<usize>() * n_rows.div_ceil(tile_rows)
+        };
+        let (kernel, tile_outs) = if kernel == "gemv16_k8"
+            && self.opts.block_tile16
+            && tiles(tile_outs) < 2 * self.sm_count
+        {
+            ("gemv16_k8_o16", 16)
+        } else {
+            (kernel, tile_outs)
+        };
         let blocks: Vec<usize> = jobs.iter().map(|j| j.3.div_ceil(tile_outs)).collect();
         let b1 = blocks[0] as i32;
         let b2 = (blocks[0] + blocks.get(1).copied().unwrap_or(0)) as i32;
@@ -2181,7 +2205,7 @@ impl Device {
         let (t1, o1, w1, n1) = job(1);
         let (t2, o2, w2, n2) = job(2);
         let threads = match kernel {
-            "gemv16_k8" => 32 * crate::compile::b16_warps(),
+            "gemv16_k8" | "gemv16_k8_o16" => 32 * crate::compile::b16_warps(),
             _ => 128,
         };
         self.launch(

@@ -90,6 +90,7 @@ impl CudaBackend {
             early_weights: flags.cuda_early_weights,
             prefill_mma: flags.cuda_prefill_mma,
             block_mma: flags.cuda_block_mma,
+            block_tile16: flags.cuda_block_tile16,
             flash_attn: flags.cuda_flash_attn,
             k8: flags.cuda_k8,
             prefill_k8: flags.cuda_prefill_k8,

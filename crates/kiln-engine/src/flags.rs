@@ -131,6 +131,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_BLOCK_TILE16",
+        disables: "CUDA: 16-output tiles for K8 block launches that would give the multiprocessors fewer than two \
+                   32-output tiles each (same bits); 32-output tiles always",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_K8",
         disables: "CUDA: Q4_K/Q6_K matmuls (decode, block and prefill kernels) on Q8_K-style activations (a scale \
                    per 256, integer sums across a super-block, one float step per super-block); per-32 Q8 blocks instead",
@@ -222,6 +228,8 @@ pub struct Flags {
     pub cuda_prefill_mma: bool,
     /// CUDA: int8 tensor-core kernel for blocks of decode/verify rows.
     pub cuda_block_mma: bool,
+    /// CUDA: 16-output tiles for K8 block launches of few 32-output tiles.
+    pub cuda_block_tile16: bool,
     /// CUDA: flash attention for prefill passes.
     pub cuda_flash_attn: bool,
     /// CUDA: K-quant matmuls on K8 activations.
@@ -265,6 +273,7 @@ impl Default for Flags {
             cuda_pdl: true,
             cuda_prefill_mma: true,
             cuda_block_mma: true,
+            cuda_block_tile16: true,
             cuda_flash_attn: true,
             cuda_k8: true,
             cuda_prefill_k8: true,
@@ -300,6 +309,7 @@ impl Flags {
             cuda_pdl: false,
             cuda_prefill_mma: false,
             cuda_block_mma: false,
+            cuda_block_tile16: false,
             cuda_flash_attn: false,
             cuda_k8: false,
             cuda_prefill_k8: false,
@@ -363,6 +373,7 @@ impl Flags {
                 "KILN_NO_CUDA_PDL" => flags.cuda_pdl = !disabled,
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
+                "KILN_NO_CUDA_BLOCK_TILE16" => flags.cuda_block_tile16 = !disabled,
                 "KILN_NO_CUDA_FLASH_ATTN" => flags.cuda_flash_attn = !disabled,
                 "KILN_NO_CUDA_K8" => flags.cuda_k8 = !disabled,
                 "KILN_NO_CUDA_PREFILL_K8" => flags.cuda_prefill_k8 = !disabled,
