@@ -101,8 +101,11 @@ pub struct Options {
     /// (gemv16.cu, bit-identical to the GEMV).
     pub block_mma: bool,
     /// With `block_mma`: a K8 block launch that would give the multiprocessors fewer than two 32-output tiles
-    /// each (the 8B's o-proj and down at 16 rows: 128) takes tiles of 16 outputs (`gemv16_k8_o16`: twice the
-    /// blocks, each about half the work, 3 a multiprocessor); else always 32. Same bits.
+    /// each (at 16 rows: the 8B's Q/K/V, o-proj and down, every matmul of the 0.6B) takes tiles of 16 outputs
+    /// (`gemv16_k8_o16`: twice the blocks, each about half the work, 3 a multiprocessor); else always 32. Same
+    /// bits. Per launch on the H200 (ncu) 16 is much faster on long rows (8B down 38.8 -> 31.1 µs) and slightly
+    /// slower on some short ones (8B o-proj 14.7 -> 15.3); a finer rule fitted to those (16 only for at most one
+    /// tile per two multiprocessors, or rows of 8,192+) was no faster on the 8B and 2 % slower on the 0.6B.
     pub block_tile16: bool,
     /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
@@ -2169,8 +2172,7 @@ impl Device {
     /// Launches a job kernel (`gemv3_*`, [`takes_jobs`]) over up to three weights `(type id, out, weight, rows)`
     /// that read the same activations: each weight's tiles of `tile.1` outputs, one after the other along
     /// grid x (its first tile at `b1` / `b2`), activation rows in tiles of `tile.0` along grid y. The K8 block
-    /// kernel takes 16-output tiles instead when 32 would leave multiprocessors with fewer than two
-    /// ([`Options::block_tile16`]).
+    /// kernel takes 16-output tiles instead for launches of few tiles ([`Options::block_tile16`]).
     #[allow(clippy::too_many_arguments)]
     fn launch_jobs(
         &self,
