@@ -28,7 +28,7 @@ cubins=$(mktemp -d)
 trap 'rm -rf "$cubins"' EXIT
 KILN_CUBIN_DIR="$cubins" cargo run --quiet -p kiln-cuda --example check_kernels -- "${@:-sm_90a}"
 # Kernels whose main loads must be 16-byte vectors.
-wide="mmq_q4_k8 mmq_q6_k8 mmq_q8_0 gemv_r1 gemv_r8 gemv3_r1 gemv3_r8 gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 attn_flash_h64 attn_flash_h128 attn_split_g1_h64 attn_split_g2_h64 attn_split_g3_h64 attn_split_g4_h64 attn_split_g8_h64 attn_split_g1_h128 attn_split_g2_h128 attn_split_g3_h128 attn_split_g4_h128 attn_split_g8_h128"
+wide="mmq_q4_k8 mmq_q6_k8 mmq_q8_0 gemv16_k8 gemv16_k8_o16 gemv_r1 gemv_r8 gemv3_r1 gemv3_r8 gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 attn_flash_h64 attn_flash_h128 attn_split_g1_h64 attn_split_g2_h64 attn_split_g3_h64 attn_split_g4_h64 attn_split_g8_h64 attn_split_g1_h128 attn_split_g2_h128 attn_split_g3_h128 attn_split_g4_h128 attn_split_g8_h128"
 for cubin in "$cubins"/*.cubin; do
     PATH="$bin:$PATH" cuobjdump -sass "$cubin" >"$cubins/sass.txt"
     for k in $wide; do
@@ -46,6 +46,15 @@ for cubin in "$cubins"/*.cubin; do
             f == k && /ACQBULK/ { if (n == 0) bad++; n = 0 } END { print bad + 0 }' "$cubins/sass.txt")
         if [ "$bad" -ne 0 ]; then
             echo "FAIL $(basename "$cubin" .cubin): $k waits for the previous kernel before loading its first weights" >&2
+            exit 1
+        fi
+    done
+    # The K8 block kernels copy their first weights before that wait too (gemv16.cu, first_weights).
+    for k in gemv16_k8 gemv16_k8_o16; do
+        bad=$(awk -v k="$k" '/Function :/ { f = $3; n = 0 } f == k && /LDGSTS\.E\.BYPASS\.128/ { n++ }
+            f == k && /ACQBULK/ { if (n == 0) bad++; n = 0 } END { print bad + 0 }' "$cubins/sass.txt")
+        if [ "$bad" -ne 0 ]; then
+            echo "FAIL $(basename "$cubin" .cubin): $k waits for the previous kernel before copying its first weights" >&2
             exit 1
         fi
     done

@@ -67,8 +67,10 @@ fn main() {
             early_weights: false,
             ..kiln_cuda::Options::default()
         });
-        // The K8 block kernel's other block size (B16_WARPS in gemv16.cu, a tuning define).
+        // The K8 block kernel's other block size (B16_WARPS in gemv16.cu, a tuning define) and its copies
+        // without the per-lane plan (B16_COPY_PLAN, the A/B of that).
         off.push("-DB16_WARPS=8".to_string());
+        off.push("-DB16_COPY_PLAN=0".to_string());
         match compile_cubin(arch, &off) {
             Ok(_) => println!("ok {arch} with {}", off.join(" ")),
             Err(e) => {

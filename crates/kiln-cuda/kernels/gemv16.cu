@@ -259,18 +259,47 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q6k(float* out, const u
     g16_finish(red, acc, out, o0, r0, n_out, n_rows, accumulate);
 }
 
-// A warp's copies of 16 activation rows x 256 bytes into st (row stride MP_LDA): this lane's rows lane / 16 + 2 m,
-// chunk lane % 16; `src` is that chunk of its first row; rows from `rows` on are zero-filled.
-__device__ __forceinline__ void b16_copy_act(unsigned char* st, const signed char* src, int width, int rows,
-                                             const signed char* base) {
-    int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int m = 0; m < 8; m++) {
-        int r = (lane >> 4) + 2 * m;
+// A lane's share of a warp's copies of 16 activation rows x 256 bytes into a stage (row stride MP_LDA): lane
+// pairs take 32-byte pieces, row lane / 2, chunks 2 i + lane % 2. The source and destination offsets are worked
+// out once (the per-chunk index math of every copy was a quarter of the K8 block kernel's instructions, and its
+// hoisted addresses most of its registers), so a copy is a pointer add and cp.asyncs at immediate offsets. Rows
+// from n_rows on are zero-filled (from row r0). B16_COPY_PLAN=0 (KILN_CUDA_DEFINES) copies as before, for the
+// A/B: consecutive lanes on consecutive chunks, each copy's indices and addresses worked out at the copy.
+#ifndef B16_COPY_PLAN
+#define B16_COPY_PLAN 1
+#endif
+struct B16Acts {
+    const signed char* src; // this lane's first chunk of its row
+    int bytes, dst;         // 16 or 0 (zeros); offset in a stage
+    const signed char* x;   // B16_COPY_PLAN=0: the activations, rows r0 .. r0 + rows - 1 of `width`
+    int width, r0, rows;
+    __device__ __forceinline__ B16Acts(const signed char* xq, int width_, int r0_, int n_rows)
+        : x(xq), width(width_), r0(r0_), rows(n_rows - r0_) {
+        int lane = threadIdx.x & 31, r = lane >> 1;
         bool in = r < rows;
-        cp_async<16>(st + r * MP_LDA + 16 * (lane & 15), in ? src + 2LL * m * width : base, in);
+        src = x + (long long)(in ? r0 + r : r0) * width + 16 * (lane & 1);
+        bytes = in ? 16 : 0;
+        dst = r * MP_LDA + 16 * (lane & 1);
     }
-}
+    // The 256 bytes from element `at` of each row into stage st.
+    __device__ __forceinline__ void copy(unsigned char* st, int at) const {
+        if (B16_COPY_PLAN) {
+            const signed char* s = src + at;
+            u32 d = smem_addr(st + dst);
+#pragma unroll
+            for (int i = 0; i < 8; i++) cp_async_n(d + 32 * i, s + 32 * i, bytes);
+        } else {
+            int lane = threadIdx.x & 31;
+            const signed char* s = x + (long long)(r0 + (lane >> 4)) * width + 16 * (lane & 15) + at;
+#pragma unroll
+            for (int m = 0; m < 8; m++) {
+                int r = (lane >> 4) + 2 * m;
+                bool in = r < rows;
+                cp_async<16>(st + r * MP_LDA + 16 * (lane & 15), in ? s + 2LL * m * width : x, in);
+            }
+        }
+    }
+};
 
 // Q8_0. GEMV lane L takes blocks L, L + 32, L + 64, ...: warp w replays L = 8w .. 8w + 7, walking its blocks 8
 // at a time (blocks 8w + 32k .. 8w + 32k + 7 are 256 consecutive elements; each lane's sum still adds its own
@@ -296,15 +325,15 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
     bool g_in = o0 + g < n_out;
     const u8* wg = w + (long long)(g_in ? o0 + g : 0) * nb * 32 + 8 * t;
     const u16* dg = (const u16*)(w + (long long)n_out * nb * 32) + (long long)(g_in ? o0 + g : 0) * nb;
-    // Activation sources: rows lane / 16 + 2 m (codes, chunk lane % 16), scales of row lane / 2 (half lane % 2).
-    const signed char* xa = xq + (long long)(r0 + (lane >> 4)) * width + 16 * (lane & 15);
+    // Activation sources: the codes (B16Acts), scales of row lane / 2 (half lane % 2).
+    B16Acts xa(xq, width, r0, n_rows);
     bool s_in = r0 + (lane >> 1) < n_rows;
     const float* dsrc = xd + (long long)(s_in ? r0 + (lane >> 1) : 0) * nb + 4 * (lane & 1);
     int n_it = 8 * warp < nb ? (nb - 8 * warp + 31) / 32 : 0; // steps: blocks b0 = 8 warp + 32 it ..
     auto issue = [&](int it) {
         int b0 = 8 * warp + 32 * it;
         unsigned char* st = base + (it & 1) * Q8B_STAGE;
-        b16_copy_act(st, xa + b0 * 32, width, n_rows - r0, xq);
+        xa.copy(st, b0 * 32);
         cp_async<16>(st + 16 * MP_LDA + (lane >> 1) * Q8B_XS * 4 + 16 * (lane & 1), dsrc + b0, s_in);
         cp_commit();
     };
@@ -380,21 +409,53 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
 // same weight bytes; each block copies the 16 rows' activations again, from L2) and under 70 KB of shared memory,
 // 3 blocks a multiprocessor. An output's float steps are the same in both (its own GEMV's).
 
-// A warp's copies of the raw super-blocks `sb` (REC bytes each) of outputs o0 .. o0 + OUT - 1 into sw (row
-// stride REC), consecutive lanes on consecutive 16-byte chunks; zeros past n_out.
-template <int OUT, int REC>
-__device__ __forceinline__ void b16_copy_super(unsigned char* sw, const u8* w, int sb, int nsb, int o0, int n_out) {
-    int lane = threadIdx.x & 31;
-    constexpr int CH = REC / 16, N = OUT * CH; // chunks an output, chunks in all
+// A lane's share of a warp's copies of one super-block (REC bytes) of outputs o0 .. o0 + OUT - 1 into sw (row
+// stride REC), worked out once as B16Acts: lane pairs take 32-byte pieces, outputs lane / 2 (+ 16), chunks
+// 2 i + lane % 2; outputs from n_out on are zero-filled (from output o0). B16_COPY_PLAN=0 as B16Acts.
+template <int OUT, int REC> struct B16Supers {
+    static constexpr int NJ = OUT / 16, CH = REC / 16, NP = (CH + 1) / 2; // outputs a lane, chunks, pieces
+    const u8* src[NJ]; // this lane's first chunk of output lane / 2 + 16 j's super-block 0
+    int bytes[NJ], dst, half;
+    const u8* w; // B16_COPY_PLAN=0
+    int nsb, o0, n_out;
+    __device__ __forceinline__ B16Supers(const u8* w_, int nsb_, int o0_, int n_out_)
+        : w(w_), nsb(nsb_), o0(o0_), n_out(n_out_) {
+        int lane = threadIdx.x & 31;
+        half = lane & 1;
 #pragma unroll
-    for (int k = 0; k < (N + 31) / 32; k++) {
-        int u = lane + 32 * k, o = u / CH, c = u - CH * o;
-        if (N % 32 == 0 || u < N) {
+        for (int j = 0; j < NJ; j++) {
+            int o = (lane >> 1) + 16 * j;
             bool in = o0 + o < n_out;
-            cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c, in);
+            src[j] = w + (long long)(in ? o0 + o : o0) * nsb * REC + 16 * half;
+            bytes[j] = in ? 16 : 0;
+        }
+        dst = (lane >> 1) * REC + 16 * half;
+    }
+    __device__ __forceinline__ void copy(unsigned char* sw, int sb) const {
+        if (B16_COPY_PLAN) {
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                const u8* s = src[j] + (long long)sb * REC;
+                u32 d = smem_addr(sw + dst + 16 * REC * j);
+#pragma unroll
+                for (int i = 0; i < NP; i++)
+                    if (CH % 2 == 0 || i < NP - 1 || half == 0) cp_async_n(d + 32 * i, s + 32 * i, bytes[j]);
+            }
+        } else {
+            int lane = threadIdx.x & 31;
+            constexpr int N = OUT * CH; // chunks in all
+#pragma unroll
+            for (int k = 0; k < (N + 31) / 32; k++) {
+                int u = lane + 32 * k, o = u / CH, c = u - CH * o;
+                if (N % 32 == 0 || u < N) {
+                    bool in = o0 + o < n_out;
+                    cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c,
+                                 in);
+                }
+            }
         }
     }
-}
+};
 
 // The end of a K8 block kernel body: warp w (of 4) stores OUT / 8 of the block's (n8 tile, C element) pairs,
 // pair pe = OUT / 8 w + k being tile pe / 4, element pe % 4, adding the NG groups' sums in `ex`
@@ -467,21 +528,23 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
     float* xch = ex + L::EX;
     int o0 = bx * OUT, r0 = blockIdx.y * 16;
     int nsb = width / 256, nb = width / 32;
-    // This lane's sources, computed once: activation rows lane / 16 + 2 m (16-byte chunk lane % 16), the code
-    // sums of row lane / 2 (half lane % 2), the scale of row lane (lanes < 16).
-    const signed char* xa = kq + (long long)(r0 + (lane >> 4)) * width + 16 * (lane & 15);
+    // This lane's sources, computed once: the activation codes (B16Acts) and outputs' super-blocks (B16Supers),
+    // the code sums of row lane / 2 (half lane % 2), the scale of row lane (lanes < 16).
+    B16Acts xa(kq, width, r0, n_rows);
+    B16Supers<OUT, MP_Q4> ws(w, nsb, o0, n_out);
     bool s_in = r0 + (lane >> 1) < n_rows;
     const int* ksrc = ks + (long long)(s_in ? r0 + (lane >> 1) : 0) * nb + 4 * (lane & 1);
     bool d_in = lane < 16 && r0 + lane < n_rows;
     const float* dsrc = kd + (long long)(d_in ? r0 + lane : 0) * nsb;
-    // Copies of this warp's it-th super-block (the group's (S it + h)-th: sb = a + 4 (S it + h)) into stage it % 2.
-    auto issue = [&](int it) {
+    // Copies of this warp's it-th super-block (the group's (S it + h)-th: sb = a + 4 (S it + h)) into stage it % 2:
+    // the weights (no kernel writes them, so the first are issued before the wait for the previous kernel), then
+    // the activations, their code sums and scales.
+    auto issue_weights = [&](int it) { ws.copy(base + (it & 1) * L::STAGE + 16 * MP_LDA, a + 4 * (S * it + h)); };
+    auto issue_acts = [&](int it) {
         int sb = a + 4 * (S * it + h);
         unsigned char* st = base + (it & 1) * L::STAGE;
-        b16_copy_act(st, xa + sb * 256, width, n_rows - r0, kq);
-        unsigned char* sw = st + 16 * MP_LDA;
-        b16_copy_super<OUT, MP_Q4>(sw, w, sb, nsb, o0, n_out);
-        unsigned char* sx = sw + OUT * MP_Q4;
+        xa.copy(st, sb * 256);
+        unsigned char* sx = st + 16 * MP_LDA + OUT * MP_Q4;
         cp_async<16>(sx + 32 * (lane >> 1) + 16 * (lane & 1), ksrc + 8 * sb, s_in);
         if (lane < 16) cp_async<4>(sx + 16 * 32 + 4 * lane, dsrc + sb, d_in);
         cp_commit();
@@ -494,12 +557,21 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
     // The group's super-blocks, this warp's share, and the rounds both warps of the group take (one barrier each).
     int n_g = a < nsb ? (nsb - a + 3) / 4 : 0;
     int n_it = h < n_g ? (n_g - h + S - 1) / S : 0, n_rounds = (n_g + S - 1) / S;
-    if (n_it > 0) issue(0);
+    auto first_weights = [&] {
+        if (n_it > 0) issue_weights(0);
+    };
+    if (GV_EARLY_W) first_weights();
+    wait_prior_kernel();
+    if (!GV_EARLY_W) first_weights();
+    if (n_it > 0) issue_acts(0);
     for (int it = 0; it < n_rounds; it++) {
         if (it < n_it) {
             cp_wait_all();
             __syncwarp(); // super-block it is in; every lane is done with it - 1 (its stage and the decoded scales)
-            if (it + 1 < n_it) issue(it + 1);
+            if (it + 1 < n_it) {
+                issue_weights(it + 1);
+                issue_acts(it + 1);
+            }
             const signed char* sa = (const signed char*)(base + (it & 1) * L::STAGE);
             const u8* sw = (const u8*)sa + 16 * MP_LDA;
             const int* sks = (const int*)(sw + OUT * MP_Q4);
@@ -623,7 +695,8 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
     int nsb = width / 256;
     const u16* dw = (const u16*)(w + (long long)n_out * nsb * MP_Q6);
     int od = min(o0 + lane % OUT, n_out - 1);
-    const signed char* xa = kq + (long long)(r0 + (lane >> 4)) * width + 16 * (lane & 15);
+    B16Acts xa(kq, width, r0, n_rows);
+    B16Supers<OUT, MP_Q6> ws(w, nsb, o0, n_out);
     bool d_in = lane < 16 && r0 + lane < n_rows;
     const float* dsrc = kd + (long long)(d_in ? r0 + lane : 0) * nsb;
     // This warp's super-blocks: group G0 = GW warp (G0, G0 + 8, ..: n0 of them), then with 4 warps group G0 + 1 (n1).
@@ -631,13 +704,13 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
     int G0 = GW * warp;
     int n0 = G0 < nsb ? (nsb - G0 + 7) / 8 : 0, n1 = GW == 2 && G0 + 1 < nsb ? (nsb - G0 + 6) / 8 : 0;
     auto sb_of = [&](int it) { return it < n0 ? G0 + 8 * it : G0 + 1 + 8 * (it - n0); };
-    auto issue = [&](int it) {
+    // As b16_q4k8: the weights (the first before the wait), then the activations and their scales.
+    auto issue_weights = [&](int it) { ws.copy(base + (it & 1) * L::STAGE + 16 * MP_LDA, sb_of(it)); };
+    auto issue_acts = [&](int it) {
         int sb = sb_of(it);
         unsigned char* st = base + (it & 1) * L::STAGE;
-        b16_copy_act(st, xa + sb * 256, width, n_rows - r0, kq);
-        unsigned char* sw = st + 16 * MP_LDA;
-        b16_copy_super<OUT, MP_Q6>(sw, w, sb, nsb, o0, n_out);
-        if (lane < 16) cp_async<4>(sw + OUT * MP_Q6 + 4 * lane, dsrc + sb, d_in);
+        xa.copy(st, sb * 256);
+        if (lane < 16) cp_async<4>(st + 16 * MP_LDA + OUT * MP_Q6 + 4 * lane, dsrc + sb, d_in);
         cp_commit();
     };
     float acc0[NI][4], acc1[NI][4]; // groups G0 and G0 + 1
@@ -647,16 +720,23 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
         for (int e = 0; e < 4; e++) acc0[ni][e] = acc1[ni][e] = 0.0f;
     int n_it = n0 + n1;
     u16 d_next = 0;
-    if (n_it > 0) {
-        issue(0);
-        d_next = dw[(long long)od * nsb + sb_of(0)];
-    }
+    auto first_weights = [&] {
+        if (n_it > 0) {
+            issue_weights(0);
+            d_next = dw[(long long)od * nsb + sb_of(0)];
+        }
+    };
+    if (GV_EARLY_W) first_weights();
+    wait_prior_kernel();
+    if (!GV_EARLY_W) first_weights();
+    if (n_it > 0) issue_acts(0);
     for (int it = 0; it < n_it; it++) {
         u16 d_cur = d_next;
         cp_wait_all();
         __syncwarp(); // super-block it is in; every lane is done with it - 1 (its stage and the scales)
         if (it + 1 < n_it) {
-            issue(it + 1);
+            issue_weights(it + 1);
+            issue_acts(it + 1);
             d_next = dw[(long long)od * nsb + sb_of(it + 1)];
         }
         const signed char* sa = (const signed char*)(base + (it & 1) * L::STAGE);
@@ -755,20 +835,19 @@ static_assert(b16_smem<16>() == b16_need<16>() && b16_smem<32>() == b16_need<32>
 template <int OUT>
 __device__ __forceinline__ void b16_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows,
                                        int accumulate, JOB_ARGS) {
-    wait_prior_kernel();
+    // The bodies wait for the previous kernel themselves, after their first weight copies (GV_EARLY_W, gemv.cu).
     mp_check_smem(b16_smem<OUT>());
     Job j = JOB_PICK;
     if (j.ty == K8_Q4_K) b16_q4k8<OUT>(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate);
     else if (j.ty == K8_Q6_K) b16_q6k8<OUT>(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate);
+    else wait_prior_kernel();
 }
 // Blocks a multiprocessor the registers must allow: as many as the shared memory does (4 warps: 2 of 32 outputs,
 // 3 of 16, so at most 168 registers a thread there).
-extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 8 / B16_WARPS)
-    gemv16_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate, JOB_ARGS) {
+extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 8 / B16_WARPS) gemv16_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate, JOB_ARGS) {
     b16_k8<32>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2);
 }
-extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 12 / B16_WARPS)
-    gemv16_k8_o16(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate,
+extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 12 / B16_WARPS) gemv16_k8_o16(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate,
                   JOB_ARGS) {
     b16_k8<16>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2);
 }

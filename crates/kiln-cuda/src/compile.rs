@@ -540,9 +540,12 @@ mod tests {
                 .unwrap();
             let name = src[at..].split('(').next().unwrap();
             // The GEMV kernels' gemv_block waits first, except in the K8 bodies, which load their first weights
-            // before the wait (GV_FIRST_WEIGHTS): checked below.
+            // before the wait (GV_FIRST_WEIGHTS); the K8 block kernels' b16_k8 bodies copy theirs first: checked
+            // below.
             assert!(
-                first == "wait_prior_kernel()" || first.starts_with("gemv_block<"),
+                first == "wait_prior_kernel()"
+                    || first.starts_with("gemv_block<")
+                    || first.starts_with("b16_k8<"),
                 "{name}: {first}"
             );
             kernels += 1;
@@ -561,6 +564,39 @@ mod tests {
                 assert!(!load.contains(name), "{body} reads {name} before the wait");
             }
             assert_eq!(text.matches("GV_FIRST_WEIGHTS").count(), 1, "{body}");
+        }
+        let b16_k8 = &src[src.find("void b16_k8(").unwrap()..];
+        let b16_k8 = &b16_k8[..b16_k8.find("\n}").unwrap()];
+        assert!(
+            b16_k8.ends_with("else wait_prior_kernel();"),
+            "b16_k8 waits when no body runs"
+        );
+        for body in ["void b16_q4k8(", "void b16_q6k8("] {
+            let text = &src[src.find(body).unwrap()..];
+            let text = &text[..text.find("\n}").unwrap()];
+            assert_eq!(text.matches("wait_prior_kernel();").count(), 1, "{body}");
+            // Before the wait: the first weight copies (and Q6_K's first f16 d), nothing that reads activations,
+            // their scales or the outputs.
+            let (before, _) = text.split_once("wait_prior_kernel();").unwrap();
+            assert!(
+                before
+                    .trim_end()
+                    .ends_with("if (GV_EARLY_W) first_weights();"),
+                "{body}"
+            );
+            let lambda = |name: &str| {
+                let l = &text[text.find(&format!("auto {name} = [&]")).expect(name)..];
+                &l[..l.find("};").unwrap()]
+            };
+            let (weights, first) = (lambda("issue_weights"), lambda("first_weights"));
+            assert!(first.contains("issue_weights(0);"), "{body}: {first}");
+            for name in ["kq", "kd", "ks", "out", "xa", "issue_acts"] {
+                assert!(
+                    !weights.contains(name),
+                    "{body} copies {name} before the wait"
+                );
+                assert!(!first.contains(name), "{body} reads {name} before the wait");
+            }
         }
     }
 
