@@ -517,7 +517,10 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
     using L = B16Q4<OUT>;
     // Group a; with 8 warps, h = which of its two warps this is (h = 1 hands its steps to h = 0).
     constexpr int S = B16_WARPS / 4, NI = OUT / 8;
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5, a = wid & 3, h = wid >> 2;
+    // h is a constant 0 with 4 warps: the compiler then drops the hand-over path (its stores made it reload the
+    // scales of every step).
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wid = threadIdx.x >> 5, a = wid & 3;
+    int h = B16_WARPS == 8 ? wid >> 2 : 0;
     unsigned char* base = mp_smem + wid * L::WARP;
     int* ssc = (int*)(base + 2 * L::STAGE); // [j][o]: sc_j
     u32* smin = (u32*)(ssc + 8 * OUT);      // [o][2]: m_0..3, m_4..7 as bytes

@@ -419,15 +419,21 @@ __device__ __forceinline__ u32 mp_q4k_scales(const u8* rec, int jh, int2* shl, i
     return mw;
 }
 
-// A row's 8 sub-block code sums `v` (|S| <= 32 * 127) as mma A bytes: half 0 the low 6 bits (S_lo), half 1 the
-// rest (S_hi, S = 64 S_hi + S_lo), sub-blocks 0..3 in w0 and 4..7 in w1.
+// A row's 8 sub-block code sums `v` (shared memory, 16-byte aligned; |S| <= 32 * 127) as mma A bytes: half 0
+// the low 6 bits (S_lo), half 1 the rest (S_hi, S = 64 S_hi + S_lo), sub-blocks 0..3 in w0 and 4..7 in w1.
+// Two vector loads, packed in registers and stored once (w0, w1 are shared memory too: packing through them
+// stored every step).
 __device__ __forceinline__ void mp_pack_sums(const int* v, int hi, u32& w0, u32& w1) {
-    w0 = w1 = 0;
+    int4 a = *(const int4*)v, b = *(const int4*)(v + 4);
+    int x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    u32 p0 = 0, p1 = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        w0 |= (u32)(hi ? (v[i] >> 6) & 0xFF : v[i] & 63) << (8 * i);
-        w1 |= (u32)(hi ? (v[4 + i] >> 6) & 0xFF : v[4 + i] & 63) << (8 * i);
+        p0 |= (u32)(hi ? (x[i] >> 6) & 0xFF : x[i] & 63) << (8 * i);
+        p1 |= (u32)(hi ? (x[4 + i] >> 6) & 0xFF : x[4 + i] & 63) << (8 * i);
     }
+    w0 = p0;
+    w1 = p1;
 }
 
 // Raw Q4_K quant words of sub-block pair p for the 32 outputs from `row0` (super-blocks of MP_Q4 bytes in shared
