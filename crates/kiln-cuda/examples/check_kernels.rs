@@ -65,12 +65,11 @@ fn main() {
         let mut off = option_defines(&kiln_cuda::Options {
             gemv_stage: false,
             early_weights: false,
+            block_copy_plan: false,
             ..kiln_cuda::Options::default()
         });
-        // The K8 block kernel's other block size (B16_WARPS in gemv16.cu, a tuning define) and its copies
-        // without the per-lane plan (B16_COPY_PLAN, the A/B of that).
+        // The K8 block kernel's other block size (B16_WARPS in gemv16.cu, a tuning define).
         off.push("-DB16_WARPS=8".to_string());
-        off.push("-DB16_COPY_PLAN=0".to_string());
         match compile_cubin(arch, &off) {
             Ok(_) => println!("ok {arch} with {}", off.join(" ")),
             Err(e) => {

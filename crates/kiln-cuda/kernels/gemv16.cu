@@ -263,8 +263,8 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q6k(float* out, const u
 // pairs take 32-byte pieces, row lane / 2, chunks 2 i + lane % 2. The source and destination offsets are worked
 // out once (the per-chunk index math of every copy was a quarter of the K8 block kernel's instructions, and its
 // hoisted addresses most of its registers), so a copy is a pointer add and cp.asyncs at immediate offsets. Rows
-// from n_rows on are zero-filled (from row r0). B16_COPY_PLAN=0 (KILN_CUDA_DEFINES) copies as before, for the
-// A/B: consecutive lanes on consecutive chunks, each copy's indices and addresses worked out at the copy.
+// from n_rows on are zero-filled (from row r0). B16_COPY_PLAN=0 (KILN_NO_CUDA_BLOCK_COPY_PLAN) copies as before:
+// consecutive lanes on consecutive chunks, each copy's indices and addresses worked out at the copy.
 #ifndef B16_COPY_PLAN
 #define B16_COPY_PLAN 1
 #endif
@@ -539,15 +539,14 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
     const int* ksrc = ks + (long long)(s_in ? r0 + (lane >> 1) : 0) * nb + 4 * (lane & 1);
     bool d_in = lane < 16 && r0 + lane < n_rows;
     const float* dsrc = kd + (long long)(d_in ? r0 + lane : 0) * nsb;
-    // Copies of this warp's it-th super-block (the group's (S it + h)-th: sb = a + 4 (S it + h)) into stage it % 2:
-    // the weights (no kernel writes them, so the first are issued before the wait for the previous kernel), then
-    // the activations, their code sums and scales.
-    auto issue_weights = [&](int it) { ws.copy(base + (it & 1) * L::STAGE + 16 * MP_LDA, a + 4 * (S * it + h)); };
-    auto issue_acts = [&](int it) {
+    // Copies of this warp's it-th super-block (the group's (S it + h)-th: sb = a + 4 (S it + h)) into stage it % 2.
+    auto issue = [&](int it) {
         int sb = a + 4 * (S * it + h);
         unsigned char* st = base + (it & 1) * L::STAGE;
         xa.copy(st, sb * 256);
-        unsigned char* sx = st + 16 * MP_LDA + OUT * MP_Q4;
+        unsigned char* sw = st + 16 * MP_LDA;
+        ws.copy(sw, sb);
+        unsigned char* sx = sw + OUT * MP_Q4;
         cp_async<16>(sx + 32 * (lane >> 1) + 16 * (lane & 1), ksrc + 8 * sb, s_in);
         if (lane < 16) cp_async<4>(sx + 16 * 32 + 4 * lane, dsrc + sb, d_in);
         cp_commit();
@@ -560,21 +559,12 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
     // The group's super-blocks, this warp's share, and the rounds both warps of the group take (one barrier each).
     int n_g = a < nsb ? (nsb - a + 3) / 4 : 0;
     int n_it = h < n_g ? (n_g - h + S - 1) / S : 0, n_rounds = (n_g + S - 1) / S;
-    auto first_weights = [&] {
-        if (n_it > 0) issue_weights(0);
-    };
-    if (GV_EARLY_W) first_weights();
-    wait_prior_kernel();
-    if (!GV_EARLY_W) first_weights();
-    if (n_it > 0) issue_acts(0);
+    if (n_it > 0) issue(0);
     for (int it = 0; it < n_rounds; it++) {
         if (it < n_it) {
             cp_wait_all();
             __syncwarp(); // super-block it is in; every lane is done with it - 1 (its stage and the decoded scales)
-            if (it + 1 < n_it) {
-                issue_weights(it + 1);
-                issue_acts(it + 1);
-            }
+            if (it + 1 < n_it) issue(it + 1);
             const signed char* sa = (const signed char*)(base + (it & 1) * L::STAGE);
             const u8* sw = (const u8*)sa + 16 * MP_LDA;
             const int* sks = (const int*)(sw + OUT * MP_Q4);
@@ -707,13 +697,13 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
     int G0 = GW * warp;
     int n0 = G0 < nsb ? (nsb - G0 + 7) / 8 : 0, n1 = GW == 2 && G0 + 1 < nsb ? (nsb - G0 + 6) / 8 : 0;
     auto sb_of = [&](int it) { return it < n0 ? G0 + 8 * it : G0 + 1 + 8 * (it - n0); };
-    // As b16_q4k8: the weights (the first before the wait), then the activations and their scales.
-    auto issue_weights = [&](int it) { ws.copy(base + (it & 1) * L::STAGE + 16 * MP_LDA, sb_of(it)); };
-    auto issue_acts = [&](int it) {
+    auto issue = [&](int it) {
         int sb = sb_of(it);
         unsigned char* st = base + (it & 1) * L::STAGE;
         xa.copy(st, sb * 256);
-        if (lane < 16) cp_async<4>(st + 16 * MP_LDA + OUT * MP_Q6 + 4 * lane, dsrc + sb, d_in);
+        unsigned char* sw = st + 16 * MP_LDA;
+        ws.copy(sw, sb);
+        if (lane < 16) cp_async<4>(sw + OUT * MP_Q6 + 4 * lane, dsrc + sb, d_in);
         cp_commit();
     };
     float acc0[NI][4], acc1[NI][4]; // groups G0 and G0 + 1
@@ -723,23 +713,16 @@ __device__ __forceinline__ void b16_q6k8(int bx, float* out, const u8* w, const 
         for (int e = 0; e < 4; e++) acc0[ni][e] = acc1[ni][e] = 0.0f;
     int n_it = n0 + n1;
     u16 d_next = 0;
-    auto first_weights = [&] {
-        if (n_it > 0) {
-            issue_weights(0);
-            d_next = dw[(long long)od * nsb + sb_of(0)];
-        }
-    };
-    if (GV_EARLY_W) first_weights();
-    wait_prior_kernel();
-    if (!GV_EARLY_W) first_weights();
-    if (n_it > 0) issue_acts(0);
+    if (n_it > 0) {
+        issue(0);
+        d_next = dw[(long long)od * nsb + sb_of(0)];
+    }
     for (int it = 0; it < n_it; it++) {
         u16 d_cur = d_next;
         cp_wait_all();
         __syncwarp(); // super-block it is in; every lane is done with it - 1 (its stage and the scales)
         if (it + 1 < n_it) {
-            issue_weights(it + 1);
-            issue_acts(it + 1);
+            issue(it + 1);
             d_next = dw[(long long)od * nsb + sb_of(it + 1)];
         }
         const signed char* sa = (const signed char*)(base + (it & 1) * L::STAGE);
@@ -838,19 +821,19 @@ static_assert(b16_smem<16>() == b16_need<16>() && b16_smem<32>() == b16_need<32>
 template <int OUT>
 __device__ __forceinline__ void b16_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows,
                                        int accumulate, JOB_ARGS) {
-    // The bodies wait for the previous kernel themselves, after their first weight copies (GV_EARLY_W, gemv.cu).
+    wait_prior_kernel();
     mp_check_smem(b16_smem<OUT>());
     Job j = JOB_PICK;
     if (j.ty == K8_Q4_K) b16_q4k8<OUT>(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate);
     else if (j.ty == K8_Q6_K) b16_q6k8<OUT>(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate);
-    else wait_prior_kernel();
 }
 // Blocks a multiprocessor the registers must allow: as many as the shared memory does (4 warps: 2 of 32 outputs,
 // 3 of 16, so at most 168 registers a thread there).
-extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 8 / B16_WARPS) gemv16_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate, JOB_ARGS) {
+extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 8 / B16_WARPS) gemv16_k8(
+    const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate, JOB_ARGS) {
     b16_k8<32>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2);
 }
-extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 12 / B16_WARPS) gemv16_k8_o16(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate,
-                  JOB_ARGS) {
+extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 12 / B16_WARPS) gemv16_k8_o16(
+    const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate, JOB_ARGS) {
     b16_k8<16>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2);
 }

@@ -89,8 +89,8 @@ pub struct Options {
     /// The one-row K8 GEMVs stage their activation row in shared memory for rows 4,096 to 12,288 wide (same
     /// bits); else every warp reads it from global memory. A kernel define (`GV_STAGE_MAXW=0` when off).
     pub gemv_stage: bool,
-    /// The K8 GEMVs and K8 block kernels issue their first weight loads (copies) before waiting for the kernel
-    /// before them (same bits); else after. A kernel define (`GV_EARLY_W=0` when off).
+    /// The K8 GEMVs issue their first weight loads before waiting for the kernel before them (same bits); else
+    /// after. A kernel define (`GV_EARLY_W=0` when off).
     pub early_weights: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
@@ -107,6 +107,10 @@ pub struct Options {
     /// slower on some short ones (8B o-proj 14.7 -> 15.3); a finer rule fitted to those (16 only for at most one
     /// tile per two multiprocessors, or rows of 8,192+) was no faster on the 8B and 2 % slower on the 0.6B.
     pub block_tile16: bool,
+    /// The K8 block kernels copy from a per-lane plan worked out once a launch (gemv16.cu's `B16Acts`,
+    /// `B16Supers`); else each copy works out its own indices and addresses. Same bytes, same bits. A kernel
+    /// define (`B16_COPY_PLAN=0` when off).
+    pub block_copy_plan: bool,
     /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
     /// step per super-block; else per-32 Q8 blocks with a float step per 32 weights.
@@ -158,6 +162,7 @@ impl Default for Options {
             prefill_mma: true,
             block_mma: true,
             block_tile16: true,
+            block_copy_plan: true,
             k8: true,
             prefill_k8: true,
             flash_attn: true,
