@@ -15,8 +15,8 @@ use crate::error::{drv, Error, Result};
 use cudarc::cublas::sys::cudaDataType;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    sys as cu, CudaContext, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream, DevicePtr,
-    LaunchConfig,
+    sys as cu, CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream,
+    DevicePtr, LaunchConfig,
 };
 use cudarc::nvrtc::Ptx;
 use kiln_quant::GgmlType;
@@ -282,6 +282,9 @@ pub struct Device {
     dense_x: Mutex<CudaSlice<u16>>,
     /// Launches left out to time what they cost inside a step (`KILN_CUDA_TIMING_SKIP`, [`timing_skips`]).
     timing_skip: Mutex<Vec<String>>,
+    /// With pass timing on ([`Device::set_pass_timing`]): the event pairs of the passes timed since the last
+    /// [`Device::take_pass_time`].
+    pass_events: Mutex<Option<Vec<(CudaEvent, CudaEvent)>>>,
     /// The split-KV kernels' fewest positions a split ([`crate::compile::attn_min_chunk`]).
     min_chunk: usize,
     /// Marketing name of the GPU.
@@ -658,6 +661,7 @@ impl Device {
             dense_cols: AtomicUsize::new(0),
             dense_x: Mutex::new(dense_x),
             timing_skip: Mutex::new(timing_skip),
+            pass_events: Mutex::new(None),
             min_chunk: crate::compile::attn_min_chunk(),
             name,
             arch,
@@ -672,6 +676,49 @@ impl Device {
     pub fn set_timing_skip(&self, list: &str) {
         *self.lock(&self.timing_skip) = skip_list(list);
         self.bump_generation();
+    }
+
+    /// Times every pass from now on (`on`) or none: events around [`Device::timed_pass`], read and summed by
+    /// [`Device::take_pass_time`]. The span of a pass is GPU time from its metadata upload to its last kernel,
+    /// so set against the host's wall time it separates the GPU's work from the host's (launches, copies back).
+    pub fn set_pass_timing(&self, on: bool) {
+        *self.lock(&self.pass_events) = on.then(Vec::new);
+    }
+
+    /// Runs `f` (one pass: its metadata upload and [`Device::run_pass`]), between two events when pass timing is
+    /// on. The events are recorded outside any capture.
+    pub fn timed_pass(&self, f: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        if self.lock(&self.pass_events).is_none() {
+            return f();
+        }
+        let event = || {
+            let e = self
+                .ctx
+                .new_event(Some(cu::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(drv("creating an event"))?;
+            e.record(&self.stream).map_err(drv("recording an event"))?;
+            Ok::<_, Error>(e)
+        };
+        let start = event()?;
+        f()?;
+        let end = event()?;
+        if let Some(v) = self.lock(&self.pass_events).as_mut() {
+            v.push((start, end));
+        }
+        Ok(())
+    }
+
+    /// The GPU time of the passes timed since the last call (waiting for them to finish), and forgets them;
+    /// `None` when pass timing is off.
+    pub fn take_pass_time(&self) -> Result<Option<std::time::Duration>> {
+        let Some(pairs) = self.lock(&self.pass_events).as_mut().map(std::mem::take) else {
+            return Ok(None);
+        };
+        let mut ms = 0f64;
+        for (start, end) in &pairs {
+            ms += start.elapsed_ms(end).map_err(drv("timing a pass"))? as f64;
+        }
+        Ok(Some(std::time::Duration::from_secs_f64(ms / 1e3)))
     }
 
     fn skipped(&self, name: &str) -> bool {

@@ -194,9 +194,6 @@ impl CudaBackend {
         f: &mut dyn FnMut() -> Result<()>,
     ) -> Result<()> {
         let sp: Vec<(usize, usize)> = rows.iter().map(|r| (r.slot, r.pos)).collect();
-        self.dev
-            .set_pass(tokens, &sp, logit_rows, prefill)
-            .map_err(dev_err)?;
         // A prefill pass may launch other kernels than a decode pass of the same shape.
         let full = [
             key[0],
@@ -216,7 +213,12 @@ impl CudaBackend {
                 }
             })
         };
-        match self.dev.run_pass(full, capturable, &mut g) {
+        let dev = &self.dev;
+        let r = dev.timed_pass(&mut || {
+            dev.set_pass(tokens, &sp, logit_rows, prefill)?;
+            dev.run_pass(full, capturable, &mut g)
+        });
+        match r {
             Ok(()) => Ok(()),
             Err(e) => Err(err.take().unwrap_or_else(|| dev_err(e))),
         }

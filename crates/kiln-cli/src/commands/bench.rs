@@ -186,8 +186,9 @@ pub struct Args {
     pub ref_frontier_logits: Option<PathBuf>,
     /// DFlash drafter (z-lab directory or converted GGUF): each `tg` test is run plainly and speculatively in
     /// the same run; the table has both speeds (after prefill), the speed-up (median of per-repetition ratios),
-    /// τ, the acceptance histogram and the per-round time split. The prompt is `-d` tokens (`--prompt-file` text,
-    /// or pseudo-random ids); `-p` tests are not run.
+    /// τ, the acceptance histogram and the per-round time split (on a GPU also the GPU time of a plain step, a
+    /// round's drafter and its verify, from events around each pass). The prompt is `-d` tokens (`--prompt-file`
+    /// text, or pseudo-random ids); `-p` tests are not run.
     #[arg(long, value_name = "DIR")]
     pub draft: Option<PathBuf>,
     /// With --draft: force the drafts to the plain run's continuation, accepting at most K per round (τ = K + 1

@@ -14,12 +14,12 @@
 use crate::bench::render::{csv_field, json_num, json_str, Format};
 use crate::bench::runs::ModelInfo;
 use crate::bench::stats::Stats;
-use crate::dflash::{generate, Drafter, Forced, SpecStats};
+use crate::dflash::{add_gpu, generate, Drafter, Forced, SpecStats};
 use crate::error::{Error, Result};
 use crate::generate::{GenerateParams, Generator, StepOutcome};
 use crate::sampler::SamplerParams;
 use crate::session::Session;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One speculative test: `n_gen` tokens after a `prompt_len`-token prompt, drafts optionally forced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +56,8 @@ pub struct SpecRun {
     pub ar_secs: f64,
     /// Seconds of speculative generation (after prefill).
     pub spec_secs: f64,
+    /// GPU time of the plain run's decode passes (on a GPU; `None` on the CPU).
+    pub ar_gpu: Option<Duration>,
     /// The speculative run's counters.
     pub stats: SpecStats,
 }
@@ -124,8 +126,29 @@ impl SpecRecord {
             t.draft_time += s.draft_time;
             t.verify_time += s.verify_time;
             t.prefill_time += s.prefill_time;
+            add_gpu(&mut t.draft_gpu, s.draft_gpu);
+            add_gpu(&mut t.verify_gpu, s.verify_gpu);
         }
         t
+    }
+
+    /// GPU milliseconds (on a GPU): a plain decode step's, and a round's in the drafter and in the verify
+    /// forward. Set against the wall times (1000 / AR t/s, [`SpecRecord::per_round_ms`]) they say how much of
+    /// each is the host's: launches, copies back, waiting.
+    pub fn gpu_ms(&self) -> (Option<f64>, Option<f64>, Option<f64>) {
+        let t = self.total();
+        let rounds = t.rounds.max(1) as f64;
+        let mut ar = None;
+        for r in &self.runs {
+            add_gpu(&mut ar, r.ar_gpu);
+        }
+        let tokens = (self.test.n_gen * self.runs.len()).max(1) as f64;
+        let ms = |d: Duration, n: f64| d.as_secs_f64() * 1e3 / n;
+        (
+            ar.map(|d| ms(d, tokens)),
+            t.draft_gpu.map(|d| ms(d, rounds)),
+            t.verify_gpu.map(|d| ms(d, rounds)),
+        )
     }
 
     /// Milliseconds per verify round: (draft, verify, bookkeeping). Bookkeeping is the rest of the generation
@@ -144,17 +167,24 @@ impl SpecRecord {
     }
 }
 
-/// Plain greedy generation of `n_gen` tokens on slot 0 (emptied first); returns the tokens and the seconds after
-/// prefill.
-fn plain_run(session: &mut Session, prompt: &[u32], n_gen: usize) -> Result<(Vec<u32>, f64)> {
+/// Plain greedy generation of `n_gen` tokens on slot 0 (emptied first); returns the tokens, the seconds after
+/// prefill and the GPU time of the decode passes (on a GPU).
+fn plain_run(
+    session: &mut Session,
+    prompt: &[u32],
+    n_gen: usize,
+) -> Result<(Vec<u32>, f64, Option<Duration>)> {
     session.truncate(0, 0)?;
+    let model = session.model();
     let mut g = Generator::new(session, 0, prompt, greedy(n_gen))?;
+    model.take_gpu_time()?; // the prefill's
     let t0 = Instant::now();
     let mut tokens = Vec::with_capacity(n_gen);
     while let StepOutcome::Token(t) = g.step()? {
         tokens.push(t);
     }
-    Ok((tokens, t0.elapsed().as_secs_f64()))
+    let secs = t0.elapsed().as_secs_f64();
+    Ok((tokens, secs, model.take_gpu_time()?))
 }
 
 fn greedy(n_gen: usize) -> GenerateParams {
@@ -167,7 +197,7 @@ fn greedy(n_gen: usize) -> GenerateParams {
 
 /// Runs `test` on slot 0 of `session` (which must hold `prompt.len() + n_gen` positions): one untimed warm-up
 /// repetition, then `reps` timed ones, each plain then speculative. Fails when the speculative tokens differ
-/// from the plain ones.
+/// from the plain ones. On a GPU the passes' GPU time is taken too (two events a pass).
 pub fn run_spec_test(
     session: &mut Session,
     drafter: &Drafter,
@@ -183,9 +213,25 @@ pub fn run_spec_test(
             session.slot_ctx()
         )));
     }
+    let model = session.model();
+    model.set_gpu_timing(true);
+    drafter.set_gpu_timing(true);
+    let runs = spec_reps(session, drafter, prompt, test, reps);
+    model.set_gpu_timing(false);
+    drafter.set_gpu_timing(false);
+    runs
+}
+
+fn spec_reps(
+    session: &mut Session,
+    drafter: &Drafter,
+    prompt: &[u32],
+    test: &SpecTest,
+    reps: usize,
+) -> Result<Vec<SpecRun>> {
     let mut runs = Vec::with_capacity(reps);
     for rep in 0..=reps {
-        let (want, ar_secs) = plain_run(session, prompt, test.n_gen)?;
+        let (want, ar_secs, ar_gpu) = plain_run(session, prompt, test.n_gen)?;
         let forced = test.force.map(|k| Forced {
             continuation: want.clone(),
             cap: Some(k),
@@ -222,6 +268,7 @@ pub fn run_spec_test(
         if rep > 0 {
             runs.push(SpecRun {
                 ar_secs,
+                ar_gpu,
                 spec_secs: (total - out.stats.prefill_time.as_secs_f64()).max(1e-9),
                 stats: out.stats,
             });
@@ -252,16 +299,22 @@ pub const SPEC_FIELDS: &[&str] = &[
     "draft_ms_per_round",
     "verify_ms_per_round",
     "other_ms_per_round",
+    "ar_gpu_ms_per_token",
+    "draft_gpu_ms_per_round",
+    "verify_gpu_ms_per_round",
     "accept_hist",
 ];
 
 /// Renders speculative records as a Markdown table (llama-bench's shape plus τ, the per-round time split and the
-/// acceptance-length histogram: `hist[a]` = rounds that accepted `a` drafts), CSV or JSON.
+/// acceptance-length histogram: `hist[a]` = rounds that accepted `a` drafts; on a GPU also the GPU time of a plain
+/// step, a round's drafter and its verify), CSV or JSON.
 pub fn render_spec(records: &[SpecRecord], format: Format) -> String {
     let rows: Vec<Vec<String>> = records.iter().map(row).collect();
+    let gpu = records.iter().any(|r| r.gpu_ms() != (None, None, None));
+    let gpu_cell = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.2}"));
     match format {
         Format::Md => {
-            let head = [
+            let mut head = vec![
                 "model",
                 "draft",
                 "backend",
@@ -275,15 +328,18 @@ pub fn render_spec(records: &[SpecRecord], format: Format) -> String {
                 "draft ms",
                 "verify ms",
                 "other ms",
-                "accepted: rounds",
             ];
+            if gpu {
+                head.extend(["AR GPU ms", "draft GPU ms", "verify GPU ms"]);
+            }
+            head.push("accepted: rounds");
             let cells: Vec<Vec<String>> = records
                 .iter()
                 .map(|r| {
                     let (ar, sp) = (r.ar_tps(), r.spec_tps());
                     let (d, v, o) = r.per_round_ms();
                     let t = r.total();
-                    vec![
+                    let mut cells = vec![
                         r.model.desc.clone(),
                         r.draft.clone(),
                         r.backend.clone(),
@@ -297,8 +353,13 @@ pub fn render_spec(records: &[SpecRecord], format: Format) -> String {
                         format!("{d:.2}"),
                         format!("{v:.2}"),
                         format!("{o:.2}"),
-                        hist_label(&t.hist),
-                    ]
+                    ];
+                    if gpu {
+                        let (a, dg, vg) = r.gpu_ms();
+                        cells.extend([gpu_cell(a), gpu_cell(dg), gpu_cell(vg)]);
+                    }
+                    cells.push(hist_label(&t.hist));
+                    cells
                 })
                 .collect();
             let widths: Vec<usize> = (0..head.len())
@@ -389,6 +450,8 @@ pub fn render_spec(records: &[SpecRecord], format: Format) -> String {
 fn row(r: &SpecRecord) -> Vec<String> {
     let (ar, sp) = (r.ar_tps(), r.spec_tps());
     let (d, v, o) = r.per_round_ms();
+    let (ag, dg, vg) = r.gpu_ms();
+    let num = |x: Option<f64>| json_num(x.unwrap_or(f64::NAN));
     let t = r.total();
     vec![
         r.model.filename.clone(),
@@ -410,6 +473,9 @@ fn row(r: &SpecRecord) -> Vec<String> {
         json_num(d),
         json_num(v),
         json_num(o),
+        num(ag),
+        num(dg),
+        num(vg),
         t.hist
             .iter()
             .map(|n| n.to_string())
@@ -446,6 +512,7 @@ mod tests {
             draft_time: Duration::from_millis(40),
             verify_time: Duration::from_millis(100),
             prefill_time: Duration::from_millis(7),
+            ..SpecStats::default()
         };
         SpecRecord {
             model: ModelInfo {
@@ -465,11 +532,13 @@ mod tests {
             runs: vec![
                 SpecRun {
                     ar_secs: 1.0,
+                    ar_gpu: None,
                     spec_secs: 0.2,
                     stats: stats.clone(),
                 },
                 SpecRun {
                     ar_secs: 1.0,
+                    ar_gpu: None,
                     spec_secs: 0.2,
                     stats,
                 },
@@ -492,6 +561,7 @@ mod tests {
         let mut r3 = r.clone();
         r3.runs.push(SpecRun {
             ar_secs: 1.0,
+            ar_gpu: None,
             spec_secs: 10.0,
             stats: r.runs[0].stats.clone(),
         });
@@ -521,6 +591,43 @@ mod tests {
         assert_eq!(json[0]["tau"], 2.5);
         assert_eq!(json[0]["accept_hist"], serde_json::json!([2, 0, 4, 2]));
         assert_eq!(json[0]["test"], "tg11 @ d8");
+    }
+
+    #[test]
+    fn gpu_columns_only_with_gpu_times() {
+        let cpu = record(Some(3));
+        assert_eq!(cpu.gpu_ms(), (None, None, None));
+        let md = render_spec(std::slice::from_ref(&cpu), Format::Md);
+        assert!(!md.contains("GPU ms"), "{md}");
+        let json: serde_json::Value =
+            serde_json::from_str(&render_spec(std::slice::from_ref(&cpu), Format::Json)).unwrap();
+        assert!(json[0]["verify_gpu_ms_per_round"].is_null());
+
+        let mut gpu = cpu.clone();
+        for r in &mut gpu.runs {
+            r.ar_gpu = Some(Duration::from_millis(22)); // 11 tokens a run
+            r.stats.draft_gpu = Some(Duration::from_millis(8)); // 4 rounds a run
+            r.stats.verify_gpu = Some(Duration::from_millis(60));
+        }
+        let (a, d, v) = gpu.gpu_ms();
+        assert!((a.unwrap() - 2.0).abs() < 1e-9, "{a:?}");
+        assert!((d.unwrap() - 2.0).abs() < 1e-9 && (v.unwrap() - 15.0).abs() < 1e-9);
+        let md = render_spec(&[gpu.clone(), cpu], Format::Md);
+        let lines: Vec<&str> = md.lines().collect();
+        assert!(
+            lines[0].contains("| AR GPU ms | draft GPU ms | verify GPU ms | accepted: rounds |")
+        );
+        assert!(
+            lines[2].contains("|      2.00 |         2.00 |         15.00 |"),
+            "{md}"
+        );
+        assert!(
+            lines[3].contains("|         - |            - |             - |"),
+            "{md}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render_spec(&[gpu], Format::Json)).unwrap();
+        assert_eq!(json[0]["verify_gpu_ms_per_round"], 15.0);
     }
 
     #[test]

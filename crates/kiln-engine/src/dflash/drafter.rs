@@ -423,6 +423,29 @@ impl Drafter {
         Ok(())
     }
 
+    /// Times the GPU work of the drafter's passes from now on (`on`), or none; nothing for a drafter on the CPU.
+    pub fn set_gpu_timing(&self, on: bool) {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.gpu {
+            g.device().set_pass_timing(on);
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = on;
+    }
+
+    /// GPU time of the drafter's passes since the last call, with [`Drafter::set_gpu_timing`] on; `None` for a
+    /// drafter on the CPU or with timing off.
+    pub fn take_gpu_time(&self) -> Result<Option<std::time::Duration>> {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.gpu {
+            return g
+                .device()
+                .take_pass_time()
+                .map_err(|e| Error::Device(e.to_string()));
+        }
+        Ok(None)
+    }
+
     /// Drafts proposed per round at most.
     pub fn max_drafts(&self) -> usize {
         self.max_drafts

@@ -60,6 +60,18 @@ pub struct SpecStats {
     /// Wall time of the prompt's prefill (target forwards and the drafter's context), so a caller can time
     /// generation alone, as a plain run's prefill is timed apart from its decode.
     pub prefill_time: Duration,
+    /// GPU time of the drafter's passes (context update and proposals), with GPU timing on
+    /// ([`Drafter::set_gpu_timing`]); `None` otherwise.
+    pub draft_gpu: Option<Duration>,
+    /// GPU time of the target's verify passes, with GPU timing on ([`crate::Model::set_gpu_timing`]).
+    pub verify_gpu: Option<Duration>,
+}
+
+/// Adds `t` (a GPU time, when there is one) to `sum`.
+pub(crate) fn add_gpu(sum: &mut Option<Duration>, t: Option<Duration>) {
+    if let Some(t) = t {
+        *sum = Some(sum.unwrap_or_default() + t);
+    }
 }
 
 impl SpecStats {
@@ -219,6 +231,9 @@ pub fn generate_with(
         }
     }
 
+    // GPU time from here on is generation's: the prefill's passes are left out, as its wall time is.
+    session.model().take_gpu_time()?;
+    drafter.take_gpu_time()?;
     let mut history = prompt.to_vec();
     let mut tokens: Vec<u32> = Vec::new();
     let mut stats = SpecStats {
@@ -267,6 +282,9 @@ pub fn generate_with(
         let mut drafts =
             drafter.propose(be, &mut dstate, pending, block_max.min(room), budget - 1)?;
         stats.draft_time += t0.elapsed();
+        // The proposals came back, so the drafter's passes are done: this round's, and the context update at
+        // the end of the last one (read here rather than there, where waiting for it would add a sync).
+        add_gpu(&mut stats.draft_gpu, drafter.take_gpu_time()?);
         let v = drafts.len() + 1;
         if let Some(f) = forced {
             force_drafts(f, &mut drafts, tokens.len(), n_vocab);
@@ -292,6 +310,7 @@ pub fn generate_with(
         let t0 = Instant::now();
         let out = session.forward(&batch)?;
         stats.verify_time += t0.elapsed();
+        add_gpu(&mut stats.verify_gpu, session.model().take_gpu_time()?);
         stats.rounds += 1;
         let mut accepted = 0;
         let mut finish = None;

@@ -155,6 +155,30 @@ impl Model {
         self.cuda.as_ref()
     }
 
+    /// Times the GPU work of every forward pass from now on (`on`), or none (`kiln bench --draft`'s GPU
+    /// columns). Does nothing on the CPU.
+    pub fn set_gpu_timing(&self, on: bool) {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            c.device().set_pass_timing(on);
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = on;
+    }
+
+    /// GPU time of the passes since the last call, with [`Model::set_gpu_timing`] on; `None` on the CPU or
+    /// with timing off.
+    pub fn take_gpu_time(&self) -> Result<Option<std::time::Duration>> {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            return c
+                .device()
+                .take_pass_time()
+                .map_err(|e| Error::Device(e.to_string()));
+        }
+        Ok(None)
+    }
+
     /// Whether passes marked [`crate::Batch::prefill`] run on other kernels than decode rows (CUDA's prefill
     /// kernels: tensor-core or cuBLAS matmuls, flash attention), so a scheduler gives prompt chunks passes of
     /// their own. The CPU computes every row the same way in any pass.
