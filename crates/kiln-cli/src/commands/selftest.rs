@@ -13,18 +13,25 @@ pub struct Args {
     /// Also time the kernels on a Qwen3-8B decode step's shapes (GB/s against the bytes each must read).
     #[arg(long)]
     pub bench: bool,
+    /// Run only these configurations of the sweep (1-based, comma-separated; default all four): e.g. `--config 1`
+    /// keeps a compute-sanitizer pass over the default kernels short.
+    #[arg(long, value_delimiter = ',')]
+    pub config: Vec<usize>,
 }
 
 pub fn run(args: Args) -> Result<()> {
     args.device.check()?;
     match args.device {
         Device::Cpu => bail!("kiln selftest tests a GPU's kernels: use --device cuda[:N] (the CPU path is covered by cargo test)"),
-        Device::Cuda(n) => cuda(n, args.bench),
+        Device::Cuda(n) => cuda(n, args.bench, &args.config),
     }
 }
 
 #[cfg(feature = "cuda")]
-fn cuda(n: usize, bench: bool) -> Result<()> {
+fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
+    if let Some(c) = only.iter().find(|&&c| !(1..=4).contains(&c)) {
+        bail!("--config {c}: the sweep has configurations 1 to 4");
+    }
     // Every kernel family: the default fast paths, then every kill switch at once (generic matmul on GGUF
     // layouts, unfused ops, whole-context attention) with the f32-activation reference matmul.
     let simple = kiln_cuda::Options {
@@ -76,7 +83,7 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
         moe_gather_quant: false,
         ..kiln_cuda::Options::default()
     };
-    for (label, opts) in [
+    for (i, (label, opts)) in [
         ("fast paths", kiln_cuda::Options::default()),
         (
             "fast paths on per-32 activations, prep and merge kernels",
@@ -87,13 +94,20 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
             k8_plain,
         ),
         ("kill switches + reference", simple),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if !only.is_empty() && !only.contains(&(i + 1)) {
+            continue;
+        }
         let t0 = std::time::Instant::now();
         let dev = kiln_cuda::Device::open(n, opts)?;
         println!(
-            "device {n}: {} ({}), {label}, kernels {} in {:.2} s",
+            "device {n}: {} ({}), configuration {}: {label}, kernels {} in {:.2} s",
             dev.name,
             dev.arch,
+            i + 1,
             if dev.cache_hit {
                 "from the cache"
             } else {
@@ -132,6 +146,6 @@ fn cuda(n: usize, bench: bool) -> Result<()> {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda(_n: usize, _bench: bool) -> Result<()> {
+fn cuda(_n: usize, _bench: bool, _only: &[usize]) -> Result<()> {
     bail!("this kiln binary has no CUDA backend (build with --features cuda)")
 }
