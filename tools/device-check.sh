@@ -211,8 +211,6 @@ if want bench; then
         --ab KILN_NO_CUDA_BLOCK_MMA=1
     step ab-KILN_NO_CUDA_BLOCK_TILE16 "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
         -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_TILE16=1
-    step ab-KILN_NO_CUDA_BLOCK_COPY_PLAN "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" \
-        --device cuda -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_COPY_PLAN=1
     step ab-KILN_NO_CUDA_K8 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 128 -r 2 \
         --ab KILN_NO_CUDA_K8=1
     step ab-KILN_NO_CUDA_FLASH_ATTN "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 4096 -b 512 -n 0 -r 2 \
@@ -222,7 +220,7 @@ if want bench; then
         ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_ATTN_HEAD_SPLIT ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
         ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_GEMV_STAGE ab-KILN_NO_CUDA_EARLY_WEIGHTS \
         ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_PREFILL_K8 \
-        ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_TILE16 ab-KILN_NO_CUDA_BLOCK_COPY_PLAN \
+        ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_TILE16 \
         ab-KILN_NO_CUDA_K8 ab-KILN_NO_CUDA_FLASH_ATTN; do
         grep -E "^\||ratio|median" "$OUT/$f.log" 2>/dev/null | tee -a "$OUT/summary.txt"
     done

@@ -65,7 +65,6 @@ fn main() {
         let mut off = option_defines(&kiln_cuda::Options {
             gemv_stage: false,
             early_weights: false,
-            block_copy_plan: false,
             ..kiln_cuda::Options::default()
         });
         // The K8 block kernel's other block size (B16_WARPS in gemv16.cu, a tuning define).

@@ -259,44 +259,24 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q6k(float* out, const u
     g16_finish(red, acc, out, o0, r0, n_out, n_rows, accumulate);
 }
 
-// A lane's share of a warp's copies of 16 activation rows x 256 bytes into a stage (row stride MP_LDA): lane
-// pairs take 32-byte pieces, row lane / 2, chunks 2 i + lane % 2. The source and destination offsets are worked
-// out once (the per-chunk index math of every copy was a quarter of the K8 block kernel's instructions, and its
-// hoisted addresses most of its registers), so a copy is a pointer add and cp.asyncs at immediate offsets. Rows
-// from n_rows on are zero-filled (from row r0). B16_COPY_PLAN=0 (KILN_NO_CUDA_BLOCK_COPY_PLAN) copies as before:
-// consecutive lanes on consecutive chunks, each copy's indices and addresses worked out at the copy.
-#ifndef B16_COPY_PLAN
-#define B16_COPY_PLAN 1
-#endif
+// A warp's copies of 16 activation rows x 256 bytes into a stage (row stride MP_LDA): consecutive lanes on
+// consecutive 16-byte chunks (rows lane / 16 + 2 m, chunk lane % 16), so each instruction reads two rows' 512
+// contiguous bytes; rows from n_rows on are zero-filled (from row r0). (A per-lane plan of 32-byte pieces worked
+// out once a launch cut the SASS but ran 0.70x as fast end to end on the H100: measured and taken out.)
 struct B16Acts {
-    const signed char* src; // this lane's first chunk of its row
-    int bytes, dst;         // 16 or 0 (zeros); offset in a stage
-    const signed char* x;   // B16_COPY_PLAN=0: the activations, rows r0 .. r0 + rows - 1 of `width`
+    const signed char* x; // the activations, rows r0 .. r0 + rows - 1 of `width`
     int width, r0, rows;
     __device__ __forceinline__ B16Acts(const signed char* xq, int width_, int r0_, int n_rows)
-        : x(xq), width(width_), r0(r0_), rows(n_rows - r0_) {
-        int lane = threadIdx.x & 31, r = lane >> 1;
-        bool in = r < rows;
-        src = x + (long long)(in ? r0 + r : r0) * width + 16 * (lane & 1);
-        bytes = in ? 16 : 0;
-        dst = r * MP_LDA + 16 * (lane & 1);
-    }
+        : x(xq), width(width_), r0(r0_), rows(n_rows - r0_) {}
     // The 256 bytes from element `at` of each row into stage st.
     __device__ __forceinline__ void copy(unsigned char* st, int at) const {
-        if (B16_COPY_PLAN) {
-            const signed char* s = src + at;
-            u32 d = smem_addr(st + dst);
+        int lane = threadIdx.x & 31;
+        const signed char* s = x + (long long)(r0 + (lane >> 4)) * width + 16 * (lane & 15) + at;
 #pragma unroll
-            for (int i = 0; i < 8; i++) cp_async_n(d + 32 * i, s + 32 * i, bytes);
-        } else {
-            int lane = threadIdx.x & 31;
-            const signed char* s = x + (long long)(r0 + (lane >> 4)) * width + 16 * (lane & 15) + at;
-#pragma unroll
-            for (int m = 0; m < 8; m++) {
-                int r = (lane >> 4) + 2 * m;
-                bool in = r < rows;
-                cp_async<16>(st + r * MP_LDA + 16 * (lane & 15), in ? s + 2LL * m * width : x, in);
-            }
+        for (int m = 0; m < 8; m++) {
+            int r = (lane >> 4) + 2 * m;
+            bool in = r < rows;
+            cp_async<16>(st + r * MP_LDA + 16 * (lane & 15), in ? s + 2LL * m * width : x, in);
         }
     }
 };
@@ -409,49 +389,22 @@ extern "C" __global__ void __launch_bounds__(128) gemv16_q8_0(float* out, const 
 // same weight bytes; each block copies the 16 rows' activations again, from L2) and under 70 KB of shared memory,
 // 3 blocks a multiprocessor. An output's float steps are the same in both (its own GEMV's).
 
-// A lane's share of a warp's copies of one super-block (REC bytes) of outputs o0 .. o0 + OUT - 1 into sw (row
-// stride REC), worked out once as B16Acts: lane pairs take 32-byte pieces, outputs lane / 2 (+ 16), chunks
-// 2 i + lane % 2; outputs from n_out on are zero-filled (from output o0). B16_COPY_PLAN=0 as B16Acts.
+// A warp's copies of one super-block (REC bytes) of outputs o0 .. o0 + OUT - 1 into sw (row stride REC),
+// consecutive lanes on consecutive 16-byte chunks; outputs from n_out on are zero-filled.
 template <int OUT, int REC> struct B16Supers {
-    static constexpr int NJ = OUT / 16, CH = REC / 16, NP = (CH + 1) / 2; // outputs a lane, chunks, pieces
-    const u8* src[NJ]; // this lane's first chunk of output lane / 2 + 16 j's super-block 0
-    int bytes[NJ], dst, half;
-    const u8* w; // B16_COPY_PLAN=0
+    const u8* w;
     int nsb, o0, n_out;
     __device__ __forceinline__ B16Supers(const u8* w_, int nsb_, int o0_, int n_out_)
-        : w(w_), nsb(nsb_), o0(o0_), n_out(n_out_) {
-        int lane = threadIdx.x & 31;
-        half = lane & 1;
-#pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            int o = (lane >> 1) + 16 * j;
-            bool in = o0 + o < n_out;
-            src[j] = w + (long long)(in ? o0 + o : o0) * nsb * REC + 16 * half;
-            bytes[j] = in ? 16 : 0;
-        }
-        dst = (lane >> 1) * REC + 16 * half;
-    }
+        : w(w_), nsb(nsb_), o0(o0_), n_out(n_out_) {}
     __device__ __forceinline__ void copy(unsigned char* sw, int sb) const {
-        if (B16_COPY_PLAN) {
+        int lane = threadIdx.x & 31;
+        constexpr int CH = REC / 16, N = OUT * CH; // chunks an output, chunks in all
 #pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                const u8* s = src[j] + (long long)sb * REC;
-                u32 d = smem_addr(sw + dst + 16 * REC * j);
-#pragma unroll
-                for (int i = 0; i < NP; i++)
-                    if (CH % 2 == 0 || i < NP - 1 || half == 0) cp_async_n(d + 32 * i, s + 32 * i, bytes[j]);
-            }
-        } else {
-            int lane = threadIdx.x & 31;
-            constexpr int N = OUT * CH; // chunks in all
-#pragma unroll
-            for (int k = 0; k < (N + 31) / 32; k++) {
-                int u = lane + 32 * k, o = u / CH, c = u - CH * o;
-                if (N % 32 == 0 || u < N) {
-                    bool in = o0 + o < n_out;
-                    cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c,
-                                 in);
-                }
+        for (int k = 0; k < (N + 31) / 32; k++) {
+            int u = lane + 32 * k, o = u / CH, c = u - CH * o;
+            if (N % 32 == 0 || u < N) {
+                bool in = o0 + o < n_out;
+                cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c, in);
             }
         }
     }

@@ -202,9 +202,8 @@ pub fn compile_options(arch: &str, defines: &[String]) -> Vec<String> {
 }
 
 /// The preprocessor defines that turn off the fast paths which live inside the kernels' code rather than in the
-/// host's choice of kernel: the one-row K8 GEMVs' staged activation row (`GV_STAGE_MAXW`), their weight loads issued
-/// before the launch wait (`GV_EARLY_W`) and the K8 block kernels' copy plan (`B16_COPY_PLAN`). Empty with the
-/// defaults.
+/// host's choice of kernel: the one-row K8 GEMVs' staged activation row (`GV_STAGE_MAXW`), and their weight loads issued
+/// before the launch wait (`GV_EARLY_W`). Empty with the defaults.
 pub fn option_defines(opts: &crate::Options) -> Vec<String> {
     let mut d = Vec::new();
     if !opts.gemv_stage {
@@ -212,9 +211,6 @@ pub fn option_defines(opts: &crate::Options) -> Vec<String> {
     }
     if !opts.early_weights {
         d.push("-DGV_EARLY_W=0".to_string());
-    }
-    if !opts.block_copy_plan {
-        d.push("-DB16_COPY_PLAN=0".to_string());
     }
     d
 }
@@ -448,12 +444,11 @@ mod tests {
         let off = crate::Options {
             gemv_stage: false,
             early_weights: false,
-            block_copy_plan: false,
             ..crate::Options::default()
         };
         assert_eq!(
             option_defines(&off),
-            ["-DGV_STAGE_MAXW=0", "-DGV_EARLY_W=0", "-DB16_COPY_PLAN=0"]
+            ["-DGV_STAGE_MAXW=0", "-DGV_EARLY_W=0"]
         );
         // Each define names a macro the kernels test with #ifndef (a typo would silently change nothing).
         let src = kernel_source();

@@ -107,10 +107,6 @@ pub struct Options {
     /// slower on some short ones (8B o-proj 14.7 -> 15.3); a finer rule fitted to those (16 only for at most one
     /// tile per two multiprocessors, or rows of 8,192+) was no faster on the 8B and 2 % slower on the 0.6B.
     pub block_tile16: bool,
-    /// The K8 block kernels copy from a per-lane plan worked out once a launch (gemv16.cu's `B16Acts`,
-    /// `B16Supers`); else each copy works out its own indices and addresses. Same bytes, same bits. A kernel
-    /// define (`B16_COPY_PLAN=0` when off).
-    pub block_copy_plan: bool,
     /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
     /// step per super-block; else per-32 Q8 blocks with a float step per 32 weights.
@@ -162,7 +158,6 @@ impl Default for Options {
             prefill_mma: true,
             block_mma: true,
             block_tile16: true,
-            block_copy_plan: true,
             k8: true,
             prefill_k8: true,
             flash_attn: true,

@@ -137,12 +137,6 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
-        env: "KILN_NO_CUDA_BLOCK_COPY_PLAN",
-        disables: "CUDA: the K8 block kernel's per-lane copy plan (sources and offsets worked out once a launch); \
-                   each copy works out its own instead (same bytes, same bits)",
-        default_on: true,
-    },
-    FlagInfo {
         env: "KILN_NO_CUDA_K8",
         disables: "CUDA: Q4_K/Q6_K matmuls (decode, block and prefill kernels) on Q8_K-style activations (a scale \
                    per 256, integer sums across a super-block, one float step per super-block); per-32 Q8 blocks instead",
@@ -236,8 +230,6 @@ pub struct Flags {
     pub cuda_block_mma: bool,
     /// CUDA: 16-output tiles for K8 block launches of few 32-output tiles.
     pub cuda_block_tile16: bool,
-    /// CUDA: the K8 block kernel's copies from a per-lane plan worked out once a launch.
-    pub cuda_block_copy_plan: bool,
     /// CUDA: flash attention for prefill passes.
     pub cuda_flash_attn: bool,
     /// CUDA: K-quant matmuls on K8 activations.
@@ -282,7 +274,6 @@ impl Default for Flags {
             cuda_prefill_mma: true,
             cuda_block_mma: true,
             cuda_block_tile16: true,
-            cuda_block_copy_plan: true,
             cuda_flash_attn: true,
             cuda_k8: true,
             cuda_prefill_k8: true,
@@ -319,7 +310,6 @@ impl Flags {
             cuda_prefill_mma: false,
             cuda_block_mma: false,
             cuda_block_tile16: false,
-            cuda_block_copy_plan: false,
             cuda_flash_attn: false,
             cuda_k8: false,
             cuda_prefill_k8: false,
@@ -384,7 +374,6 @@ impl Flags {
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_TILE16" => flags.cuda_block_tile16 = !disabled,
-                "KILN_NO_CUDA_BLOCK_COPY_PLAN" => flags.cuda_block_copy_plan = !disabled,
                 "KILN_NO_CUDA_FLASH_ATTN" => flags.cuda_flash_attn = !disabled,
                 "KILN_NO_CUDA_K8" => flags.cuda_k8 = !disabled,
                 "KILN_NO_CUDA_PREFILL_K8" => flags.cuda_prefill_k8 = !disabled,

@@ -47,7 +47,6 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         prefill_mma: false,
         block_mma: false,
         block_tile16: false,
-        block_copy_plan: false,
         flash_attn: false,
         k8: false,
         prefill_k8: false,
@@ -73,10 +72,9 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
     // compiled with other defines), a split-KV attention block per KV head (KILN_NO_CUDA_ATTN_HEAD_SPLIT: no
     // 2-block clusters either), the MoE grouping's f32 gather (KILN_NO_CUDA_MOE_GATHER_QUANT), and the K8 block
     // kernel's 32-output tiles for every launch (KILN_NO_CUDA_BLOCK_TILE16; the self-test's launches are small,
-    // so with the default they all take 16) with its copies worked out at each copy (KILN_NO_CUDA_BLOCK_COPY_PLAN).
+    // so with the default they all take 16).
     let k8_plain = kiln_cuda::Options {
         block_tile16: false,
-        block_copy_plan: false,
         gemv_stage: false,
         early_weights: false,
         attn_head_split: false,
