@@ -319,18 +319,13 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     return a;
 }
 
-// 16 bytes from global src to shared dst, asynchronously, of which the first `bytes` (16 or 0) are read and the
-// rest zero-filled (src stays a valid address). `dst` is a shared memory address (smem_addr): a run of copies
-// from one base then takes immediate offsets.
-__device__ __forceinline__ void cp_async_n(u32 dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
 // `n` (16 or 4) bytes from global src to shared dst, asynchronously; zeros when !in (src stays a valid address).
 template <int N>
 __device__ __forceinline__ void cp_async(void* dst, const void* src, bool in) {
     if (N == 16)
-        cp_async_n(smem_addr(dst), src, in ? 16 : 0);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                     "r"(in ? 16 : 0)
+                     : "memory");
     else
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                      "r"(in ? 4 : 0)

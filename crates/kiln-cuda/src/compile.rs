@@ -202,8 +202,8 @@ pub fn compile_options(arch: &str, defines: &[String]) -> Vec<String> {
 }
 
 /// The preprocessor defines that turn off the fast paths which live inside the kernels' code rather than in the
-/// host's choice of kernel: the one-row K8 GEMVs' staged activation row (`GV_STAGE_MAXW`), and their weight loads issued
-/// before the launch wait (`GV_EARLY_W`). Empty with the defaults.
+/// host's choice of kernel: the one-row K8 GEMVs' staged activation row (`GV_STAGE_MAXW`) and their weight loads
+/// issued before the launch wait (`GV_EARLY_W`). Empty with the defaults.
 pub fn option_defines(opts: &crate::Options) -> Vec<String> {
     let mut d = Vec::new();
     if !opts.gemv_stage {
