@@ -14,7 +14,7 @@
 use crate::bench::render::{csv_field, json_num, json_str, Format};
 use crate::bench::runs::ModelInfo;
 use crate::bench::stats::Stats;
-use crate::dflash::{add_gpu, generate, Drafter, Forced, SpecStats};
+use crate::dflash::{add_gpu, generate_in, Acceptance, Drafter, Forced, SpecStats};
 use crate::error::{Error, Result};
 use crate::generate::{GenerateParams, Generator, StepOutcome};
 use crate::sampler::SamplerParams;
@@ -230,6 +230,9 @@ fn spec_reps(
     reps: usize,
 ) -> Result<Vec<SpecRun>> {
     let mut runs = Vec::with_capacity(reps);
+    // One drafter state for every repetition, as a server slot keeps one across requests: its allocation and
+    // the drafter's graph captures happen in the warm-up run, not in the timed ones.
+    let mut dstate = drafter.new_state(session.model().backend(), session.slot_ctx())?;
     for rep in 0..=reps {
         let (want, ar_secs, ar_gpu) = plain_run(session, prompt, test.n_gen)?;
         let forced = test.force.map(|k| Forced {
@@ -239,13 +242,15 @@ fn spec_reps(
         });
         session.truncate(0, 0)?;
         let t0 = Instant::now();
-        let out = generate(
+        let out = generate_in(
             session,
             0,
             drafter,
+            &mut dstate,
             prompt,
             &greedy(test.n_gen),
             forced.as_ref(),
+            Acceptance::Exact,
             &mut |_| false,
         )?;
         let total = t0.elapsed().as_secs_f64();

@@ -18,6 +18,6 @@ mod synth;
 pub use config::{default_layer_ids, DraftConfig};
 pub use drafter::{DraftState, Drafter};
 pub use gguf::{convert_to_gguf, CONFIG_KEY, DRAFT_ARCH};
-pub(crate) use spec::add_gpu;
+pub(crate) use spec::{add_gpu, generate_in};
 pub use spec::{generate, generate_with, Acceptance, Forced, SpecOutput, SpecStats};
 pub use synth::{draft_spec_for, write_random_drafter, DraftSpec};

@@ -179,6 +179,35 @@ pub fn generate_with(
     acceptance: Acceptance,
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<SpecOutput> {
+    let mut dstate = drafter.new_state(session.model().backend(), session.slot_ctx())?;
+    generate_in(
+        session,
+        slot,
+        drafter,
+        &mut dstate,
+        prompt,
+        params,
+        forced,
+        acceptance,
+        on_token,
+    )
+}
+
+/// [`generate_with`] in a drafter state the caller keeps (emptied first): a state reused across generations
+/// keeps its buffers, so the drafter's GPU passes replay the graphs captured the first time (a fresh state's
+/// allocations and graph captures are per-request set-up, which `kiln bench` must not time as generation).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn generate_in(
+    session: &mut Session,
+    slot: usize,
+    drafter: &Drafter,
+    dstate: &mut DraftState,
+    prompt: &[u32],
+    params: &GenerateParams,
+    forced: Option<&Forced>,
+    acceptance: Acceptance,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<SpecOutput> {
     if prompt.is_empty() {
         return Err(Error::Batch(
             "empty prompt: nothing to condition generation on".into(),
@@ -195,7 +224,7 @@ pub fn generate_with(
     let argmax_only = params.sampler.is_plain_argmax() && acceptance == Acceptance::Exact;
     let block_max = dc.block_size.min(chunk);
     let be = session.model().backend();
-    let mut dstate: DraftState = drafter.new_state(be, session.slot_ctx())?;
+    drafter.truncate(dstate, 0);
     let base = session.len(slot);
     if base != 0 {
         return Err(Error::Batch(format!(
@@ -225,7 +254,7 @@ pub fn generate_with(
             prefill: true,
         };
         let out = session.forward(&batch)?;
-        drafter.append_context(be, &mut dstate, &features(&out, &ids, hidden, toks.len())?)?;
+        drafter.append_context(be, dstate, &features(&out, &ids, hidden, toks.len())?)?;
         if !out.logits.is_empty() {
             logits = out.logits;
         }
@@ -279,8 +308,7 @@ pub fn generate_with(
         }
         // The drafter's block fits the context; the drafts (verify rows after the first) also the token budget.
         let t0 = Instant::now();
-        let mut drafts =
-            drafter.propose(be, &mut dstate, pending, block_max.min(room), budget - 1)?;
+        let mut drafts = drafter.propose(be, dstate, pending, block_max.min(room), budget - 1)?;
         stats.draft_time += t0.elapsed();
         // The proposals came back, so the drafter's passes are done: this round's, and the context update at
         // the end of the last one (read here rather than there, where waiting for it would add a sync).
@@ -351,11 +379,7 @@ pub fn generate_with(
             return done(tokens, r, stats);
         }
         let t0 = Instant::now();
-        drafter.append_context(
-            be,
-            &mut dstate,
-            &features(&out, &ids, hidden, accepted + 1)?,
-        )?;
+        drafter.append_context(be, dstate, &features(&out, &ids, hidden, accepted + 1)?)?;
         stats.draft_time += t0.elapsed();
     }
 }
