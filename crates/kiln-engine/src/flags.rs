@@ -38,7 +38,7 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_CPU_REPACK",
-        disables: "CPU (AVX2): Q4_0/Q4_1/Q8_0 weights repacked at first use into groups of 8 interleaved rows, \
+        disables: "CPU (AVX2, AVX-512): Q4_0/Q4_1/Q8_0 weights repacked at first use into groups of 8 interleaved rows, \
                    multiplied with any number of activation rows without horizontal sums (its own float order, \
                    the same for 1 or many rows); the row-by-row dot kernels on the GGUF bytes instead",
         default_on: true,

@@ -93,7 +93,7 @@ impl CpuBackend {
         self.flags
     }
 
-    /// `w` repacked for the interleaved kernel, when it applies (2-D Q4_0/Q4_1/Q8_0 on AVX2, quantized
+    /// `w` repacked for the interleaved kernel, when it applies (2-D Q4_0/Q4_1/Q8_0 on AVX2 or AVX-512, quantized
     /// activations, [`Flags::cpu_repack`]); packed on the pool at first use and kept for the backend's lifetime.
     fn repacked(&self, w: &Weight) -> Option<Arc<matmul::Repacked>> {
         if !self.flags.cpu_repack || !self.flags.quant_act || w.shape.len() != 2 {

@@ -1,7 +1,7 @@
-//! The interleaved kernel for the 32-element block formats Q4_0, Q4_1 and Q8_0 on AVX2: a weight is repacked
-//! once ([`RepackKernel::pack`]) into groups of 8 rows whose quants interleave 4 bytes at a time (one 32-bit lane
-//! of a vector per row), then multiplied with any number of activation rows ([`RepackKernel::run_with`]),
-//! decode and prefill alike.
+//! The interleaved kernel for the 32-element block formats Q4_0, Q4_1 and Q8_0 (AVX2 code, on AVX-512 machines
+//! too): a weight is repacked once ([`RepackKernel::pack`]) into groups of 8 rows whose quants interleave 4 bytes
+//! at a time (one 32-bit lane of a vector per row), then multiplied with any number of activation rows
+//! ([`RepackKernel::run_with`]), decode and prefill alike.
 //!
 //! The row-by-row kernels keep 8 float lanes of partial sums per (weight row, activation row) pair, so they
 //! cannot be tiled over several weight rows; this kernel defines its own per-pair arithmetic instead, one f32
@@ -28,10 +28,12 @@ pub struct RepackKernel {
     ty: GgmlType,
 }
 
-/// The repacked kernel for `w` on `isa`: Q4_0, Q4_1 and Q8_0 on AVX2 (AVX-512 machines keep their four-row
-/// VNNI kernels, which this was not measured against); otherwise `None`.
+/// The repacked kernel for `w` on `isa`: Q4_0, Q4_1 and Q8_0 on AVX2 and on AVX-512 VNNI (where it runs in its
+/// AVX2 form: on a 2-core AVX-512 VNNI machine it beat the four-row VNNI row kernels at SmolLM2-135M Q4_1 pp16 by
+/// 1.48x, pp128 1.76x, tg64 1.22x); otherwise `None`.
 pub fn repack_kernel(w: GgmlType, isa: Isa) -> Option<RepackKernel> {
-    if !cfg!(target_arch = "x86_64") || isa != Isa::Avx2 || !isa.is_available() {
+    let isa_ok = matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) && Isa::Avx2.is_available();
+    if !cfg!(target_arch = "x86_64") || !isa_ok {
         return None;
     }
     matches!(w, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0).then_some(RepackKernel { ty: w })
