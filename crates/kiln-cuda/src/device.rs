@@ -33,6 +33,8 @@ const MM_ROWS: usize = 8;
 /// GEMV kernels (`gemv_r8`, `gemv3_r8`); one row goes through `gemv_r1` / `gemv3_r1`.
 const GV_WARPS: usize = 4;
 const GV_ROWS: usize = 8;
+/// Rows a stage of the streaming one-row GEMV (`GS_WARPS` in gemv_stream.cu: a consumer warp a row).
+pub(crate) const GS_WARPS: usize = 15;
 /// Threads per block of the row kernels (norms, attention).
 const ROW_THREADS: u32 = 256;
 /// Rows above which a prefill pass's matmuls use the tensor-core kernel (below, the GEMV's one weight read serves
@@ -92,6 +94,10 @@ pub struct Options {
     /// The K8 GEMVs issue their first weight loads before waiting for the kernel before them (same bits); else
     /// after. A kernel define (`GV_EARLY_W=0` when off).
     pub early_weights: bool,
+    /// One-row K8 matmuls on the streaming GEMV (`gemv_k8_stream`, sm_90 and later): a persistent grid whose
+    /// blocks keep a ring of weight stages filling with bulk copies (from before the launch wait) and stage the
+    /// activation row once (same bits); else `gemv_k8_r1` / `gemv3_k8_r1`, a block of 4 outputs at a time.
+    pub gemv_stream: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
     /// Int8 tensor cores for prefill passes ([`Device::set_pass`] with `prefill`) of more than [`MMQ_MIN_ROWS`]
@@ -154,6 +160,7 @@ impl Default for Options {
             attn_head_split: true,
             gemv_stage: true,
             early_weights: true,
+            gemv_stream: true,
             graphs: true,
             prefill_mma: true,
             block_mma: true,
@@ -244,6 +251,8 @@ pub struct Device {
     pdl: bool,
     /// Thread block clusters (compute capability 9.0 or later).
     clusters: bool,
+    /// Bulk copies completing on mbarriers (compute capability 9.0 or later): the streaming GEMV.
+    bulk_copies: bool,
     /// Multiprocessors of the GPU.
     sm_count: usize,
     meta: Mutex<Meta>,
@@ -639,6 +648,7 @@ impl Device {
             opts,
             pdl: opts.pdl && major >= 9,
             clusters: major >= 9,
+            bulk_copies: major >= 9,
             sm_count,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
@@ -1745,8 +1755,9 @@ impl Device {
         dims.value.clusterDim.z = 1;
         let mut attrs = Vec::with_capacity(2);
         // Kernels with dynamic shared memory (prefill and block matmuls, flash attention) launch after the previous
-        // kernel: launched early, the 16-row block pass of the 8B model measured 9 % slower.
-        if self.pdl && *smem == 0 {
+        // kernel: launched early, the 16-row block pass of the 8B model measured 9 % slower. The streaming GEMV is
+        // the exception: its producer copies weights before the launch wait, which is what it is built for.
+        if self.pdl && (*smem == 0 || name == "gemv_k8_stream") {
             attrs.push(pdl);
         }
         if cluster > 1 {
@@ -2019,6 +2030,22 @@ impl Device {
                 &[&o, &wp, &qp, &dp, &sp, &width, &n_out, &nr, &acc],
             );
         }
+        let job = (ty, o, wp, w.rows);
+        if w.layout == Layout::Gemv
+            && n_rows == 1
+            && self.uses_k8(w, n_rows)
+            && self.stream_stages(&[job], w.cols).is_some()
+        {
+            return self.launch_jobs(
+                "gemv3_k8_r1",
+                &[job],
+                (qp, dp, sp),
+                w.cols,
+                n_rows,
+                accumulate,
+                (GV_ROWS, GV_WARPS),
+            );
+        }
         match w.layout {
             Layout::Gemv => self.launch(
                 match (self.uses_k8(w, n_rows), n_rows == 1) {
@@ -2234,11 +2261,14 @@ impl Device {
         let tiles = |outs: usize| -> usize {
             jobs.iter().map(|j| j.3.div_ceil(outs)).sum::<usize>() * n_rows.div_ceil(tile_rows)
         };
+        let stream = kernel == "gemv3_k8_r1" && self.stream_stages(jobs, cols).is_some();
         let (kernel, tile_outs) = if kernel == "gemv16_k8"
             && self.opts.block_tile16
             && tiles(tile_outs) < 2 * self.sm_count
         {
             ("gemv16_k8_o16", 16)
+        } else if stream {
+            ("gemv_k8_stream", GS_WARPS)
         } else {
             (kernel, tile_outs)
         };
@@ -2255,12 +2285,21 @@ impl Device {
         let (t2, o2, w2, n2) = job(2);
         let threads = match kernel {
             "gemv16_k8" | "gemv16_k8_o16" => 32 * crate::compile::b16_warps(),
+            "gemv_k8_stream" => 32 * (GS_WARPS as u32 + 1),
             _ => 128,
+        };
+        // The streaming GEMV: a persistent grid, each block a share of every weight's rows (at least one row of
+        // the largest).
+        let grid_x = if stream {
+            let blocks = self.sm_count * crate::compile::gs_blocks_per_sm() as usize;
+            blocks.min(jobs.iter().map(|j| j.3).max().unwrap_or(1))
+        } else {
+            total
         };
         self.launch(
             kernel,
             LaunchConfig {
-                grid_dim: (total as u32, n_rows.div_ceil(tile_rows) as u32, 1),
+                grid_dim: (grid_x as u32, n_rows.div_ceil(tile_rows) as u32, 1),
                 block_dim: (threads, 1, 1),
                 shared_mem_bytes: 0,
             },
@@ -2287,6 +2326,26 @@ impl Device {
                 &n2,
             ],
         )
+    }
+
+    /// The stages of the streaming GEMV's ring for one-row K8 jobs `(type id, out, weight, rows)` on rows `cols`
+    /// wide, when it takes them (its option on, a GPU with bulk copies, at least two stages fit beside the staged
+    /// activation row): gemv_stream.cu's `gs_ring`, which the kernel computes again.
+    fn stream_stages(&self, jobs: &[(i32, u64, u64, usize)], cols: usize) -> Option<usize> {
+        if !self.opts.gemv_stream || !self.bulk_copies || !cols.is_multiple_of(256) {
+            return None;
+        }
+        let has = |t: GgmlType| {
+            jobs.iter()
+                .any(|j| j.0 == t.id() as i32 + K8_TYPE_OFFSET && j.3 > 0)
+        };
+        let (has4, has6) = (has(GgmlType::Q4_K), has(GgmlType::Q6_K));
+        let def = |n: &str| crate::compile::source_define(n) as usize;
+        let act = (cols + cols / 8 + cols / 64 + 15) & !15;
+        let slot = GS_WARPS * (cols / 256).min(def("GS_CHUNK")) * if has6 { 208 } else { 144 };
+        let avail = (def("GS_SMEM") - def("GS_BAR_BYTES")).checked_sub(act * (has4 as usize + has6 as usize))?;
+        let stages = (avail / slot).min(def("GS_MAXST"));
+        (stages >= 2).then_some(stages)
     }
 
     /// Row-wise RMSNorm of `n_rows × width` rows of `x` into `out`, times `w` (`width` values). With the fused

@@ -43,6 +43,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         attn_head_split: false,
         gemv_stage: false,
         early_weights: false,
+        gemv_stream: false,
         graphs: false,
         prefill_mma: false,
         block_mma: false,
@@ -68,13 +69,14 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         prep_in_split: false,
         ..kiln_cuda::Options::default()
     };
-    // The K8 GEMVs with their in-kernel switches off (KILN_NO_CUDA_GEMV_STAGE, KILN_NO_CUDA_EARLY_WEIGHTS: kernels
-    // compiled with other defines), a split-KV attention block per KV head (KILN_NO_CUDA_ATTN_HEAD_SPLIT: no
+    // The K8 GEMVs of 4 outputs a block (KILN_NO_CUDA_GEMV_STREAM) with their in-kernel switches off
+    // (KILN_NO_CUDA_GEMV_STAGE, KILN_NO_CUDA_EARLY_WEIGHTS: kernels compiled with other defines), a split-KV attention block per KV head (KILN_NO_CUDA_ATTN_HEAD_SPLIT: no
     // 2-block clusters either), the MoE grouping's f32 gather (KILN_NO_CUDA_MOE_GATHER_QUANT), and the K8 block
     // kernel's 32-output tiles for every launch (KILN_NO_CUDA_BLOCK_TILE16; the self-test's launches are small,
     // so with the default they all take 16).
     let k8_plain = kiln_cuda::Options {
         block_tile16: false,
+        gemv_stream: false,
         gemv_stage: false,
         early_weights: false,
         attn_head_split: false,
@@ -88,7 +90,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
             per32,
         ),
         (
-            "fast paths, K8 GEMVs unstaged and waiting first, a block per KV head, f32 MoE gather, 32-output block tiles",
+            "fast paths, K8 GEMVs of 4 outputs a block unstaged and waiting first, a block per KV head, f32 MoE gather, 32-output block tiles",
             k8_plain,
         ),
         ("kill switches + reference", simple),
