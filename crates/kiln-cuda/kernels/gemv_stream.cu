@@ -67,6 +67,21 @@ __device__ __forceinline__ GsRing gs_ring(int width, bool has4, bool has6) {
     return g;
 }
 
+// k4_sm of sub-blocks 2p and 2p + 1 (p = 0..3) at once, two bytes in each operation and without branches (lanes of
+// one warp take different p; k4_sm's select on j became divergent branches here): the same integers.
+__device__ __forceinline__ void gs_k4_pair(u32 s0, u32 s1, u32 s2, int p, int& sc0, int& m0, int& sc1, int& m1) {
+    u32 sel = (p & 1) ? 0x3232u : 0x1010u; // bytes 2 (p & 1), 2 (p & 1) + 1 of a word, as the low two bytes
+    u32 a = __byte_perm(s0, 0, sel) & 0xFFFFu, b = __byte_perm(s1, 0, sel) & 0xFFFFu;
+    u32 c = __byte_perm(s2, 0, sel) & 0xFFFFu;
+    u32 hi = 0u - (u32)(p >> 1); // all ones for sub-blocks 4..7
+    u32 sc = (((c & 0x0F0Fu) | ((a >> 2) & 0x3030u)) & hi) | (a & 0x3F3Fu & ~hi);
+    u32 m = ((((c >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u)) & hi) | (b & 0x3F3Fu & ~hi);
+    sc0 = (int)(sc & 0xFFu);
+    sc1 = (int)(sc >> 8);
+    m0 = (int)(m & 0xFFu);
+    m1 = (int)(m >> 8);
+}
+
 // One stage of a Q4_K row: gemv_q4k8_body's round steps u from super-block `base` (L = 4 lanes a super-block, S = 2
 // sub-groups, 8 super-blocks a step), its weights at `rec0` (super-block base) in shared memory. The two 16-byte quant loads of
 // sub-group 1 come in the other order: its super-blocks sit 576 bytes (64 mod 128) after sub-group 0's, so in
@@ -89,11 +104,14 @@ __device__ __forceinline__ float gs_q4k_round(float acc, const u8* rec0, int bas
         float d = h2f((u16)(hdr.x & 0xFFFF)), dmin = h2f((u16)((u32)hdr.x >> 16));
         int j0 = 2 * p;
         int sc0, m0, sc1, m1;
-        k4_sm((u32)hdr.y, (u32)hdr.z, (u32)hdr.w, j0, sc0, m0);
-        k4_sm((u32)hdr.y, (u32)hdr.z, (u32)hdr.w, j0 + 1, sc1, m1);
+        gs_k4_pair((u32)hdr.y, (u32)hdr.z, (u32)hdr.w, p, sc0, m0, sc1, m1);
+        // Chunk 16 sb + 4 p + k of the codes sits at gv_swz of it: its low 3 bits xor (p / 2) | ((sb / 2) & 6)
+        // (the row's bits 0, 3, 4), written out so the address is a few operations a super-block.
+        const u8* xr = (const u8*)stage + 256 * sb;
+        int xv = 16 * ((p >> 1) | ((sb >> 1) & 6));
         int4 x[4];
 #pragma unroll
-        for (int k = 0; k < 4; k++) x[k] = stage[gv_swz(16 * sb + 2 * j0 + k)];
+        for (int k = 0; k < 4; k++) x[k] = *(const int4*)(xr + ((64 * p + 16 * k) ^ xv));
         int2 sm = *(const int2*)(st_sums + sb * 8 + j0);
         int lo = dot16(nib_lo(q1), x[1], dot16(nib_lo(q0), x[0], 0));
         int hi = dot16(nib_hi(q1), x[3], dot16(nib_hi(q0), x[2], 0));
@@ -136,7 +154,10 @@ __device__ __forceinline__ float gs_q6k_round(float acc, const u8* rec0, int bas
         q6k_unpack(qa, qb, qh, q);
         int is = 0;
 #pragma unroll
-        for (int k = 0; k < 4; k++) is += s[k] * dot16(q[k], stage[gv_swz6(16 * sb + 8 * h + c + 2 * k)], 0);
+        // Chunk 16 sb + 8 h + c + 2 k of the codes sits at gv_swz6 of it: its low 3 bits xor 4 (sb & 1) + 2 h.
+        const u8* xr = (const u8*)stage + 256 * sb + 128 * h;
+        int xv = 16 * (4 * (sb & 1) + 2 * h);
+        for (int k = 0; k < 4; k++) is += s[k] * dot16(q[k], *(const int4*)(xr + ((16 * c + 32 * k) ^ xv)), 0);
         is += __shfl_xor_sync(0xffffffffu, is, 1);
         is += __shfl_xor_sync(0xffffffffu, is, 2);
         if (valid) acc = __fadd_rn(acc, k8_step(d, 0.0f, st_scales[sb], is, 0));
@@ -225,15 +246,19 @@ __device__ __forceinline__ void gemv_stream_block(const signed char* kq, const f
     if (warp == GS_WARPS) {
         // The producer: stage k into slot k % nst once the consumers have released its previous use; the first nst
         // stages go out before the launch wait.
-        for (int k = 0; g.i < 3; k++, g.next(J, nch)) {
-            int s = k % nst, rows = min(GS_WARPS, g.hi - g.r), rec = J.ty(g.i) == K8_Q6_K ? 208 : 144;
-            if (k >= nst) mbar_wait(empty + s, (u32)(k / nst - 1) & 1);
+        for (int k = 0, s = 0, phase = 0; g.i < 3; k++, g.next(J, nch)) {
+            int rows = min(GS_WARPS, g.hi - g.r), rec = J.ty(g.i) == K8_Q6_K ? 208 : 144;
+            if (k >= nst) mbar_wait(empty + s, (u32)phase ^ 1);
             u32 bytes = (u32)(min(GS_CHUNK, nsb - GS_CHUNK * g.c) * rec);
             if (lane == 0) mbar_expect_tx(full + s, (u32)rows * bytes);
             __syncwarp();
             if (lane < rows)
                 bulk_copy(ring + s * slot + lane * bytes,
                           J.w(g.i) + ((long long)(g.r + lane) * nsb + GS_CHUNK * g.c) * rec, bytes, full + s);
+            if (++s == nst) {
+                s = 0;
+                phase ^= 1;
+            }
         }
         return;
     }
@@ -247,19 +272,21 @@ __device__ __forceinline__ void gemv_stream_block(const signed char* kq, const f
     GsWalk ahead = g;
     ahead.next(J, nch);
     float acc = 0.0f;
-    for (int k = 0; g.i < 3; k++) {
+    for (int s = 0, phase = 0; g.i < 3;) {
 #pragma unroll
         for (int u = 0; u < GS_CHUNK / 8; u++) dv[u] = dn[u];
         gs_q6k_d(J, ahead, warp, nsb, lane, dn);
-        int s = k % nst, o = g.r + warp;
+        int o = g.r + warp;
         bool live = o < g.hi, q6 = J.ty(g.i) == K8_Q6_K;
-        mbar_wait(full + s, (u32)(k / nst) & 1);
+        mbar_wait(full + s, (u32)phase);
         int cs = min(GS_CHUNK, nsb - GS_CHUNK * g.c);
         const u8* rec0 = ring + s * slot + warp * cs * (q6 ? 208 : 144);
         if (live) {
             if (q6) acc = gs_q6k_round(acc, rec0, GS_CHUNK * g.c, nsb, st6, width, lane, dv);
             else acc = gs_q4k_round(acc, rec0, GS_CHUNK * g.c, nsb, st4, width, lane);
         }
+        // The slot's next bytes come by the async proxy: order this warp's reads before them.
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + s);
         if (g.c == nch - 1) {
@@ -268,6 +295,10 @@ __device__ __forceinline__ void gemv_stream_block(const signed char* kq, const f
         }
         g = ahead;
         ahead.next(J, nch);
+        if (++s == nst) {
+            s = 0;
+            phase ^= 1;
+        }
     }
 #else
     __trap();
