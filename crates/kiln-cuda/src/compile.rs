@@ -589,7 +589,10 @@ mod tests {
         let stream = &stream[stream.find('{').unwrap()..stream.find("\n}").unwrap()];
         let (before, after) = stream.split_once("wait_prior_kernel();").unwrap();
         for name in ["kq", "kd", "ks", "j.out", "jn.out"] {
-            assert!(!before.contains(name), "gemv_stream_block reads {name} before the wait");
+            assert!(
+                !before.contains(name),
+                "gemv_stream_block reads {name} before the wait"
+            );
         }
         assert!(after.contains("gv_stage_row<false>(st4, kq, ks, kd"));
         assert_eq!(stream.matches("wait_prior_kernel").count(), 1);

@@ -2343,7 +2343,8 @@ impl Device {
         let def = |n: &str| crate::compile::source_define(n) as usize;
         let act = (cols + cols / 8 + cols / 64 + 15) & !15;
         let slot = GS_WARPS * (cols / 256).min(def("GS_CHUNK")) * if has6 { 208 } else { 144 };
-        let avail = (def("GS_SMEM") - def("GS_BAR_BYTES")).checked_sub(act * (has4 as usize + has6 as usize))?;
+        let avail = (def("GS_SMEM") - def("GS_BAR_BYTES"))
+            .checked_sub(act * (has4 as usize + has6 as usize))?;
         let stages = (avail / slot).min(def("GS_MAXST"));
         (stages >= 2).then_some(stages)
     }
