@@ -18,6 +18,12 @@
 #define GS_BPS 2 // blocks a multiprocessor (the host sizes the grid by it; two leave ~25 KB for the next kernel)
 #endif
 #define GS_BAR_BYTES 256
+// The host takes this kernel only when this is 1 (KILN_CUDA_DEFINES=-DGS_ON=1; crate::Options::gemv_stream), until a
+// GPU run measures it faster than gemv3_k8_r1 (its first form, 8 consumer warps in tiles of 8 rows, measured 0.83x
+// on the 8B's decode: docs/PERFORMANCE.md).
+#ifndef GS_ON
+#define GS_ON 0
+#endif
 
 typedef unsigned long long u64;
 

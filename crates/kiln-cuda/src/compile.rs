@@ -67,6 +67,16 @@ pub fn b16_warps() -> u32 {
         .unwrap_or(source_define("B16_WARPS"))
 }
 
+/// Whether `KILN_CUDA_DEFINES` turns the streaming one-row GEMV on (`-DGS_ON=1`; [`crate::Options::gemv_stream`]).
+pub fn gs_opted_in() -> bool {
+    tuning_defines()
+        .iter()
+        .rev()
+        .find_map(|d| d.strip_prefix("-DGS_ON=")?.parse::<u32>().ok())
+        .unwrap_or(source_define("GS_ON"))
+        != 0
+}
+
 /// Blocks a multiprocessor of the streaming one-row GEMV (`GS_BPS` in gemv_stream.cu, or the value
 /// `KILN_CUDA_DEFINES` gives it): its launch's grid follows it.
 pub fn gs_blocks_per_sm() -> u32 {
@@ -604,6 +614,8 @@ mod tests {
         assert_eq!(dynamic_smem("gemv_k8_stream"), source_define("GS_SMEM"));
         if std::env::var_os("KILN_CUDA_DEFINES").is_none() {
             assert_eq!(gs_blocks_per_sm(), 2);
+            // Opt-in until measured faster.
+            assert!(!gs_opted_in() && !crate::Options::default().gemv_stream);
         }
     }
 

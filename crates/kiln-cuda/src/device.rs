@@ -96,7 +96,9 @@ pub struct Options {
     pub early_weights: bool,
     /// One-row K8 matmuls on the streaming GEMV (`gemv_k8_stream`, sm_90 and later): a persistent grid whose
     /// blocks keep a ring of weight stages filling with bulk copies (from before the launch wait) and stage the
-    /// activation row once (same bits); else `gemv_k8_r1` / `gemv3_k8_r1`, a block of 4 outputs at a time.
+    /// activation row once (same bits); else `gemv_k8_r1` / `gemv3_k8_r1`, a block of 4 outputs at a time. Off by
+    /// default until it measures faster (its first form did not: docs/PERFORMANCE.md); `KILN_CUDA_DEFINES=-DGS_ON=1`
+    /// turns it on for a run (`kiln bench --ab`), and the self-test's first configuration always.
     pub gemv_stream: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
@@ -160,7 +162,7 @@ impl Default for Options {
             attn_head_split: true,
             gemv_stage: true,
             early_weights: true,
-            gemv_stream: true,
+            gemv_stream: crate::compile::gs_opted_in(),
             graphs: true,
             prefill_mma: true,
             block_mma: true,

@@ -85,12 +85,6 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
-        env: "KILN_NO_CUDA_GEMV_STREAM",
-        disables: "CUDA (sm_90+): one-row K-quant matmuls on a persistent grid that streams the weights into shared \
-                   memory with bulk copies (same bits); the 4-output-a-block GEMV instead",
-        default_on: true,
-    },
-    FlagInfo {
         env: "KILN_NO_CUDA_PREP_IN_SPLIT",
         disables: "CUDA: a one-row pass's QK-norm, RoPE and K/V append done inside the split-KV attention kernel; \
                    by a kernel of their own before it instead (same bits)",
@@ -226,8 +220,6 @@ pub struct Flags {
     pub cuda_gemv_stage: bool,
     /// CUDA: the K8 GEMVs' first weight loads before the launch wait.
     pub cuda_early_weights: bool,
-    /// CUDA: one-row K8 matmuls on the streaming GEMV.
-    pub cuda_gemv_stream: bool,
     /// CUDA: forward passes replayed as CUDA graphs.
     pub cuda_graph: bool,
     /// CUDA: programmatic dependent launch.
@@ -277,7 +269,6 @@ impl Default for Flags {
             cuda_attn_head_split: true,
             cuda_gemv_stage: true,
             cuda_early_weights: true,
-            cuda_gemv_stream: true,
             cuda_graph: true,
             cuda_pdl: true,
             cuda_prefill_mma: true,
@@ -314,7 +305,6 @@ impl Flags {
             cuda_attn_head_split: false,
             cuda_gemv_stage: false,
             cuda_early_weights: false,
-            cuda_gemv_stream: false,
             cuda_graph: false,
             cuda_pdl: false,
             cuda_prefill_mma: false,
@@ -379,7 +369,6 @@ impl Flags {
                 "KILN_NO_CUDA_ATTN_HEAD_SPLIT" => flags.cuda_attn_head_split = !disabled,
                 "KILN_NO_CUDA_GEMV_STAGE" => flags.cuda_gemv_stage = !disabled,
                 "KILN_NO_CUDA_EARLY_WEIGHTS" => flags.cuda_early_weights = !disabled,
-                "KILN_NO_CUDA_GEMV_STREAM" => flags.cuda_gemv_stream = !disabled,
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,
                 "KILN_NO_CUDA_PDL" => flags.cuda_pdl = !disabled,
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,
