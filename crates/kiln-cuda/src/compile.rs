@@ -50,41 +50,35 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
 /// The split-KV kernels' fewest positions a split (`AT_MIN_CHUNK` in attention.cu, or the value
 /// `KILN_CUDA_DEFINES` gives it): a row whose span is no longer is one split.
 pub fn attn_min_chunk() -> usize {
-    tuning_defines()
-        .iter()
-        .rev()
-        .find_map(|d| d.strip_prefix("-DAT_MIN_CHUNK=")?.parse().ok())
-        .unwrap_or(source_define("AT_MIN_CHUNK") as usize)
+    tuned_define("AT_MIN_CHUNK") as usize
 }
 
 /// Warps in a block of the K8 block kernel (`B16_WARPS` in gemv16.cu, or the value `KILN_CUDA_DEFINES` gives it):
 /// its launch's block size and shared memory follow it.
 pub fn b16_warps() -> u32 {
-    tuning_defines()
-        .iter()
-        .rev()
-        .find_map(|d| d.strip_prefix("-DB16_WARPS=")?.parse().ok())
-        .unwrap_or(source_define("B16_WARPS"))
+    tuned_define("B16_WARPS")
 }
 
 /// Whether `KILN_CUDA_DEFINES` turns the streaming one-row GEMV on (`-DGS_ON=1`; [`crate::Options::gemv_stream`]).
 pub fn gs_opted_in() -> bool {
-    tuning_defines()
-        .iter()
-        .rev()
-        .find_map(|d| d.strip_prefix("-DGS_ON=")?.parse::<u32>().ok())
-        .unwrap_or(source_define("GS_ON"))
-        != 0
+    tuned_define("GS_ON") != 0
 }
 
 /// Blocks a multiprocessor of the streaming one-row GEMV (`GS_BPS` in gemv_stream.cu, or the value
 /// `KILN_CUDA_DEFINES` gives it): its launch's grid follows it.
 pub fn gs_blocks_per_sm() -> u32 {
+    tuned_define("GS_BPS")
+}
+
+/// A numeric kernel constant the host also needs: the last `-DNAME=value` of `KILN_CUDA_DEFINES`, else the
+/// source's `#define`.
+fn tuned_define(name: &str) -> u32 {
+    let prefix = format!("-D{name}=");
     tuning_defines()
         .iter()
         .rev()
-        .find_map(|d| d.strip_prefix("-DGS_BPS=")?.parse().ok())
-        .unwrap_or(source_define("GS_BPS"))
+        .find_map(|d| d.strip_prefix(&prefix)?.parse().ok())
+        .unwrap_or_else(|| source_define(name))
 }
 
 /// The value of a numeric `#define NAME value` in the kernel source.
