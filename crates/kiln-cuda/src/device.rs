@@ -2341,14 +2341,7 @@ impl Device {
             jobs.iter()
                 .any(|j| j.0 == t.id() as i32 + K8_TYPE_OFFSET && j.3 > 0)
         };
-        let (has4, has6) = (has(GgmlType::Q4_K), has(GgmlType::Q6_K));
-        let def = |n: &str| crate::compile::source_define(n) as usize;
-        let act = (cols + cols / 8 + cols / 64 + 15) & !15;
-        let slot = GS_WARPS * (cols / 256).min(def("GS_CHUNK")) * if has6 { 208 } else { 144 };
-        let avail = (def("GS_SMEM") - def("GS_BAR_BYTES"))
-            .checked_sub(act * (has4 as usize + has6 as usize))?;
-        let stages = (avail / slot).min(def("GS_MAXST"));
-        (stages >= 2).then_some(stages)
+        stream_ring_stages(cols, has(GgmlType::Q4_K), has(GgmlType::Q6_K))
     }
 
     /// Row-wise RMSNorm of `n_rows × width` rows of `x` into `out`, times `w` (`width` values). With the fused
@@ -3220,9 +3213,33 @@ macro_rules! arg_impl {
 }
 arg_impl!(u64, i64, i32, f32);
 
+/// The streaming GEMV's ring stages for rows `cols` wide (a multiple of 256) over Q4_K and/or Q6_K weights, when at
+/// least two fit beside the staged activation row(s): gemv_stream.cu's `gs_ring`.
+fn stream_ring_stages(cols: usize, has4: bool, has6: bool) -> Option<usize> {
+    let def = |n: &str| crate::compile::source_define(n) as usize;
+    let act = (cols + cols / 8 + cols / 64 + 15) & !15;
+    let slot = GS_WARPS * (cols / 256).min(def("GS_CHUNK")) * if has6 { 208 } else { 144 };
+    let avail = (def("GS_SMEM") - def("GS_BAR_BYTES"))
+        .checked_sub(act * (has4 as usize + has6 as usize))?;
+    let stages = (avail / slot).min(def("GS_MAXST"));
+    (stages >= 2).then_some(stages)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streaming_gemv_ring_fits_the_8b_shapes() {
+        // 98,048 bytes after the barriers: the staged row(s), then stages of 15 rows x 8 super-blocks.
+        assert_eq!(stream_ring_stages(4096, true, false), Some(5)); // gate/up: 4,672 + 5 x 17,280
+        assert_eq!(stream_ring_stages(4096, true, true), Some(3)); // Q/K/V with a Q6_K V: 2 x 4,672 + 3 x 24,960
+        assert_eq!(stream_ring_stages(12288, false, true), Some(3)); // a Q6_K down: 14,016 + 3 x 24,960
+        assert_eq!(stream_ring_stages(12288, true, false), Some(4));
+        assert_eq!(stream_ring_stages(1024, true, false), Some(11)); // 0.6B: 1,168 + 11 x 8,640
+                                                                     // Too wide for two stages beside two staged rows: the 4-output GEMV takes it.
+        assert_eq!(stream_ring_stages(25600, true, true), None);
+    }
 
     #[test]
     fn repack_moves_scales_after_the_quants() {
