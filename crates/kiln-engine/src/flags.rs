@@ -33,7 +33,8 @@ pub const REGISTRY: &[FlagInfo] = &[
     FlagInfo {
         env: "KILN_NO_CPU_GEMM",
         disables: "CPU: the tiled Q4_K/Q6_K prefill kernel (weight rows packed 8 at a time, 8 activation rows per \
-                   call); every row runs the row-by-row dot kernel instead (same bits, slower)",
+                   call; used where the repacked K-quant kernel is not: AVX2 machines, KILN_NO_CPU_REPACK_K); \
+                   every row runs the row-by-row dot kernel instead (same bits, slower)",
         default_on: true,
     },
     FlagInfo {
@@ -41,6 +42,14 @@ pub const REGISTRY: &[FlagInfo] = &[
         disables: "CPU (AVX2, AVX-512): Q4_0/Q4_1/Q8_0 weights repacked at first use into groups of 8 interleaved rows, \
                    multiplied with any number of activation rows without horizontal sums (its own float order, \
                    the same for 1 or many rows); the row-by-row dot kernels on the GGUF bytes instead",
+        default_on: true,
+    },
+    FlagInfo {
+        env: "KILN_NO_CPU_REPACK_K",
+        disables: "CPU (AVX-512 VNNI): Q4_K/Q6_K weights repacked at first use into groups of 16 interleaved rows \
+                   (4-bit quants kept packed), multiplied with any number of activation rows, decode and prefill \
+                   (same bits as the row kernels); the row kernels (decode) and the tiled kernel (prefill) on the \
+                   GGUF bytes instead",
         default_on: true,
     },
     FlagInfo {
@@ -202,6 +211,8 @@ pub struct Flags {
     pub cpu_gemm: bool,
     /// CPU: Q4_0/Q4_1/Q8_0 weights repacked for the interleaved kernel.
     pub cpu_repack: bool,
+    /// CPU: Q4_K/Q6_K weights repacked for the 16-row interleaved kernel.
+    pub cpu_repack_k: bool,
     /// CPU decode: weights reading the same input matmul'd in one thread-pool region.
     pub cpu_one_region: bool,
     /// CUDA: repacked weights and the 16-byte-load GEMV kernels.
@@ -260,6 +271,7 @@ impl Default for Flags {
             simd: true,
             cpu_gemm: true,
             cpu_repack: true,
+            cpu_repack_k: true,
             cpu_one_region: true,
             cuda_gemv: true,
             cuda_fuse: true,
@@ -296,6 +308,7 @@ impl Flags {
             simd: false,
             cpu_gemm: false,
             cpu_repack: false,
+            cpu_repack_k: false,
             cpu_one_region: false,
             cuda_gemv: false,
             cuda_fuse: false,
@@ -360,6 +373,7 @@ impl Flags {
                 "KILN_NO_SIMD" => flags.simd = !disabled,
                 "KILN_NO_CPU_GEMM" => flags.cpu_gemm = !disabled,
                 "KILN_NO_CPU_REPACK" => flags.cpu_repack = !disabled,
+                "KILN_NO_CPU_REPACK_K" => flags.cpu_repack_k = !disabled,
                 "KILN_NO_CPU_ONE_REGION" => flags.cpu_one_region = !disabled,
                 "KILN_NO_CUDA_GEMV" => flags.cuda_gemv = !disabled,
                 "KILN_NO_CUDA_FUSE" => flags.cuda_fuse = !disabled,

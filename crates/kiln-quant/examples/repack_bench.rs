@@ -1,10 +1,13 @@
-//! Single-thread speed of the repacked Q4_0/Q4_1/Q8_0 kernel against the row-by-row kernels, at SmolLM2-135M's
-//! shapes (576 → 1536 and 1536 → 576), for 1 activation row (decode) and 16 (a verify block), on weights that
-//! fit in L2 and on weights ten times that size (read from memory), in GMAC/s.
+//! Single-thread speed of the repacked kernels against the row-by-row kernels (and, for Q4_K/Q6_K, the tiled
+//! prefill kernel, packing included), at SmolLM2-135M's shapes (576 → 1536 and 1536 → 576) for Q4_0/Q4_1/Q8_0 and
+//! Qwen3-0.6B's (1024 → 3072 and 3072 → 1024) for Q4_K/Q6_K, for 1 activation row (decode) and 16 (a verify
+//! block), on weights that fit in L2 and on weights 10 and 100 times that size (read from memory), in GMAC/s.
 //!
 //! `cargo run --release -p kiln-quant --example repack_bench`
 
-use kiln_quant::dot::{dot_kernel, quantize_activation, repack_kernel, vec_dot_type, Isa};
+use kiln_quant::dot::{
+    dot_kernel, gemm_kernel, quantize_activation, repack_kernel, vec_dot_type, Isa,
+};
 use kiln_quant::{quantize, GgmlType};
 use std::hint::black_box;
 use std::time::Instant;
@@ -34,18 +37,31 @@ fn best(reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let isa = Isa::Avx2;
-    if !isa.is_available() {
-        println!("no AVX2 here");
-        return;
-    }
     println!(
-        "| type | rows x cols | copies | act rows | row kernel GMAC/s | repacked GMAC/s | ratio |"
+        "| type | rows x cols | copies | act rows | row kernel GMAC/s | tiled GMAC/s | repacked GMAC/s | repacked / row |"
     );
-    println!("|---|---|---|---|---:|---:|---:|");
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        let (k, at) = (repack_kernel(ty, isa).expect("AVX2"), vec_dot_type(ty));
-        for (m, n) in [(1536usize, 576usize), (576, 1536)] {
+    println!("|---|---|---|---|---:|---:|---:|---:|");
+    let types = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ];
+    for ty in types {
+        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
+        let isa = if k_quant { Isa::Avx512Vnni } else { Isa::Avx2 };
+        let Some(k) = repack_kernel(ty, isa) else {
+            println!("| {ty} | no repacked kernel on this CPU ({isa}) |");
+            continue;
+        };
+        let at = vec_dot_type(ty);
+        let shapes = if k_quant {
+            [(3072usize, 1024usize), (1024, 3072)]
+        } else {
+            [(1536, 576), (576, 1536)]
+        };
+        for (m, n) in shapes {
             for copies in [1usize, 10, 100] {
                 let rb = ty.row_bytes(n as u64).unwrap() as usize;
                 let rows = m * copies;
@@ -72,6 +88,21 @@ fn main() {
                             black_box(&tmp);
                         }
                     });
+                    // The engine's tiled path: tiles of 32 weight rows packed, then every activation row.
+                    let tiled = gemm_kernel(ty, isa).filter(|_| acts > 1).map(|g| {
+                        let mut scratch = vec![0u8; g.packed_len(n, 32)];
+                        best(7, || {
+                            for r0 in (0..rows).step_by(32) {
+                                let nr = (rows - r0).min(32);
+                                g.pack(n, &w[r0 * rb..], rb, nr, &mut scratch);
+                                g.run_with(n, &scratch, nr, &a, arb, acts, |j, i0, v| {
+                                    out[j * rows + r0 + i0..j * rows + r0 + i0 + v.len()]
+                                        .copy_from_slice(v)
+                                });
+                            }
+                            black_box(&out);
+                        })
+                    });
                     let t_rep = best(7, || {
                         let mut ys = vec![0f32; k.scales_len(n, acts)];
                         k.act_scales(n, &a, arb, acts, &mut ys);
@@ -81,8 +112,9 @@ fn main() {
                         black_box(&out);
                     });
                     let macs = (rows * n * acts) as f64 / 1e9;
+                    let tiled = tiled.map_or("-".to_string(), |t| format!("{:.1}", macs / t));
                     println!(
-                        "| {ty} | {m}x{n} | {copies} | {acts} | {:.1} | {:.1} | {:.2} |",
+                        "| {ty} | {m}x{n} | {copies} | {acts} | {:.1} | {tiled} | {:.1} | {:.2} |",
                         macs / t_row,
                         macs / t_rep,
                         t_row / t_rep

@@ -1,17 +1,47 @@
-//! The repacked Q4_0/Q4_1/Q8_0 kernel ([`repack_kernel`]) against its scalar model
-//! ([`repacked_dot_reference`]) bit for bit over a sweep of shapes (partial groups of 8 weight rows, activation
-//! counts that leave a partial pair, odd block counts, padded strides), every activation row's results the same
-//! bits whatever rows share its call, and the model itself against the exact dequantized product.
+//! The repacked kernels ([`repack_kernel`]: Q4_0/Q4_1/Q8_0, and Q4_K/Q6_K on AVX-512 VNNI) against their scalar
+//! model ([`repacked_dot_reference`]) bit for bit over a sweep of shapes (partial groups of 8 or 16 weight rows,
+//! activation counts that leave a partial step, odd block counts, padded strides), every activation row's results
+//! the same bits whatever rows share its call, and the model itself against the exact dequantized product. The
+//! K-quants' model is the scalar dot kernel, so they are also checked against the row kernels.
 
 use half::f16;
 use kiln_quant::dot::{
-    quantize_activation, repack_kernel, repacked_dot_reference, vec_dot_type, Isa, RepackKernel,
+    dot_kernel, quantize_activation, repack_kernel, repacked_dot_reference, vec_dot_type, Isa,
+    RepackKernel,
 };
 use kiln_quant::{dequantize, GgmlType};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+const TYPES: [GgmlType; 5] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+];
+
+/// Byte offsets of a block's f16 scales.
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_1 | GgmlType::Q4_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[0],
+    }
+}
+
+fn is_k(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+}
+
+/// Row lengths to sweep: whole blocks, odd block counts.
+fn lengths(ty: GgmlType) -> &'static [usize] {
+    if is_k(ty) {
+        &[256, 768, 1280]
+    } else {
+        &[32, 96, 576, 1568]
+    }
+}
 
 /// A fresh seed per run (printed; replay with `KILN_TEST_SEED`), `salt` keeping the tests' streams apart.
 fn rng(salt: u64) -> StdRng {
@@ -28,17 +58,16 @@ fn rng(salt: u64) -> StdRng {
     StdRng::seed_from_u64(seed ^ salt)
 }
 
-/// `rows` random weight rows of `n` elements, `stride` bytes apart: random quant bits everywhere (Q8_0's -128
-/// included) and finite f16 headers (`d`, and `m` for Q4_1).
+/// `rows` random weight rows of `n` elements, `stride` bytes apart: random quant and scale bits everywhere (Q8_0's
+/// -128 and Q6_K's negative scales included) and finite f16 scales.
 fn random_weights(rng: &mut StdRng, ty: GgmlType, n: usize, rows: usize, stride: usize) -> Vec<u8> {
     let row = ty.row_bytes(n as u64).unwrap() as usize;
-    let headers = if ty == GgmlType::Q4_1 { 2 } else { 1 };
     let mut w: Vec<u8> = (0..rows * stride).map(|_| rng.gen()).collect();
     for r in 0..rows {
         for block in w[r * stride..r * stride + row].chunks_exact_mut(ty.block_bytes()) {
-            for h in 0..headers {
+            for &o in f16_fields(ty) {
                 let s = f16::from_f32(rng.gen_range(-0.05f32..0.05));
-                block[2 * h..2 * h + 2].copy_from_slice(&s.to_le_bytes());
+                block[o..o + 2].copy_from_slice(&s.to_le_bytes());
             }
         }
     }
@@ -68,9 +97,10 @@ fn random_acts(
 }
 
 fn kernel(ty: GgmlType) -> Option<RepackKernel> {
-    let k = repack_kernel(ty, Isa::Avx2);
+    let isa = if is_k(ty) { Isa::Avx512Vnni } else { Isa::Avx2 };
+    let k = repack_kernel(ty, isa);
     if k.is_none() {
-        eprintln!("no AVX2 on this CPU: the repacked kernel is not tested here");
+        eprintln!("no {isa} on this CPU: the repacked {ty} kernel is not tested here");
     }
     k
 }
@@ -107,10 +137,20 @@ fn run(
 fn repacked_kernel_equals_its_scalar_model_bit_for_bit() {
     let mut rng = rng(0x7e9a);
     for ty in TYPES {
-        let Some(k) = kernel(ty) else { return };
+        let Some(k) = kernel(ty) else { continue };
         let at = vec_dot_type(ty);
-        for n in [32, 96, 576, 1568] {
-            for (rows, n_act) in [(1, 1), (7, 2), (8, 3), (9, 1), (17, 5), (24, 4)] {
+        let row_kernel = dot_kernel(ty, Isa::detect()).unwrap();
+        for &n in lengths(ty) {
+            for (rows, n_act) in [
+                (1, 1),
+                (7, 2),
+                (8, 3),
+                (9, 1),
+                (17, 5),
+                (24, 4),
+                (16, 6),
+                (33, 7),
+            ] {
                 let (wrow, arow) = (
                     ty.row_bytes(n as u64).unwrap() as usize,
                     at.row_bytes(n as u64).unwrap() as usize,
@@ -133,6 +173,14 @@ fn repacked_kernel_equals_its_scalar_model_bit_for_bit() {
                             "{ty} n={n} rows={rows} n_act={n_act}: row {i}, act {j}: {} vs {want}",
                             got[j * rows + i]
                         );
+                        if is_k(ty) {
+                            let dot = row_kernel.dot(
+                                n,
+                                &w[i * ws..i * ws + wrow],
+                                &a[j * as_..j * as_ + arow],
+                            );
+                            assert_eq!(dot.to_bits(), want.to_bits(), "{ty}: the row kernel");
+                        }
                     }
                 }
             }
@@ -144,8 +192,8 @@ fn repacked_kernel_equals_its_scalar_model_bit_for_bit() {
 fn repacked_rows_do_not_depend_on_their_neighbours() {
     let mut rng = rng(0x51de);
     for ty in TYPES {
-        let Some(k) = kernel(ty) else { return };
-        let (n, rows, n_act) = (320, 19, 7);
+        let Some(k) = kernel(ty) else { continue };
+        let (n, rows, n_act) = (if is_k(ty) { 512 } else { 320 }, 19, 7);
         let arow = vec_dot_type(ty).row_bytes(n as u64).unwrap() as usize;
         let wrow = ty.row_bytes(n as u64).unwrap() as usize;
         let w = random_weights(&mut rng, ty, n, rows, wrow);
@@ -168,7 +216,7 @@ fn repacked_rows_do_not_depend_on_their_neighbours() {
 fn repacked_model_matches_the_dequantized_product() {
     let mut rng = rng(0x0dd5);
     for ty in TYPES {
-        let n = 576;
+        let n = if is_k(ty) { 768 } else { 576 };
         let (wrow, arow) = (
             ty.row_bytes(n as u64).unwrap() as usize,
             vec_dot_type(ty).row_bytes(n as u64).unwrap() as usize,

@@ -94,11 +94,14 @@ fn tile_rows(n_w_rows: usize, n_act_rows: usize, threads: usize) -> usize {
     }
 }
 
-/// A weight repacked for the interleaved Q4_0/Q4_1/Q8_0 kernel ([`RepackKernel`]): every matmul on it reads
-/// this copy, one row or many, so its rows keep the same bits in decode, prefill and verify passes.
+/// A weight repacked for the interleaved kernel ([`RepackKernel`]: Q4_0/Q4_1/Q8_0, and Q4_K/Q6_K on AVX-512
+/// VNNI): every matmul on it reads this copy, one row or many, so its rows keep the same bits in decode, prefill
+/// and verify passes.
 pub(crate) struct Repacked {
     kernel: RepackKernel,
+    /// The packed weight starts at `bytes[start]`, 64-byte aligned: the K-quants' vectors are whole cache lines.
     bytes: Vec<u8>,
+    start: usize,
     /// The GGUF the weight came from, kept mapped while its cache key (the file's address) is in use.
     _file: Option<Arc<GgufFile>>,
 }
@@ -113,11 +116,12 @@ impl Repacked {
     ) -> Repacked {
         let (k, m, rb) = (w.cols, w.rows, w.row_bytes);
         let group = kernel.group_len(k);
-        let mut bytes = vec![0u8; kernel.packed_len(k, m)];
-        // 64 groups of 8 rows a task.
-        let chunk = 64 * RepackKernel::GROUP_ROWS;
+        let mut bytes = vec![0u8; kernel.packed_len(k, m) + 63];
+        let start = bytes.as_ptr().align_offset(64).min(63);
+        // 64 groups a task.
+        let chunk = 64 * kernel.group_rows();
         be.pool.install(|| {
-            bytes
+            bytes[start..]
                 .par_chunks_mut(64 * group)
                 .enumerate()
                 .for_each(|(t, out)| {
@@ -128,8 +132,14 @@ impl Repacked {
         Repacked {
             kernel,
             bytes,
+            start,
             _file: file,
         }
+    }
+
+    /// Weight rows per packed group.
+    fn group_rows(&self) -> usize {
+        self.kernel.group_rows()
     }
 
     /// The block scales of `n_act` activation rows (`arb` bytes each) in `scratch`, as the kernel reads them.
@@ -150,7 +160,7 @@ impl Repacked {
         &scratch[..need]
     }
 
-    /// Weight rows `r0..r1` (`r0` a multiple of [`RepackKernel::GROUP_ROWS`]) times the `n_act` activation rows
+    /// Weight rows `r0..r1` (`r0` a multiple of [`Repacked::group_rows`]) times the `n_act` activation rows
     /// `acts` (`arb` bytes each, block scales `ys` from [`Repacked::scales`]), stored at `out[j * m + r]`.
     #[allow(clippy::too_many_arguments)]
     fn run_rows(
@@ -162,7 +172,7 @@ impl Repacked {
         n_act: usize,
         out: OutPtr,
     ) {
-        let packed = &self.bytes[r0 / RepackKernel::GROUP_ROWS * self.kernel.group_len(k)..];
+        let packed = &self.bytes[self.start + r0 / self.group_rows() * self.kernel.group_len(k)..];
         self.kernel
             .run_with(k, packed, r1 - r0, acts, arb, ys, n_act, |j, i0, vals| {
                 // SAFETY: (j, r0 + i0 ..) lie in rows r0..r1 of activation row j, which only this caller's
@@ -238,7 +248,7 @@ pub(crate) fn matmul_packed(
         }
         let acts: &[u8] = &acts[..n_rows * arb];
         if let Some(p) = packed {
-            let tile = tile.next_multiple_of(RepackKernel::GROUP_ROWS);
+            let tile = tile.next_multiple_of(p.group_rows());
             let mut sg = be.scale_scratch.lock().unwrap_or_else(|p| p.into_inner());
             let ys = p.scales(k, acts, arb, n_rows, &mut sg);
             be.pool.install(|| {
@@ -348,8 +358,8 @@ pub(crate) fn matmul_many(
         kernels[i] = Some(dot_kernel(w.ty, be.isa).map_err(|e| quant_err(w.name, e))?);
         ptrs[i] = OutPtr(o.as_mut_ptr());
         tiles[i] = tile_rows(w.rows, n_rows, be.threads);
-        if packed.get(i).copied().flatten().is_some() {
-            tiles[i] = tiles[i].next_multiple_of(RepackKernel::GROUP_ROWS);
+        if let Some(p) = packed.get(i).copied().flatten() {
+            tiles[i] = tiles[i].next_multiple_of(p.group_rows());
         }
         total += w.rows.div_ceil(tiles[i]);
         ends[i] = total;
@@ -736,19 +746,28 @@ mod tests {
         }
     }
 
-    /// The repacked Q4_0/Q4_1/Q8_0 kernel through the matmul: against the dequantized product, every row of a
-    /// many-row call (partial groups of 8 weight rows, partial tiles) the bits of that row alone, and
+    /// The repacked kernels (Q4_0/Q4_1/Q8_0, and Q4_K/Q6_K on AVX-512 VNNI) through the matmul: against the
+    /// dequantized product, every row of a many-row call (partial groups of 8 or 16 weight rows, partial tiles)
+    /// the bits of that row alone, the K-quants the bits of the unpacked matmul (row and tiled kernels), and
     /// `matmul_many` on repacked weights the bits of separate matmuls (1 and 2 rows: one region; 5: the fallback).
     #[test]
     fn repacked_rows_are_exact_alone_in_any_batch_and_in_one_region() {
+        use kiln_quant::dot::Isa;
         let be = CpuBackend::new(2, Flags::default()).unwrap();
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-            // The AVX2 kernel asked for by name, so that AVX-512 machines (whose backend keeps the row kernels)
-            // test it too: the matmul takes any repacked weight it is given.
-            let Some(kernel) = kiln_quant::dot::repack_kernel(ty, kiln_quant::dot::Isa::Avx2)
-            else {
-                eprintln!("no AVX2 on this CPU: the repacked kernel is not tested here");
-                return;
+        let types = [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ];
+        for ty in types {
+            let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
+            // Each kernel asked for by its ISA: the matmul takes any repacked weight it is given.
+            let isa = if k_quant { Isa::Avx512Vnni } else { Isa::Avx2 };
+            let Some(kernel) = kiln_quant::dot::repack_kernel(ty, isa) else {
+                eprintln!("no {isa} on this CPU: the repacked {ty} kernel is not tested here");
+                continue;
             };
             let at = vec_dot_type(ty);
             let mut packs = Vec::new();
@@ -768,6 +787,16 @@ mod tests {
                 let x = rand_vec(n * k, 3 + n as u64);
                 let mut all = vec![f32::NAN; n * m];
                 matmul_packed(&be, &mut all, &view, Some(&p), &x, n).unwrap();
+                if k_quant {
+                    let mut unpacked = vec![f32::NAN; n * m];
+                    matmul_packed(&be, &mut unpacked, &view, None, &x, n).unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&all),
+                        bits(&unpacked),
+                        "{ty} {k}: the unpacked kernels"
+                    );
+                }
                 for j in 0..n {
                     let mut one = vec![f32::NAN; m];
                     matmul_packed(&be, &mut one, &view, Some(&p), &x[j * k..], 1).unwrap();

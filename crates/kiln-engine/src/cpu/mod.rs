@@ -93,10 +93,17 @@ impl CpuBackend {
         self.flags
     }
 
-    /// `w` repacked for the interleaved kernel, when it applies (2-D Q4_0/Q4_1/Q8_0 on AVX2 or AVX-512, quantized
-    /// activations, [`Flags::cpu_repack`]); packed on the pool at first use and kept for the backend's lifetime.
+    /// `w` repacked for the interleaved kernel, when it applies (2-D Q4_0/Q4_1/Q8_0 on AVX2 or AVX-512,
+    /// [`Flags::cpu_repack`]; Q4_K/Q6_K on AVX-512 VNNI, [`Flags::cpu_repack_k`]; quantized activations); packed on
+    /// the pool at first use and kept for the backend's lifetime.
     fn repacked(&self, w: &Weight) -> Option<Arc<matmul::Repacked>> {
-        if !self.flags.cpu_repack || !self.flags.quant_act || w.shape.len() != 2 {
+        let k_quant = matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K);
+        let on = if k_quant {
+            self.flags.cpu_repack_k
+        } else {
+            self.flags.cpu_repack
+        };
+        if !on || !self.flags.quant_act || w.shape.len() != 2 {
             return None;
         }
         let kernel = kiln_quant::dot::repack_kernel(w.ty, self.isa)?;

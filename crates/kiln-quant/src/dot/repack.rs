@@ -1,11 +1,17 @@
-//! The interleaved kernel for the 32-element block formats Q4_0, Q4_1 and Q8_0 (AVX2 code, on AVX-512 machines
-//! too): a weight is repacked once ([`RepackKernel::pack`]) into groups of 8 rows whose quants interleave 4 bytes
-//! at a time (one 32-bit lane of a vector per row), then multiplied with any number of activation rows
-//! ([`RepackKernel::run_with`]), decode and prefill alike.
+//! The interleaved kernels: a weight is repacked once ([`RepackKernel::pack`]) into groups of rows whose quants
+//! interleave 4 bytes at a time (one 32-bit lane of a vector per row), then multiplied with any number of
+//! activation rows ([`RepackKernel::run_with`]), decode and prefill alike. The lanes are the outputs, so no
+//! horizontal sums are needed and a block's quants are unpacked once for every activation row of the call.
 //!
-//! The row-by-row kernels keep 8 float lanes of partial sums per (weight row, activation row) pair, so they
-//! cannot be tiled over several weight rows; this kernel defines its own per-pair arithmetic instead, one f32
-//! chain over the blocks in order:
+//! - Q4_0, Q4_1 and Q8_0: groups of 8 rows, AVX2 code (on AVX-512 machines too).
+//! - Q4_K and Q6_K: groups of 16 rows, AVX-512 VNNI only (`x86::krepack`). Their per-pair arithmetic is the
+//!   scalar reference's (exact integer super-block sums, then the same f32 steps lane by lane), so their results
+//!   equal [`super::DotKernel::dot`] and the tiled prefill kernel bit for bit, and [`repacked_dot_reference`] is
+//!   the scalar dot kernel.
+//!
+//! The legacy formats' row-by-row kernels keep 8 float lanes of partial sums per (weight row, activation row)
+//! pair, so they cannot be tiled over several weight rows; their repacked kernel defines its own per-pair
+//! arithmetic instead, one f32 chain over the blocks in order:
 //!
 //! ```text
 //! acc = fma(f32(d_w) * f32(d_a), f32(isum_b), acc)      for b = 0, 1, ... (isum_b: the block's exact integer dot)
@@ -18,7 +24,7 @@
 //! weight uses this kernel (the CPU backend repacks a weight once and then always reads the repacked copy).
 
 use super::{vec_dot_type, Isa};
-use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
+use crate::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK, QK_K};
 use crate::GgmlType;
 use half::f16;
 
@@ -28,15 +34,26 @@ pub struct RepackKernel {
     ty: GgmlType,
 }
 
-/// The repacked kernel for `w` on `isa`: Q4_0, Q4_1 and Q8_0 on AVX2 and on AVX-512 VNNI (where it runs in its
-/// AVX2 form: on a 2-core AVX-512 VNNI machine it beat the four-row VNNI row kernels at SmolLM2-135M Q4_1 pp16 by
-/// 1.48x, pp128 1.76x, tg64 1.22x); otherwise `None`.
+/// The repacked kernel for `w` on `isa`, or `None`: Q4_0, Q4_1 and Q8_0 on AVX2 and on AVX-512 VNNI (where they
+/// run in their AVX2 form: on a 2-core AVX-512 VNNI machine it beat the four-row VNNI row kernels at SmolLM2-135M
+/// Q4_1 pp16 by 1.48x, pp128 1.76x, tg64 1.22x); Q4_K and Q6_K on AVX-512 VNNI.
 pub fn repack_kernel(w: GgmlType, isa: Isa) -> Option<RepackKernel> {
-    let isa_ok = matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) && Isa::Avx2.is_available();
-    if !cfg!(target_arch = "x86_64") || !isa_ok {
+    if !cfg!(target_arch = "x86_64") || !isa.is_available() {
         return None;
     }
-    matches!(w, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0).then_some(RepackKernel { ty: w })
+    let ok = match w {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
+            matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) && Isa::Avx2.is_available()
+        }
+        GgmlType::Q4_K | GgmlType::Q6_K => isa == Isa::Avx512Vnni,
+        _ => false,
+    };
+    ok.then_some(RepackKernel { ty: w })
+}
+
+/// Whether `ty` is one of the K-quants (16-row groups, the scalar reference's arithmetic).
+const fn is_k(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
 }
 
 /// Bytes of one block of a packed group of 8 rows: the quants (4 or 8 vectors of 32 bytes) and the f16 scales
@@ -56,30 +73,43 @@ const fn scale_bytes(ty: GgmlType) -> usize {
 }
 
 impl RepackKernel {
-    /// Weight rows per packed group.
-    pub const GROUP_ROWS: usize = 8;
+    /// The most weight rows a packed group holds, of any type.
+    pub const MAX_GROUP_ROWS: usize = 16;
 
     /// The weight type.
     pub fn weight_type(&self) -> GgmlType {
         self.ty
     }
 
-    /// Bytes of one packed group of rows of `n` elements.
-    pub fn group_len(&self, n: usize) -> usize {
-        (n / QK) * (quant_bytes(self.ty) + scale_bytes(self.ty))
+    /// Weight rows per packed group: 8, or 16 for the K-quants.
+    pub fn group_rows(&self) -> usize {
+        if is_k(self.ty) {
+            16
+        } else {
+            8
+        }
     }
 
-    /// Bytes of `rows` packed weight rows of `n` elements (whole groups of [`Self::GROUP_ROWS`]).
+    /// Bytes of one packed group of rows of `n` elements.
+    pub fn group_len(&self, n: usize) -> usize {
+        match self.ty {
+            GgmlType::Q4_K => (n / QK_K) * imp::Q4_BLOCK,
+            GgmlType::Q6_K => (n / QK_K) * imp::Q6_BLOCK,
+            _ => (n / QK) * (quant_bytes(self.ty) + scale_bytes(self.ty)),
+        }
+    }
+
+    /// Bytes of `rows` packed weight rows of `n` elements (whole groups of [`Self::group_rows`]).
     pub fn packed_len(&self, n: usize, rows: usize) -> usize {
-        rows.div_ceil(Self::GROUP_ROWS) * self.group_len(n)
+        rows.div_ceil(self.group_rows()) * self.group_len(n)
     }
 
     /// Packs `rows` weight rows of `n` elements, row `i` at byte `i * row_stride` of `w`, into `out`
     /// ([`Self::packed_len`] bytes); a last partial group is padded with zero rows.
     ///
     /// # Panics
-    /// If `n` is not a whole number of 32-element blocks, `w` does not hold the rows or `out` is too short: the
-    /// caller validates shapes once (at model load), so a mismatch is a bug in the caller.
+    /// If `n` is not a whole number of blocks, `w` does not hold the rows or `out` is too short: the caller
+    /// validates shapes once (at model load), so a mismatch is a bug in the caller.
     pub fn pack(&self, n: usize, w: &[u8], row_stride: usize, rows: usize, out: &mut [u8]) {
         let row = super::row_len(self.ty, n).expect("repack: n is whole blocks");
         assert!(
@@ -96,10 +126,23 @@ impl RepackKernel {
             out.len()
         );
         out[..len].fill(0);
-        let (nb, qb, group) = (n / QK, quant_bytes(self.ty), self.group_len(n));
+        let group = self.group_len(n);
+        if is_k(self.ty) {
+            for r in 0..rows {
+                let (g, l) = (r / 16, r % 16);
+                let (src, dst) = (&w[r * row_stride..][..row], &mut out[g * group..][..group]);
+                if self.ty == GgmlType::Q4_K {
+                    imp::pack_q4_k_row(n / QK_K, src, l, dst);
+                } else {
+                    imp::pack_q6_k_row(n / QK_K, src, l, dst);
+                }
+            }
+            return;
+        }
+        let (nb, qb) = (n / QK, quant_bytes(self.ty));
         let wb = row / nb;
         for r in 0..rows {
-            let (g, l) = (r / Self::GROUP_ROWS, r % Self::GROUP_ROWS);
+            let (g, l) = (r / 8, r % 8);
             let dst = &mut out[g * group..(g + 1) * group];
             for b in 0..nb {
                 let blk = &w[r * row_stride + b * wb..r * row_stride + (b + 1) * wb];
@@ -127,8 +170,13 @@ impl RepackKernel {
         n_act * self.scales_per_row(n)
     }
 
+    /// The K-quants need none: their kernel reads the activations' f32 scales and per-16 sums in place.
     fn scales_per_row(&self, n: usize) -> usize {
-        (n / QK) * if self.ty == GgmlType::Q4_1 { 2 } else { 1 }
+        match self.ty {
+            GgmlType::Q4_1 => 2 * (n / QK),
+            ty if is_k(ty) => 0,
+            _ => n / QK,
+        }
     }
 
     /// The f16 block scales of `n_act` activation rows (row `j` at byte `j * a_stride` of `a`) as f32, the form
@@ -145,6 +193,9 @@ impl RepackKernel {
             "repack scales {}: buffers too short for {n_act} rows of {n}",
             self.ty
         );
+        if is_k(self.ty) {
+            return;
+        }
         let ab = vec_dot_type(self.ty).block_bytes();
         let two = self.ty == GgmlType::Q4_1;
         // SAFETY: the assert above bounds the rows read and the scales written; `repack_kernel` checked the
@@ -166,7 +217,7 @@ impl RepackKernel {
     /// Multiplies the first `rows` rows of `packed` (from [`Self::pack`]) with `n_act` activation rows (row `j`
     /// at byte `j * a_stride` of `a`, in [`vec_dot_type`] of the weight; `ys` their [`Self::act_scales`]),
     /// handing each result run to `emit(j, i0, values)`: `values[k]` = weight row `i0 + k` · activation row `j`,
-    /// runs of up to [`Self::GROUP_ROWS`], every pair exactly once, each bit-identical to
+    /// runs of up to [`Self::group_rows`], every pair exactly once, each bit-identical to
     /// [`repacked_dot_reference`].
     ///
     /// # Panics
@@ -192,13 +243,42 @@ impl RepackKernel {
             "repack run {}: buffers too short for {rows} x {n_act} of {n}",
             self.ty
         );
-        let (group, nb, per_row) = (self.group_len(n), n / QK, self.scales_per_row(n));
+        let group = self.group_len(n);
+        if is_k(self.ty) {
+            let mut tmp = [[0f32; 16]; imp::K_MAX_ACT];
+            let q6 = self.ty == GgmlType::Q6_K;
+            for j0 in (0..n_act).step_by(imp::K_MAX_ACT) {
+                let nj = (n_act - j0).min(imp::K_MAX_ACT);
+                for (g, r0) in (0..rows).step_by(16).enumerate() {
+                    let nr = (rows - r0).min(16);
+                    // SAFETY: the assert above bounds the group and the activation rows read (`next` is only
+                    // prefetched); `repack_kernel` only hands out a K-quant kernel on a CPU with AVX-512 VNNI.
+                    unsafe {
+                        imp::run_group_k(
+                            q6,
+                            n / QK_K,
+                            packed.as_ptr().add(g * group),
+                            packed.as_ptr().wrapping_add((g + 1) * group),
+                            a.as_ptr().add(j0 * a_stride),
+                            a_stride,
+                            nj,
+                            &mut tmp,
+                        )
+                    };
+                    for (jj, t) in tmp.iter().take(nj).enumerate() {
+                        emit(j0 + jj, r0, &t[..nr]);
+                    }
+                }
+            }
+            return;
+        }
+        let (nb, per_row) = (n / QK, self.scales_per_row(n));
         let mut tmp = [[0f32; 8]; imp::MAX_ACT];
         let step = imp::act_rows(self.ty);
         for j0 in (0..n_act).step_by(step) {
             let nj = (n_act - j0).min(step);
-            for (g, r0) in (0..rows).step_by(Self::GROUP_ROWS).enumerate() {
-                let nr = (rows - r0).min(Self::GROUP_ROWS);
+            for (g, r0) in (0..rows).step_by(8).enumerate() {
+                let nr = (rows - r0).min(8);
                 // SAFETY: the assert above bounds the group, the activation rows and their scales read;
                 // `repack_kernel` only hands out a kernel on a CPU with AVX2, FMA and F16C.
                 unsafe {
@@ -222,12 +302,17 @@ impl RepackKernel {
     }
 }
 
-/// The repacked kernel's arithmetic for one weight row `w` (GGUF layout, `n` elements of `ty`: Q4_0, Q4_1 or
-/// Q8_0) and one activation row `a` (its [`vec_dot_type`]), in scalar code (see the module header).
+/// The repacked kernel's arithmetic for one weight row `w` (GGUF layout, `n` elements of `ty`: Q4_0, Q4_1,
+/// Q8_0, Q4_K or Q6_K) and one activation row `a` (its [`vec_dot_type`]), in scalar code (see the module header;
+/// for the K-quants, the scalar dot kernel).
 ///
 /// # Panics
-/// If `ty` is not one of those three or a row is shorter than `n` elements.
+/// If `ty` is not one of those five or a row is shorter than `n` elements.
 pub fn repacked_dot_reference(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+    if is_k(ty) {
+        let (w, a) = super::rows(ty, vec_dot_type(ty), n, w, a);
+        return super::scalar::kernel(ty).expect("K-quants have a scalar kernel")(n, w, a);
+    }
     let (w, a) = super::rows(ty, vec_dot_type(ty), n, w, a);
     let nb = n / QK;
     let (mut acc, mut min) = (0f32, 0f32);
@@ -281,6 +366,10 @@ fn nibble(qs: &[u8; QK / 2], j: usize) -> u8 {
 
 #[cfg(target_arch = "x86_64")]
 mod imp {
+    pub(super) use crate::dot::x86::krepack::{
+        pack_q4_k_row, pack_q6_k_row, run_group as run_group_k, MAX_ACT as K_MAX_ACT, Q4_BLOCK,
+        Q6_BLOCK,
+    };
     pub(super) use crate::dot::x86::repack::{act_rows, act_scales, run_group, MAX_ACT};
 }
 
@@ -289,6 +378,28 @@ mod imp {
 mod imp {
     use crate::GgmlType;
     pub(super) const MAX_ACT: usize = 1;
+    pub(super) const K_MAX_ACT: usize = 1;
+    pub(super) const Q4_BLOCK: usize = 0;
+    pub(super) const Q6_BLOCK: usize = 0;
+    pub(super) fn pack_q4_k_row(_: usize, _: &[u8], _: usize, _: &mut [u8]) {
+        unreachable!("no repacked kernel on this architecture")
+    }
+    pub(super) fn pack_q6_k_row(_: usize, _: &[u8], _: usize, _: &mut [u8]) {
+        unreachable!("no repacked kernel on this architecture")
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn run_group_k(
+        _: bool,
+        _: usize,
+        _: *const u8,
+        _: *const u8,
+        _: *const u8,
+        _: usize,
+        _: usize,
+        _: &mut [[f32; 16]; K_MAX_ACT],
+    ) {
+        unreachable!("no repacked kernel on this architecture")
+    }
     pub(super) fn act_rows(_: GgmlType) -> usize {
         1
     }

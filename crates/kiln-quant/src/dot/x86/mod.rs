@@ -12,6 +12,7 @@
 
 pub(crate) mod gemm;
 mod kquants;
+pub(crate) mod krepack;
 mod legacy;
 pub(crate) mod repack;
 
