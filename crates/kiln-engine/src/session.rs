@@ -134,7 +134,7 @@ fn forward_on<B: Backend>(
     logit_rows: &[usize],
     layers: &[usize],
     out: LogitsOut,
-    run: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<()>,
+    run: impl FnOnce(&mut (dyn FnMut() -> Result<()> + Send)) -> Result<()>,
 ) -> Result<Vec<(usize, Vec<f32>)>> {
     let hp = model.hparams();
     // `layers` (ascending, distinct) stay on the backend until the pass ends; the buffer is grown outside it.
@@ -398,7 +398,7 @@ impl<'m> Session<'m> {
                     lrows,
                     layers,
                     out,
-                    |f| f(),
+                    |f| be.run_pass(f),
                 )?
             }
             #[cfg(feature = "cuda")]

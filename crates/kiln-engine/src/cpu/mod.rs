@@ -37,6 +37,8 @@ pub struct CpuBackend {
     /// Weights repacked for the interleaved kernel ([`Flags::cpu_repack`]), built at first use, by
     /// [`crate::weights::Weight::cache_key`].
     repacked: Mutex<HashMap<(usize, usize), Arc<matmul::Repacked>>>,
+    /// Held while a pass runs in the pool ([`CpuBackend::run_pass`]).
+    pass_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for CpuBackend {
@@ -75,12 +77,27 @@ impl CpuBackend {
             act_scratch: Mutex::new(Vec::new()),
             scale_scratch: Mutex::new(Vec::new()),
             repacked: Mutex::new(HashMap::new()),
+            pass_lock: Mutex::new(()),
         })
     }
 
     /// Worker threads.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Runs a forward pass on one of the pool's threads. Its parallel regions then start from inside the pool
+    /// (the other workers steal their share) instead of each being injected from outside and waited for: a
+    /// decode step has a few regions per layer, and each outside call cost a thread wake-up or two.
+    ///
+    /// One pass at a time: a worker waiting inside a pass's region may pick up any queued pool job, and a second
+    /// pass started there would wait on the scratch buffers its own thread holds further down the stack.
+    pub(crate) fn run_pass(&self, pass: &mut (dyn FnMut() -> Result<()> + Send)) -> Result<()> {
+        if self.pool.current_thread_index().is_some() {
+            return pass();
+        }
+        let _one = self.pass_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.pool.install(pass)
     }
 
     /// The instruction set the dot products run on.

@@ -702,12 +702,17 @@ impl Drafter {
         match &mut st.exec {
             Exec::Cpu { kv, sc } => {
                 be.write(&mut sc.x, &x)?;
-                self.block_rows(be, kv, sc, start, n)?;
+                be.run_pass(&mut || {
+                    self.block_rows(be, kv, sc, start, n)?;
+                    if propose {
+                        be.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
+                        be.matmul(&mut sc.logits, &self.head, &sc.tmp, drafts)?;
+                    }
+                    Ok(())
+                })?;
                 if !propose {
                     return Ok(Vec::new());
                 }
-                be.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
-                be.matmul(&mut sc.logits, &self.head, &sc.tmp, drafts)?;
                 if on_device {
                     return be.argmax_rows(&sc.logits, drafts, c.vocab);
                 }
