@@ -53,6 +53,13 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CPU_POOL_PASS",
+        disables: "CPU: a forward pass (target or drafter) run on one of the thread pool's threads, so that its \
+                   parallel regions start inside the pool; each region is handed to the pool from the calling \
+                   thread and waited for instead (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CPU_ONE_REGION",
         disables: "CPU decode: Q/K/V and gate/up matmuls share one activation quantization and one thread-pool \
                    region; one region per matmul instead (same bits)",
@@ -213,6 +220,8 @@ pub struct Flags {
     pub cpu_repack: bool,
     /// CPU: Q4_K/Q6_K weights repacked for the 16-row interleaved kernel.
     pub cpu_repack_k: bool,
+    /// CPU: forward passes run on a pool thread.
+    pub cpu_pool_pass: bool,
     /// CPU decode: weights reading the same input matmul'd in one thread-pool region.
     pub cpu_one_region: bool,
     /// CUDA: repacked weights and the 16-byte-load GEMV kernels.
@@ -272,6 +281,7 @@ impl Default for Flags {
             cpu_gemm: true,
             cpu_repack: true,
             cpu_repack_k: true,
+            cpu_pool_pass: true,
             cpu_one_region: true,
             cuda_gemv: true,
             cuda_fuse: true,
@@ -309,6 +319,7 @@ impl Flags {
             cpu_gemm: false,
             cpu_repack: false,
             cpu_repack_k: false,
+            cpu_pool_pass: false,
             cpu_one_region: false,
             cuda_gemv: false,
             cuda_fuse: false,
@@ -374,6 +385,7 @@ impl Flags {
                 "KILN_NO_CPU_GEMM" => flags.cpu_gemm = !disabled,
                 "KILN_NO_CPU_REPACK" => flags.cpu_repack = !disabled,
                 "KILN_NO_CPU_REPACK_K" => flags.cpu_repack_k = !disabled,
+                "KILN_NO_CPU_POOL_PASS" => flags.cpu_pool_pass = !disabled,
                 "KILN_NO_CPU_ONE_REGION" => flags.cpu_one_region = !disabled,
                 "KILN_NO_CUDA_GEMV" => flags.cuda_gemv = !disabled,
                 "KILN_NO_CUDA_FUSE" => flags.cuda_fuse = !disabled,

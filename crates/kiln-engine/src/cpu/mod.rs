@@ -93,7 +93,7 @@ impl CpuBackend {
     /// One pass at a time: a worker waiting inside a pass's region may pick up any queued pool job, and a second
     /// pass started there would wait on the scratch buffers its own thread holds further down the stack.
     pub(crate) fn run_pass(&self, pass: &mut (dyn FnMut() -> Result<()> + Send)) -> Result<()> {
-        if self.pool.current_thread_index().is_some() {
+        if !self.flags.cpu_pool_pass || self.pool.current_thread_index().is_some() {
             return pass();
         }
         let _one = self.pass_lock.lock().unwrap_or_else(|p| p.into_inner());
