@@ -29,11 +29,12 @@
 //! (decoded, interleaved) and multiplied with up to 8 activation rows per call, every output a lane of a VNNI
 //! accumulator. Its results are bit-identical to [`DotKernel::dot`] too, so callers pick it by speed alone.
 //!
-//! Q4_0, Q4_1 and Q8_0 on AVX2 have [`RepackKernel`] ([`repack_kernel`]): a weight repacked once into groups of 8
-//! interleaved rows, then multiplied with any number of activation rows (decode as well as prefill), each lane
-//! one row's dot. It has its own per-pair float order (one f32 chain over the blocks,
-//! [`repacked_dot_reference`]), not the row kernels', so a caller that uses it for a weight must use it for every
-//! matmul on that weight.
+//! Q4_0, Q4_1 and Q8_0 on AVX2 (and AVX-512), and Q4_K and Q6_K on AVX-512 VNNI, have [`RepackKernel`]
+//! ([`repack_kernel`]): a weight repacked once into groups of 8 (16 for the K-quants) interleaved rows, then
+//! multiplied with any number of activation rows (decode as well as prefill), each lane one row's dot. For the
+//! legacy formats it has its own per-pair float order (one f32 chain over the blocks, [`repacked_dot_reference`]),
+//! not the row kernels', so a caller that uses it for a weight must use it for every matmul on that weight; the
+//! K-quants' form keeps the row kernels' bits.
 //!
 //! ```
 //! use kiln_quant::dot::{dot_kernel, quantize_activation, vec_dot_type, Isa};
