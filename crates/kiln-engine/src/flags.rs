@@ -31,9 +31,15 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CPU_AVX512",
+        disables: "CPU: AVX-512 (VNNI) kernels; the AVX2 ones run instead (to measure or test an AVX2 machine's \
+                   paths on an AVX-512 one)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CPU_GEMM",
         disables: "CPU: the tiled Q4_K/Q6_K prefill kernel (weight rows packed 8 at a time, 8 activation rows per \
-                   call; used where the repacked K-quant kernel is not: AVX2 machines, KILN_NO_CPU_REPACK_K); \
+                   call; used where the repacked K-quant kernel is not: AVX2 prefill, KILN_NO_CPU_REPACK_K); \
                    every row runs the row-by-row dot kernel instead (same bits, slower)",
         default_on: true,
     },
@@ -46,10 +52,10 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_CPU_REPACK_K",
-        disables: "CPU (AVX-512 VNNI): Q4_K/Q6_K weights repacked at first use into groups of 16 interleaved rows \
-                   (4-bit quants kept packed), multiplied with any number of activation rows, decode and prefill \
-                   (same bits as the row kernels); the row kernels (decode) and the tiled kernel (prefill) on the \
-                   GGUF bytes instead",
+        disables: "CPU (AVX2, AVX-512 VNNI): Q4_K/Q6_K weights repacked at first use into groups of 16 \
+                   interleaved rows (4-bit quants kept packed), multiplied with any number of activation rows \
+                   (AVX2: decode only, prefill stays on the tiled kernel); same bits as the row kernels; the row \
+                   kernels (decode) and the tiled kernel (prefill) on the GGUF bytes instead",
         default_on: true,
     },
     FlagInfo {
@@ -214,6 +220,8 @@ pub struct Flags {
     pub quant_act: bool,
     /// Use the SIMD dot products (off: scalar reference kernels).
     pub simd: bool,
+    /// CPU: AVX-512 kernels where the CPU has them (off: AVX2 at most).
+    pub cpu_avx512: bool,
     /// CPU: the tiled Q4_K/Q6_K prefill kernel (off: row-by-row dot kernels, same bits).
     pub cpu_gemm: bool,
     /// CPU: Q4_0/Q4_1/Q8_0 weights repacked for the interleaved kernel.
@@ -278,6 +286,7 @@ impl Default for Flags {
         Flags {
             quant_act: true,
             simd: true,
+            cpu_avx512: true,
             cpu_gemm: true,
             cpu_repack: true,
             cpu_repack_k: true,
@@ -316,6 +325,7 @@ impl Flags {
         Flags {
             quant_act: false,
             simd: false,
+            cpu_avx512: false,
             cpu_gemm: false,
             cpu_repack: false,
             cpu_repack_k: false,
@@ -382,6 +392,7 @@ impl Flags {
             match info.env {
                 "KILN_NO_QUANT_ACT" => flags.quant_act = !disabled,
                 "KILN_NO_SIMD" => flags.simd = !disabled,
+                "KILN_NO_CPU_AVX512" => flags.cpu_avx512 = !disabled,
                 "KILN_NO_CPU_GEMM" => flags.cpu_gemm = !disabled,
                 "KILN_NO_CPU_REPACK" => flags.cpu_repack = !disabled,
                 "KILN_NO_CPU_REPACK_K" => flags.cpu_repack_k = !disabled,

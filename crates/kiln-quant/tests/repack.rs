@@ -96,13 +96,21 @@ fn random_acts(
     (a, xs)
 }
 
-fn kernel(ty: GgmlType) -> Option<RepackKernel> {
-    let isa = if is_k(ty) { Isa::Avx512Vnni } else { Isa::Avx2 };
-    let k = repack_kernel(ty, isa);
-    if k.is_none() {
-        eprintln!("no {isa} on this CPU: the repacked {ty} kernel is not tested here");
+/// The type's repacked kernels on this CPU: Q4_0/Q4_1/Q8_0's AVX2 one, the K-quants' AVX-512 VNNI and AVX2 ones.
+fn kernels(ty: GgmlType) -> Vec<RepackKernel> {
+    let isas: &[Isa] = if is_k(ty) {
+        &[Isa::Avx512Vnni, Isa::Avx2]
+    } else {
+        &[Isa::Avx2]
+    };
+    let mut out = Vec::new();
+    for &isa in isas {
+        match repack_kernel(ty, isa) {
+            Some(k) => out.push(k),
+            None => eprintln!("no {isa} on this CPU: the repacked {ty} kernel is not tested here"),
+        }
     }
-    k
+    out
 }
 
 /// Packs `rows` rows, runs `n_act` activation rows through the kernel and returns `out[j * rows + i]`.
@@ -136,8 +144,10 @@ fn run(
 #[test]
 fn repacked_kernel_equals_its_scalar_model_bit_for_bit() {
     let mut rng = rng(0x7e9a);
-    for ty in TYPES {
-        let Some(k) = kernel(ty) else { continue };
+    for (ty, k) in TYPES
+        .into_iter()
+        .flat_map(|ty| kernels(ty).into_iter().map(move |k| (ty, k)))
+    {
         let at = vec_dot_type(ty);
         let row_kernel = dot_kernel(ty, Isa::detect()).unwrap();
         for &n in lengths(ty) {
@@ -191,8 +201,10 @@ fn repacked_kernel_equals_its_scalar_model_bit_for_bit() {
 #[test]
 fn repacked_rows_do_not_depend_on_their_neighbours() {
     let mut rng = rng(0x51de);
-    for ty in TYPES {
-        let Some(k) = kernel(ty) else { continue };
+    for (ty, k) in TYPES
+        .into_iter()
+        .flat_map(|ty| kernels(ty).into_iter().map(move |k| (ty, k)))
+    {
         let (n, rows, n_act) = (if is_k(ty) { 512 } else { 320 }, 19, 7);
         let arow = vec_dot_type(ty).row_bytes(n as u64).unwrap() as usize;
         let wrow = ty.row_bytes(n as u64).unwrap() as usize;

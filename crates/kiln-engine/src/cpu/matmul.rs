@@ -212,6 +212,9 @@ pub(crate) fn matmul_packed(
     if n_rows == 0 {
         return Ok(());
     }
+    // Same bits either way: a decode-only repacked kernel leaves many rows to the tiled kernel.
+    let packed = packed
+        .filter(|p| !(p.kernel.decode_only() && n_rows >= GEMM_MIN_ROWS && be.flags.cpu_gemm));
     let act_ty = vec_dot_type(w.ty);
     let use_quant = be.flags.quant_act || w.ty == GgmlType::F32;
     let out_ptr = OutPtr(out.as_mut_ptr());
@@ -746,7 +749,7 @@ mod tests {
         }
     }
 
-    /// The repacked kernels (Q4_0/Q4_1/Q8_0, and Q4_K/Q6_K on AVX-512 VNNI) through the matmul: against the
+    /// The repacked kernels (Q4_0/Q4_1/Q8_0, and Q4_K/Q6_K on AVX-512 VNNI and AVX2) through the matmul: against the
     /// dequantized product, every row of a many-row call (partial groups of 8 or 16 weight rows, partial tiles)
     /// the bits of that row alone, the K-quants the bits of the unpacked matmul (row and tiled kernels), and
     /// `matmul_many` on repacked weights the bits of separate matmuls (1 and 2 rows: one region; 5: the fallback).
@@ -761,10 +764,18 @@ mod tests {
             GgmlType::Q4_K,
             GgmlType::Q6_K,
         ];
-        for ty in types {
+        let runs = types.into_iter().flat_map(|ty| {
             let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
-            // Each kernel asked for by its ISA: the matmul takes any repacked weight it is given.
-            let isa = if k_quant { Isa::Avx512Vnni } else { Isa::Avx2 };
+            let isas: &[Isa] = if k_quant {
+                &[Isa::Avx512Vnni, Isa::Avx2]
+            } else {
+                &[Isa::Avx2]
+            };
+            isas.iter().map(move |&isa| (ty, k_quant, isa))
+        });
+        for (ty, k_quant, isa) in runs {
+            // Each kernel asked for by its ISA: the matmul takes any repacked weight it is given (the K-quants'
+            // AVX2 form only below 3 rows: more go to the tiled kernel, the same bits).
             let Some(kernel) = kiln_quant::dot::repack_kernel(ty, isa) else {
                 eprintln!("no {isa} on this CPU: the repacked {ty} kernel is not tested here");
                 continue;

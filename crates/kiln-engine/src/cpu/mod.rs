@@ -64,10 +64,10 @@ impl CpuBackend {
             .thread_name(|i| format!("kiln-cpu-{i}"))
             .build()
             .map_err(|e| Error::Config(format!("cannot start {threads} threads: {e}")))?;
-        let isa = if flags.simd {
-            Isa::detect()
-        } else {
-            Isa::Scalar
+        let isa = match (flags.simd, flags.cpu_avx512) {
+            (false, _) => Isa::Scalar,
+            (true, true) => Isa::detect(),
+            (true, false) => Isa::capped(Isa::Avx2),
         };
         Ok(CpuBackend {
             pool,
@@ -111,8 +111,8 @@ impl CpuBackend {
     }
 
     /// `w` repacked for the interleaved kernel, when it applies (2-D Q4_0/Q4_1/Q8_0 on AVX2 or AVX-512,
-    /// [`Flags::cpu_repack`]; Q4_K/Q6_K on AVX-512 VNNI, [`Flags::cpu_repack_k`]; quantized activations); packed on
-    /// the pool at first use and kept for the backend's lifetime.
+    /// [`Flags::cpu_repack`]; Q4_K/Q6_K on AVX2 or AVX-512 VNNI, [`Flags::cpu_repack_k`]; quantized activations);
+    /// packed on the pool at first use and kept for the backend's lifetime.
     fn repacked(&self, w: &Weight) -> Option<Arc<matmul::Repacked>> {
         let k_quant = matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K);
         let on = if k_quant {

@@ -4,8 +4,9 @@
 //! horizontal sums are needed and a block's quants are unpacked once for every activation row of the call.
 //!
 //! - Q4_0, Q4_1 and Q8_0: groups of 8 rows, AVX2 code (on AVX-512 machines too).
-//! - Q4_K and Q6_K: groups of 16 rows, AVX-512 VNNI only (`x86::krepack`). Their per-pair arithmetic is the
-//!   scalar reference's (exact integer super-block sums, then the same f32 steps lane by lane), so their results
+//! - Q4_K and Q6_K: groups of 16 rows, AVX-512 VNNI or AVX2 (two halves of 8 rows; `x86::krepack`). Their
+//!   per-pair arithmetic is the scalar reference's (exact integer super-block sums, then the same f32 steps lane
+//!   by lane), so their results
 //!   equal [`super::DotKernel::dot`] and the tiled prefill kernel bit for bit, and [`repacked_dot_reference`] is
 //!   the scalar dot kernel.
 //!
@@ -32,11 +33,13 @@ use half::f16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RepackKernel {
     ty: GgmlType,
+    /// The K-quants' AVX-512 VNNI form (else their AVX2 form; unused by the other types).
+    vnni: bool,
 }
 
 /// The repacked kernel for `w` on `isa`, or `None`: Q4_0, Q4_1 and Q8_0 on AVX2 and on AVX-512 VNNI (where they
 /// run in their AVX2 form: on a 2-core AVX-512 VNNI machine it beat the four-row VNNI row kernels at SmolLM2-135M
-/// Q4_1 pp16 by 1.48x, pp128 1.76x, tg64 1.22x); Q4_K and Q6_K on AVX-512 VNNI.
+/// Q4_1 pp16 by 1.48x, pp128 1.76x, tg64 1.22x); Q4_K and Q6_K on AVX-512 VNNI and on AVX2.
 pub fn repack_kernel(w: GgmlType, isa: Isa) -> Option<RepackKernel> {
     if !cfg!(target_arch = "x86_64") || !isa.is_available() {
         return None;
@@ -45,10 +48,13 @@ pub fn repack_kernel(w: GgmlType, isa: Isa) -> Option<RepackKernel> {
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
             matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) && Isa::Avx2.is_available()
         }
-        GgmlType::Q4_K | GgmlType::Q6_K => isa == Isa::Avx512Vnni,
+        GgmlType::Q4_K | GgmlType::Q6_K => matches!(isa, Isa::Avx2 | Isa::Avx512Vnni),
         _ => false,
     };
-    ok.then_some(RepackKernel { ty: w })
+    ok.then_some(RepackKernel {
+        ty: w,
+        vnni: isa == Isa::Avx512Vnni,
+    })
 }
 
 /// Whether `ty` is one of the K-quants (16-row groups, the scalar reference's arithmetic).
@@ -79,6 +85,13 @@ impl RepackKernel {
     /// The weight type.
     pub fn weight_type(&self) -> GgmlType {
         self.ty
+    }
+
+    /// Whether this kernel is the faster choice only for one or two activation rows: the K-quants' AVX2 form
+    /// (single thread, weights from memory: 1.3-1.5x the AVX2 row kernels for one row, 0.5-0.9x the tiled kernel
+    /// for 16). Its results equal the row and tiled kernels', so a caller may take either by row count.
+    pub fn decode_only(&self) -> bool {
+        is_k(self.ty) && !self.vnni
     }
 
     /// Weight rows per packed group: 8, or 16 for the K-quants.
@@ -252,9 +265,10 @@ impl RepackKernel {
                 for (g, r0) in (0..rows).step_by(16).enumerate() {
                     let nr = (rows - r0).min(16);
                     // SAFETY: the assert above bounds the group and the activation rows read (`next` is only
-                    // prefetched); `repack_kernel` only hands out a K-quant kernel on a CPU with AVX-512 VNNI.
+                    // prefetched); `repack_kernel` only hands out a K-quant kernel on a CPU with its ISA.
                     unsafe {
                         imp::run_group_k(
+                            self.vnni,
                             q6,
                             n / QK_K,
                             packed.as_ptr().add(g * group),
@@ -389,6 +403,7 @@ mod imp {
     }
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn run_group_k(
+        _: bool,
         _: bool,
         _: usize,
         _: *const u8,

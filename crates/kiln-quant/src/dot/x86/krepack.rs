@@ -8,7 +8,7 @@
 //! activation's per-16 sums (`vpdpwssd`), and the super-block's float step is the scalar reference's, lane by
 //! lane. So every (row, activation row) result is bit-identical to `scalar.rs` and to the row kernels.
 
-use super::load_f32;
+use super::{load_f32, Simd};
 use crate::blocks::{BlockQ8K, QK_K};
 use std::arch::x86_64::*;
 use std::mem::{offset_of, size_of};
@@ -238,15 +238,207 @@ unsafe fn q6_k_group<const R: usize>(
     out
 }
 
+/// [`q4_k_group`] in AVX2 (no VNNI, 16 vector registers): the group's two halves of 8 rows (the low and high
+/// 32 bytes of each packed vector) one after the other, `vpdpbusd` as `vpmaddubsw` + `vpmaddwd` (at most
+/// 2 · 15 · 128 in i16: no saturation). Same integers and f32 steps, so the same bits.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_group_avx2<const R: usize>(
+    nb: usize,
+    g: *const u8,
+    a: [*const u8; R],
+    next: *const u8,
+) -> [[f32; GROUP]; R] {
+    type S = super::Avx2;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let zi = _mm256_setzero_si256();
+    let mut out = [[0f32; GROUP]; R];
+    for half in 0..2 {
+        let (hq, h8) = (32 * half, 8 * half);
+        let mut acc = [_mm256_setzero_ps(); R];
+        for b in 0..nb {
+            let blk = g.add(b * Q4_BLOCK);
+            let ahead = next.wrapping_add(b * Q4_BLOCK);
+            let mut y = [std::ptr::null::<u8>(); R];
+            for r in 0..R {
+                y[r] = a[r].add(b * AB);
+            }
+            let mut isum = [zi; R];
+            for p in 0..4 {
+                let mut al = [zi; R];
+                let mut ah = [zi; R];
+                for c in 0..8 {
+                    if half == 0 {
+                        prefetch_part(ahead, Q4_BLOCK, 8 * p + c, 32);
+                    }
+                    let v = _mm256_loadu_si256(blk.add(Q4_Q + 64 * (8 * p + c) + hq).cast());
+                    let lo = _mm256_and_si256(v, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    for r in 0..R {
+                        let yq = y[r].add(Y_QS + 64 * p + 4 * c);
+                        al[r] = S::dot_u8i8(al[r], lo, bcast32_256(yq));
+                        ah[r] = S::dot_u8i8(ah[r], hi, bcast32_256(yq.add(32)));
+                    }
+                }
+                let sl = _mm256_cvtepu8_epi32(_mm_loadl_epi64(blk.add(Q4_SC + 32 * p + h8).cast()));
+                let sh =
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(blk.add(Q4_SC + 32 * p + 16 + h8).cast()));
+                for r in 0..R {
+                    let s = _mm256_add_epi32(
+                        _mm256_mullo_epi32(al[r], sl),
+                        _mm256_mullo_epi32(ah[r], sh),
+                    );
+                    isum[r] = _mm256_add_epi32(isum[r], s);
+                }
+            }
+            let mut bs = [[0i32; 8]; R];
+            for r in 0..R {
+                let s32 = _mm256_madd_epi16(_mm256_loadu_si256(y[r].add(Y_BSUMS).cast()), ones);
+                _mm256_storeu_si256(bs[r].as_mut_ptr().cast(), _mm256_packs_epi32(s32, s32));
+            }
+            let mut msum = [zi; R];
+            for (t, k) in [0usize, 1, 4, 5].into_iter().enumerate() {
+                let mn =
+                    _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(Q4_MN + 32 * t + 2 * h8).cast()));
+                for r in 0..R {
+                    msum[r] = S::madd_acc(msum[r], mn, _mm256_set1_epi32(bs[r][k]));
+                }
+            }
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(Q4_D + 2 * h8).cast()));
+            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(Q4_DMIN + 2 * h8).cast()));
+            for r in 0..R {
+                let yd = _mm256_set1_ps(load_f32(y[r]));
+                let t = _mm256_sub_ps(
+                    _mm256_mul_ps(_mm256_mul_ps(d, yd), _mm256_cvtepi32_ps(isum[r])),
+                    _mm256_mul_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(msum[r])),
+                );
+                acc[r] = _mm256_add_ps(acc[r], t);
+            }
+        }
+        for r in 0..R {
+            _mm256_storeu_ps(out[r].as_mut_ptr().add(h8), acc[r]);
+        }
+    }
+    out
+}
+
+/// [`q6_k_group`] in AVX2, two halves of 8 rows as in [`q4_k_group_avx2`] (at most 2 · 63 · 128 in i16).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_group_avx2<const R: usize>(
+    nb: usize,
+    g: *const u8,
+    a: [*const u8; R],
+    next: *const u8,
+) -> [[f32; GROUP]; R] {
+    type S = super::Avx2;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m30 = _mm256_set1_epi8(0x30);
+    let zi = _mm256_setzero_si256();
+    let mut out = [[0f32; GROUP]; R];
+    for half_rows in 0..2 {
+        let (hq, h8) = (32 * half_rows, 8 * half_rows);
+        let mut acc = [_mm256_setzero_ps(); R];
+        for b in 0..nb {
+            let blk = g.add(b * Q6_BLOCK);
+            let ahead = next.wrapping_add(b * Q6_BLOCK);
+            let mut y = [std::ptr::null::<u8>(); R];
+            for r in 0..R {
+                y[r] = a[r].add(b * AB);
+            }
+            let sc = |t: usize| {
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(Q6_SC + 32 * t + 2 * h8).cast()))
+            };
+            let mut isum = [zi; R];
+            for h in 0..2 {
+                for half in 0..2 {
+                    let mut s4 = [[zi; R]; 4];
+                    for c in 4 * half..4 * half + 4 {
+                        if half_rows == 0 {
+                            prefetch_part(ahead, Q6_BLOCK, 8 * h + 4 * half + c % 4, 16);
+                        }
+                        let l0 = _mm256_loadu_si256(blk.add(Q6_QL + 64 * (16 * h + c) + hq).cast());
+                        let l1 =
+                            _mm256_loadu_si256(blk.add(Q6_QL + 64 * (16 * h + 8 + c) + hq).cast());
+                        let qh = _mm256_loadu_si256(blk.add(Q6_QH + 64 * (8 * h + c) + hq).cast());
+                        let q = [
+                            _mm256_or_si256(
+                                _mm256_and_si256(l0, m4),
+                                _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(l1, m4),
+                                _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                _mm256_and_si256(qh, m30),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
+                            ),
+                        ];
+                        for (k, q) in q.into_iter().enumerate() {
+                            for r in 0..R {
+                                let yq = y[r].add(Y_QS + 128 * h + 32 * k + 4 * c);
+                                s4[k][r] = S::dot_u8i8(s4[k][r], q, bcast32_256(yq));
+                            }
+                        }
+                    }
+                    for (k, s4) in s4.iter().enumerate() {
+                        let pair = sc(4 * h + k);
+                        let s = if half == 0 {
+                            _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16)
+                        } else {
+                            _mm256_srai_epi32(pair, 16)
+                        };
+                        for r in 0..R {
+                            isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(s4[r], s));
+                        }
+                    }
+                }
+            }
+            let mut off = [zi; R];
+            for t in 0..8 {
+                let pair = sc(t);
+                for r in 0..R {
+                    let bs = std::ptr::read_unaligned(y[r].add(Y_BSUMS + 4 * t).cast::<i32>());
+                    off[r] = S::madd_acc(off[r], pair, _mm256_set1_epi32(bs));
+                }
+            }
+            let d = _mm256_loadu_ps(blk.add(Q6_D + 4 * h8).cast());
+            for r in 0..R {
+                let isum = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(off[r], 5));
+                let yd = _mm256_set1_ps(load_f32(y[r]));
+                acc[r] = _mm256_add_ps(
+                    acc[r],
+                    _mm256_mul_ps(_mm256_mul_ps(d, yd), _mm256_cvtepi32_ps(isum)),
+                );
+            }
+        }
+        for r in 0..R {
+            _mm256_storeu_ps(out[r].as_mut_ptr().add(h8), acc[r]);
+        }
+    }
+    out
+}
+
+/// 4 activation bytes at `p` in every lane of a 256-bit vector.
+#[inline(always)]
+unsafe fn bcast32_256(p: *const u8) -> __m256i {
+    _mm256_set1_epi32(std::ptr::read_unaligned(p.cast::<i32>()))
+}
+
 /// One packed group (`q6`: Q6_K, else Q4_K; `nb` super-blocks at `g`, the next group at `next` to prefetch)
 /// against `n_act` ≤ [`MAX_ACT`] activation rows `a_stride` bytes apart; `out[j][i]` = row `i` · activation
-/// row `j`.
+/// row `j`. `vnni`: the AVX-512 VNNI kernel, else the AVX2 one (same results).
 ///
 /// # Safety
 /// `g` must hold a whole packed group of `nb` blocks, `a` `n_act` Q8_K rows of `nb` blocks, and the CPU must
-/// have AVX-512 F/BW/VL and VNNI, AVX2, FMA and F16C.
+/// have AVX2, FMA and F16C, and with `vnni` AVX-512 F/BW/VL and VNNI.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn run_group(
+    vnni: bool,
     q6: bool,
     nb: usize,
     g: *const u8,
@@ -258,10 +450,11 @@ pub(crate) unsafe fn run_group(
 ) {
     macro_rules! body {
         ($r:literal, $rows:expr) => {
-            if q6 {
-                q6_k_group::<$r>(nb, g, $rows, next)
-            } else {
-                q4_k_group::<$r>(nb, g, $rows, next)
+            match (vnni, q6) {
+                (true, true) => q6_k_group::<$r>(nb, g, $rows, next),
+                (true, false) => q4_k_group::<$r>(nb, g, $rows, next),
+                (false, true) => q6_k_group_avx2::<$r>(nb, g, $rows, next),
+                (false, false) => q4_k_group_avx2::<$r>(nb, g, $rows, next),
             }
         };
     }
@@ -269,7 +462,7 @@ pub(crate) unsafe fn run_group(
     while j < n_act {
         let aj = a.add(j * a_stride);
         let left = n_act - j;
-        if left >= 4 {
+        if left >= 4 && vnni {
             let rows = [
                 aj,
                 aj.add(a_stride),
