@@ -96,15 +96,10 @@ fn random_acts(
     (a, xs)
 }
 
-/// The type's repacked kernels on this CPU: Q4_0/Q4_1/Q8_0's AVX2 one, the K-quants' AVX-512 VNNI and AVX2 ones.
+/// The type's repacked kernels on this CPU: AVX-512 VNNI and AVX2.
 fn kernels(ty: GgmlType) -> Vec<RepackKernel> {
-    let isas: &[Isa] = if is_k(ty) {
-        &[Isa::Avx512Vnni, Isa::Avx2]
-    } else {
-        &[Isa::Avx2]
-    };
     let mut out = Vec::new();
-    for &isa in isas {
+    for isa in [Isa::Avx512Vnni, Isa::Avx2] {
         match repack_kernel(ty, isa) {
             Some(k) => out.push(k),
             None => eprintln!("no {isa} on this CPU: the repacked {ty} kernel is not tested here"),

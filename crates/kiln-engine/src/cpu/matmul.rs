@@ -749,7 +749,7 @@ mod tests {
         }
     }
 
-    /// The repacked kernels (Q4_0/Q4_1/Q8_0, and Q4_K/Q6_K on AVX-512 VNNI and AVX2) through the matmul: against the
+    /// The repacked kernels (Q4_0/Q4_1/Q8_0, Q4_K/Q6_K; AVX-512 VNNI and AVX2) through the matmul: against the
     /// dequantized product, every row of a many-row call (partial groups of 8 or 16 weight rows, partial tiles)
     /// the bits of that row alone, the K-quants the bits of the unpacked matmul (row and tiled kernels), and
     /// `matmul_many` on repacked weights the bits of separate matmuls (1 and 2 rows: one region; 5: the fallback).
@@ -766,12 +766,9 @@ mod tests {
         ];
         let runs = types.into_iter().flat_map(|ty| {
             let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
-            let isas: &[Isa] = if k_quant {
-                &[Isa::Avx512Vnni, Isa::Avx2]
-            } else {
-                &[Isa::Avx2]
-            };
-            isas.iter().map(move |&isa| (ty, k_quant, isa))
+            [Isa::Avx512Vnni, Isa::Avx2]
+                .into_iter()
+                .map(move |isa| (ty, k_quant, isa))
         });
         for (ty, k_quant, isa) in runs {
             // Each kernel asked for by its ISA: the matmul takes any repacked weight it is given (the K-quants'

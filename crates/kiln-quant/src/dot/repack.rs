@@ -288,6 +288,50 @@ impl RepackKernel {
         }
         let (nb, per_row) = (n / QK, self.scales_per_row(n));
         let mut tmp = [[0f32; 8]; imp::MAX_ACT];
+        if self.vnni {
+            // Two groups per AVX-512 call; a last group alone runs the AVX2 body (same bits).
+            let mut pair = [[0f32; 16]; imp::PAIR_MAX_ACT];
+            let at = |g: usize| packed.as_ptr().wrapping_add(g * group);
+            for j0 in (0..n_act).step_by(imp::PAIR_MAX_ACT) {
+                let nj = (n_act - j0).min(imp::PAIR_MAX_ACT);
+                let (aj, yj) = (a.as_ptr().wrapping_add(j0 * a_stride), &ys[j0 * per_row..]);
+                for r0 in (0..rows).step_by(16) {
+                    let (g, nr) = (r0 / 8, (rows - r0).min(16));
+                    // SAFETY: the assert above bounds the groups (both whole when nr > 8), the activation rows
+                    // and their scales; `next` is only prefetched; `repack_kernel` made a `vnni` kernel only on
+                    // a CPU with AVX-512 VNNI (and AVX2, FMA, F16C).
+                    unsafe {
+                        if nr > 8 {
+                            let groups = (at(g), at(g + 1), at(g + 2));
+                            let y = yj.as_ptr();
+                            imp::run_pair(
+                                self.ty, nb, groups, aj, a_stride, y, per_row, nj, &mut pair,
+                            );
+                        } else {
+                            let y = yj.as_ptr();
+                            imp::run_group(
+                                self.ty,
+                                nb,
+                                at(g),
+                                aj,
+                                a_stride,
+                                y,
+                                per_row,
+                                nj,
+                                &mut tmp,
+                            );
+                            for (p, t) in pair.iter_mut().zip(&tmp).take(nj) {
+                                p[..8].copy_from_slice(t);
+                            }
+                        }
+                    }
+                    for (jj, t) in pair.iter().take(nj).enumerate() {
+                        emit(j0 + jj, r0, &t[..nr]);
+                    }
+                }
+            }
+            return;
+        }
         let step = imp::act_rows(self.ty);
         for j0 in (0..n_act).step_by(step) {
             let nj = (n_act - j0).min(step);
@@ -384,7 +428,9 @@ mod imp {
         pack_q4_k_row, pack_q6_k_row, run_group as run_group_k, MAX_ACT as K_MAX_ACT, Q4_BLOCK,
         Q6_BLOCK,
     };
-    pub(super) use crate::dot::x86::repack::{act_rows, act_scales, run_group, MAX_ACT};
+    pub(super) use crate::dot::x86::repack::{
+        act_rows, act_scales, run_group, run_pair, MAX_ACT, PAIR_MAX_ACT,
+    };
 }
 
 /// No repacked kernel off x86: [`repack_kernel`] returns `None`, so nothing here runs.
@@ -392,7 +438,22 @@ mod imp {
 mod imp {
     use crate::GgmlType;
     pub(super) const MAX_ACT: usize = 1;
+    pub(super) const PAIR_MAX_ACT: usize = 1;
     pub(super) const K_MAX_ACT: usize = 1;
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn run_pair(
+        _: GgmlType,
+        _: usize,
+        _: (*const u8, *const u8, *const u8),
+        _: *const u8,
+        _: usize,
+        _: *const f32,
+        _: usize,
+        _: usize,
+        _: &mut [[f32; 16]; PAIR_MAX_ACT],
+    ) {
+        unreachable!("no repacked kernel on this architecture")
+    }
     pub(super) const Q4_BLOCK: usize = 0;
     pub(super) const Q6_BLOCK: usize = 0;
     pub(super) fn pack_q4_k_row(_: usize, _: &[u8], _: usize, _: &mut [u8]) {
