@@ -3,12 +3,11 @@
 //! activation rows ([`RepackKernel::run_with`]), decode and prefill alike. The lanes are the outputs, so no
 //! horizontal sums are needed and a block's quants are unpacked once for every activation row of the call.
 //!
-//! - Q4_0, Q4_1 and Q8_0: groups of 8 rows, AVX2 code (on AVX-512 machines too).
+//! - Q4_0, Q4_1 and Q8_0: groups of 8 rows; AVX2 code, and on AVX-512 VNNI two groups per call (`x86::repack`).
 //! - Q4_K and Q6_K: groups of 16 rows, AVX-512 VNNI or AVX2 (two halves of 8 rows; `x86::krepack`). Their
 //!   per-pair arithmetic is the scalar reference's (exact integer super-block sums, then the same f32 steps lane
-//!   by lane), so their results
-//!   equal [`super::DotKernel::dot`] and the tiled prefill kernel bit for bit, and [`repacked_dot_reference`] is
-//!   the scalar dot kernel.
+//!   by lane), so their results equal [`super::DotKernel::dot`] and the tiled prefill kernel bit for bit, and
+//!   [`repacked_dot_reference`] is the scalar dot kernel.
 //!
 //! The legacy formats' row-by-row kernels keep 8 float lanes of partial sums per (weight row, activation row)
 //! pair, so they cannot be tiled over several weight rows; their repacked kernel defines its own per-pair
@@ -33,13 +32,12 @@ use half::f16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RepackKernel {
     ty: GgmlType,
-    /// The K-quants' AVX-512 VNNI form (else their AVX2 form; unused by the other types).
+    /// The AVX-512 VNNI form (else the AVX2 one).
     vnni: bool,
 }
 
-/// The repacked kernel for `w` on `isa`, or `None`: Q4_0, Q4_1 and Q8_0 on AVX2 and on AVX-512 VNNI (where they
-/// run in their AVX2 form: on a 2-core AVX-512 VNNI machine it beat the four-row VNNI row kernels at SmolLM2-135M
-/// Q4_1 pp16 by 1.48x, pp128 1.76x, tg64 1.22x); Q4_K and Q6_K on AVX-512 VNNI and on AVX2.
+/// The repacked kernel for `w` on `isa`, or `None`: Q4_0, Q4_1, Q8_0, Q4_K and Q6_K on AVX2 and on AVX-512 VNNI
+/// (bench/README.md has each form against the row kernels).
 pub fn repack_kernel(w: GgmlType, isa: Isa) -> Option<RepackKernel> {
     if !cfg!(target_arch = "x86_64") || !isa.is_available() {
         return None;
@@ -79,9 +77,6 @@ const fn scale_bytes(ty: GgmlType) -> usize {
 }
 
 impl RepackKernel {
-    /// The most weight rows a packed group holds, of any type.
-    pub const MAX_GROUP_ROWS: usize = 16;
-
     /// The weight type.
     pub fn weight_type(&self) -> GgmlType {
         self.ty
