@@ -254,3 +254,21 @@ fn repacked_model_matches_the_dequantized_product() {
         );
     }
 }
+
+/// What the engine gets on this CPU: every type's repacked kernel wherever there is AVX2, and the K-quants'
+/// AVX2 form marked decode-only (their AVX-512 form serves every row count).
+#[test]
+fn this_cpu_gets_every_repacked_kernel() {
+    let isa = Isa::detect();
+    eprintln!("this CPU: {isa}");
+    for ty in TYPES {
+        let k = repack_kernel(ty, isa);
+        if isa == Isa::Scalar {
+            assert!(k.is_none(), "{ty}: no repacked kernel without SIMD");
+            continue;
+        }
+        let k = k.unwrap_or_else(|| panic!("{ty}: no repacked kernel on {isa}"));
+        assert_eq!(k.decode_only(), is_k(ty) && isa == Isa::Avx2, "{ty} on {isa}");
+        assert_eq!(k.group_rows(), if is_k(ty) { 16 } else { 8 }, "{ty}");
+    }
+}
