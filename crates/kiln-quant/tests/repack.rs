@@ -268,7 +268,11 @@ fn this_cpu_gets_every_repacked_kernel() {
             continue;
         }
         let k = k.unwrap_or_else(|| panic!("{ty}: no repacked kernel on {isa}"));
-        assert_eq!(k.decode_only(), is_k(ty) && isa == Isa::Avx2, "{ty} on {isa}");
+        assert_eq!(
+            k.decode_only(),
+            is_k(ty) && isa == Isa::Avx2,
+            "{ty} on {isa}"
+        );
         assert_eq!(k.group_rows(), if is_k(ty) { 16 } else { 8 }, "{ty}");
     }
 }
