@@ -212,9 +212,9 @@ pub(crate) fn matmul_packed(
     if n_rows == 0 {
         return Ok(());
     }
-    // Same bits either way: a decode-only repacked kernel leaves many rows to the tiled kernel.
-    let packed = packed
-        .filter(|p| !(p.kernel.decode_only() && n_rows >= GEMM_MIN_ROWS && be.flags.cpu_gemm));
+    // Same bits either way: a decode-only repacked kernel leaves many rows to the tiled kernel (or, with
+    // KILN_NO_CPU_GEMM, to the row kernels, as that switch promises).
+    let packed = packed.filter(|p| !(p.kernel.decode_only() && n_rows >= GEMM_MIN_ROWS));
     let act_ty = vec_dot_type(w.ty);
     let use_quant = be.flags.quant_act || w.ty == GgmlType::F32;
     let out_ptr = OutPtr(out.as_mut_ptr());
