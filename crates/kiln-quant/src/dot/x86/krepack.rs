@@ -1,5 +1,5 @@
-//! The AVX-512 VNNI body of the repacked Q4_K/Q6_K kernel (`dot::repack`): groups of 16 weight rows, one row per
-//! 32-bit lane of a 512-bit vector.
+//! The bodies of the repacked Q4_K/Q6_K kernel (`dot::repack`): groups of 16 weight rows, one row per 32-bit lane
+//! of a 512-bit vector on AVX-512 VNNI; on AVX2 the same layout as two halves of 8 rows (256-bit vectors).
 //!
 //! A packed vector holds 4 consecutive quants of each of the 16 rows (still 4-bit, and for Q6_K the top bits in
 //! their own vectors), so after unpacking, one `vpdpbusd` with 4 activation bytes broadcast to every lane adds
