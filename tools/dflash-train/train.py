@@ -196,9 +196,10 @@ def save_drafter(model, out):
         json.dump(model.c, f, indent=2)
 
 
-def load_init(path, drafter):
+def load_init(path, drafter, keep_layers=None):
     """Loads drafter weights to start from: a z-lab directory (model.safetensors) or a `kiln convert-draft` GGUF
-    (tensors under the safetensors names, matrices dequantized). Its config must equal the drafter's."""
+    (tensors under the safetensors names, matrices dequantized). Its config must equal the drafter's, except that
+    `keep_layers` (indices into the init's layers, in order) starts a shallower drafter from some of its layers."""
     if os.path.isdir(path):
         from safetensors.torch import load_file
 
@@ -209,6 +210,22 @@ def load_init(path, drafter):
         meta, tensors = read_gguf(path)
         cfg = json.loads(meta["dflash.config_json"])
         state = {k: torch.from_numpy(dequantize(k, ty, shape, raw)) for k, (ty, shape, raw) in tensors.items()}
+    if keep_layers is not None:
+        n = cfg["num_hidden_layers"]
+        if len(keep_layers) != drafter.c["num_hidden_layers"] or any(not 0 <= l < n for l in keep_layers):
+            sys.exit(f"--init-layers {keep_layers}: pick {drafter.c['num_hidden_layers']} of the init's layers "
+                     f"0..{n - 1}")
+        renamed = {}
+        for k, v in state.items():
+            if k.startswith("layers."):
+                idx, rest = k[len("layers."):].split(".", 1)
+                if int(idx) in keep_layers:
+                    renamed[f"layers.{keep_layers.index(int(idx))}.{rest}"] = v
+            else:
+                renamed[k] = v
+        state = renamed
+        cfg = dict(cfg, num_hidden_layers=len(keep_layers),
+                   layer_types=[cfg["layer_types"][l] for l in keep_layers])
     if cfg != drafter.c:
         diff = sorted(k for k in set(cfg) | set(drafter.c) if cfg.get(k) != drafter.c.get(k))
         sys.exit(f"--init {path}: its config differs from this run's drafter in {diff}")
@@ -531,6 +548,9 @@ def main():
     ap.add_argument("--init", default="",
                     help="start from this drafter (z-lab directory or `kiln convert-draft` GGUF) instead of random "
                          "weights; a new schedule (warm-up, cosine decay) runs over --minutes")
+    ap.add_argument("--init-layers", default="",
+                    help="with --init: these of its layers (comma-separated indices, in order) start a drafter of "
+                         "--layers layers, e.g. 0,2 of a 3-layer drafter for a 2-layer one")
     ap.add_argument("--gen-samples", type=int, default=0,
                     help="before training, sample this many extra target responses per training prompt (GPU)")
     ap.add_argument("--gen-temp", type=float, default=0.8)
@@ -589,7 +609,8 @@ def main():
         # first steps learn instead of unlearning the scale.
         drafter.norm.weight.fill_(0.05)
     if args.init:
-        load_init(args.init, drafter)
+        keep = [int(x) for x in args.init_layers.split(",")] if args.init_layers else None
+        load_init(args.init, drafter, keep)
     head_w = target.get_output_embeddings().weight  # frozen, shared with the target
     train, test = load_data(args.data, args.max_len)
     if not train:
