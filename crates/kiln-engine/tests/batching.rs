@@ -245,6 +245,26 @@ fn smollm2_batch_invariance_and_rollback() {
 }
 
 #[test]
+fn warm_up_packs_the_weights_and_changes_no_bits() {
+    let prompt = [1u32, 504, 3458, 282, 1029];
+    let logits = |model: &Model| {
+        let mut s = Session::new(model, cfg(1, KvType::F16)).unwrap();
+        let l = s.prefill(0, &prompt).unwrap();
+        bits(&s.decode(0, argmax(&l)).unwrap())
+    };
+    let cold = Model::load(smollm2(), LoadOptions::default()).unwrap();
+    let warm = Model::load(smollm2(), LoadOptions::default()).unwrap();
+    assert_eq!(warm.backend().packed_weights(), 0);
+    warm.warm_up().unwrap();
+    // Every matmul weight of SmolLM2 (Q4_1, Q8_0) is packed by one token, where this CPU has the kernel:
+    // 7 a layer and the head.
+    let packs = kiln_quant::dot::repack_kernel(GgmlType::Q4_1, warm.backend().isa()).is_some();
+    let n = warm.hparams().n_layer * 7 + 1;
+    assert_eq!(warm.backend().packed_weights(), if packs { n } else { 0 });
+    assert_eq!(logits(&warm), logits(&cold));
+}
+
+#[test]
 fn reference_mode_batch_invariance() {
     // The reference path dequantizes weights per call, too slow for many SmolLM2 steps: tiny models here.
     for arch in ["llama", "qwen3moe"] {

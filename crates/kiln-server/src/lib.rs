@@ -166,8 +166,11 @@ fn engine_main(state: Arc<AppState>, loaded: oneshot::Sender<Result<(), String>>
             },
         )
         .map_err(|e| e.to_string())?;
-        if let Some(n) = cfg.cuda_device {
-            use_cuda(&mut model, n)?;
+        match cfg.cuda_device {
+            Some(n) => use_cuda(&mut model, n)?,
+            None => model
+                .warm_up()
+                .map_err(|e| format!("warming up the model: {e}"))?,
         }
         let tok = Tokenizer::from_gguf(model.gguf()).map_err(|e| e.to_string())?;
         let drafter = match &cfg.draft {

@@ -63,10 +63,18 @@ impl Device {
         }
     }
 
-    /// Moves a loaded model to this device (a no-op for the CPU).
+    /// Moves a loaded model to this device; on the CPU, prepares its weights for the CPU kernels instead
+    /// ([`Model::warm_up`]).
     pub fn attach(self, model: &mut Model) -> Result<()> {
         match self {
-            Device::Cpu => Ok(()),
+            Device::Cpu => {
+                let spinner = indicatif::ProgressBar::new_spinner()
+                    .with_message("preparing the weights for the CPU kernels");
+                spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+                model.warm_up().context("warming up the model")?;
+                spinner.finish_and_clear();
+                Ok(())
+            }
             #[cfg(feature = "cuda")]
             Device::Cuda(n) => {
                 // Weights go to the GPU once, with a progress bar (hidden when stderr is not a terminal).

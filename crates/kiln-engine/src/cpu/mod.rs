@@ -100,6 +100,14 @@ impl CpuBackend {
         self.pool.install(pass)
     }
 
+    /// How many weights have a repacked copy so far.
+    pub fn packed_weights(&self) -> usize {
+        self.repacked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
     /// The instruction set the dot products run on.
     pub fn isa(&self) -> Isa {
         self.isa

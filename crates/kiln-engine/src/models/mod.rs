@@ -179,6 +179,24 @@ impl Model {
         Ok(None)
     }
 
+    /// Runs one token through the model on the CPU, so that the work its kernels do at first use (repacking
+    /// the weights for the interleaved kernels) is done now, not in the first request's time. Does nothing on
+    /// the GPU, whose weights were repacked at upload.
+    pub fn warm_up(&self) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        if self.cuda.is_some() {
+            return Ok(());
+        }
+        let cfg = crate::SessionConfig {
+            n_ctx: 1,
+            n_slots: 1,
+            batch: 1,
+            ..Default::default()
+        };
+        crate::Session::new(self, cfg)?.decode_argmax(0, 0)?;
+        Ok(())
+    }
+
     /// Whether passes marked [`crate::Batch::prefill`] run on other kernels than decode rows (CUDA's prefill
     /// kernels: tensor-core or cuBLAS matmuls, flash attention), so a scheduler gives prompt chunks passes of
     /// their own. The CPU computes every row the same way in any pass.
