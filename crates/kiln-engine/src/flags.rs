@@ -52,10 +52,11 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_CPU_REPACK_K",
-        disables: "CPU (AVX2, AVX-512 VNNI): Q4_K/Q6_K weights repacked at first use into groups of 16 \
-                   interleaved rows (4-bit quants kept packed), multiplied with any number of activation rows \
-                   (AVX2: decode only, prefill stays on the tiled kernel); same bits as the row kernels; the row \
-                   kernels (decode) and the tiled kernel (prefill) on the GGUF bytes instead",
+        disables: "CPU (AVX2, AVX-512 VNNI): Q4_K/Q5_K/Q6_K weights repacked when the model is placed into \
+                   groups of 16 interleaved rows (4-bit quants kept packed), multiplied with any number of \
+                   activation rows (AVX2 Q4_K/Q6_K: decode only, prefill stays on the tiled kernel); same bits as \
+                   the row kernels; the row kernels (decode, Q5_K prefill) and the tiled kernel (Q4_K/Q6_K \
+                   prefill) on the GGUF bytes instead",
         default_on: true,
     },
     FlagInfo {
@@ -226,7 +227,7 @@ pub struct Flags {
     pub cpu_gemm: bool,
     /// CPU: Q4_0/Q4_1/Q8_0 weights repacked for the interleaved kernel.
     pub cpu_repack: bool,
-    /// CPU: Q4_K/Q6_K weights repacked for the 16-row interleaved kernel.
+    /// CPU: Q4_K/Q5_K/Q6_K weights repacked for the 16-row interleaved kernel.
     pub cpu_repack_k: bool,
     /// CPU: forward passes run on a pool thread.
     pub cpu_pool_pass: bool,

@@ -1,6 +1,6 @@
 //! Single-thread speed of the repacked kernels against the row-by-row kernels (and, for Q4_K/Q6_K, the tiled
 //! prefill kernel, packing included), at SmolLM2-135M's shapes (576 → 1536 and 1536 → 576) for Q4_0/Q4_1/Q8_0 and
-//! Qwen3-0.6B's (1024 → 3072 and 3072 → 1024) for Q4_K/Q6_K, for 1 activation row (decode) and 16 (a verify
+//! Qwen3-0.6B's (1024 → 3072 and 3072 → 1024) for Q4_K/Q5_K/Q6_K, for 1 activation row (decode) and 16 (a verify
 //! block), on weights that fit in L2 and on weights 10 and 100 times that size (read from memory), in GMAC/s; each
 //! on AVX-512 VNNI and on AVX2 (all the kernels of a row on that ISA).
 //!
@@ -47,10 +47,11 @@ fn main() {
         GgmlType::Q4_1,
         GgmlType::Q8_0,
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
         GgmlType::Q6_K,
     ];
     let runs = types.into_iter().flat_map(|ty| {
-        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
+        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
         [Isa::Avx512Vnni, Isa::Avx2]
             .into_iter()
             .map(move |isa| (ty, k_quant, isa))

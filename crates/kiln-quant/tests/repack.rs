@@ -1,4 +1,4 @@
-//! The repacked kernels ([`repack_kernel`]: Q4_0/Q4_1/Q8_0, and Q4_K/Q6_K on AVX-512 VNNI) against their scalar
+//! The repacked kernels ([`repack_kernel`]: Q4_0/Q4_1/Q8_0, and Q4_K/Q5_K/Q6_K on AVX-512 VNNI and AVX2) against their scalar
 //! model ([`repacked_dot_reference`]) bit for bit over a sweep of shapes (partial groups of 8 or 16 weight rows,
 //! activation counts that leave a partial step, odd block counts, padded strides), every activation row's results
 //! the same bits whatever rows share its call, and the model itself against the exact dequantized product. The
@@ -13,25 +13,26 @@ use kiln_quant::{dequantize, GgmlType};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const TYPES: [GgmlType; 5] = [
+const TYPES: [GgmlType; 6] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q8_0,
     GgmlType::Q4_K,
+    GgmlType::Q5_K,
     GgmlType::Q6_K,
 ];
 
 /// Byte offsets of a block's f16 scales.
 fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
-        GgmlType::Q4_1 | GgmlType::Q4_K => &[0, 2],
+        GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
         _ => &[0],
     }
 }
 
 fn is_k(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
 }
 
 /// Row lengths to sweep: whole blocks, odd block counts.
@@ -255,8 +256,9 @@ fn repacked_model_matches_the_dequantized_product() {
     }
 }
 
-/// What the engine gets on this CPU: every type's repacked kernel wherever there is AVX2, and the K-quants'
-/// AVX2 form marked decode-only (their AVX-512 form serves every row count).
+/// What the engine gets on this CPU: every type's repacked kernel wherever there is AVX2, and the AVX2 form of
+/// Q4_K/Q6_K (which have a tiled prefill kernel) marked decode-only (their AVX-512 form, and Q5_K's forms, serve
+/// every row count).
 #[test]
 fn this_cpu_gets_every_repacked_kernel() {
     let isa = Isa::detect();
@@ -270,7 +272,7 @@ fn this_cpu_gets_every_repacked_kernel() {
         let k = k.unwrap_or_else(|| panic!("{ty}: no repacked kernel on {isa}"));
         assert_eq!(
             k.decode_only(),
-            is_k(ty) && isa == Isa::Avx2,
+            matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && isa == Isa::Avx2,
             "{ty} on {isa}"
         );
         assert_eq!(k.group_rows(), if is_k(ty) { 16 } else { 8 }, "{ty}");

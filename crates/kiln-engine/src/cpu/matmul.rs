@@ -94,7 +94,7 @@ fn tile_rows(n_w_rows: usize, n_act_rows: usize, threads: usize) -> usize {
     }
 }
 
-/// A weight repacked for the interleaved kernel ([`RepackKernel`]: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K): every matmul on it
+/// A weight repacked for the interleaved kernel ([`RepackKernel`]: Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K): every matmul on it
 /// reads this copy, one row or many (but for the K-quants' AVX2 form, which leaves 3 rows or more to the tiled
 /// kernel, same bits), so its rows keep the same bits in decode, prefill and verify passes.
 pub(crate) struct Repacked {
@@ -749,7 +749,7 @@ mod tests {
         }
     }
 
-    /// The repacked kernels (Q4_0/Q4_1/Q8_0, Q4_K/Q6_K; AVX-512 VNNI and AVX2) through the matmul: against the
+    /// The repacked kernels (Q4_0/Q4_1/Q8_0, Q4_K/Q5_K/Q6_K; AVX-512 VNNI and AVX2) through the matmul: against the
     /// dequantized product, every row of a many-row call (partial groups of 8 or 16 weight rows, partial tiles)
     /// the bits of that row alone, the K-quants the bits of the unpacked matmul (row and tiled kernels), and
     /// `matmul_many` on repacked weights the bits of separate matmuls (1 and 2 rows: one region; 5: the fallback).
@@ -762,17 +762,18 @@ mod tests {
             GgmlType::Q4_1,
             GgmlType::Q8_0,
             GgmlType::Q4_K,
+            GgmlType::Q5_K,
             GgmlType::Q6_K,
         ];
         let runs = types.into_iter().flat_map(|ty| {
-            let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
+            let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
             [Isa::Avx512Vnni, Isa::Avx2]
                 .into_iter()
                 .map(move |isa| (ty, k_quant, isa))
         });
         for (ty, k_quant, isa) in runs {
-            // Each kernel asked for by its ISA: the matmul takes any repacked weight it is given (the K-quants'
-            // AVX2 form only below 3 rows: more go to the tiled kernel, the same bits).
+            // Each kernel asked for by its ISA: the matmul takes any repacked weight it is given (Q4_K's and
+            // Q6_K's AVX2 form only below 3 rows: more go to the tiled kernel, the same bits).
             let Some(kernel) = kiln_quant::dot::repack_kernel(ty, isa) else {
                 eprintln!("no {isa} on this CPU: the repacked {ty} kernel is not tested here");
                 continue;

@@ -4,7 +4,7 @@
 //! horizontal sums are needed and a block's quants are unpacked once for every activation row of the call.
 //!
 //! - Q4_0, Q4_1 and Q8_0: groups of 8 rows; AVX2 code, and on AVX-512 VNNI two groups per call (`x86::repack`).
-//! - Q4_K and Q6_K: groups of 16 rows, AVX-512 VNNI or AVX2 (two halves of 8 rows; `x86::krepack`). Their
+//! - Q4_K, Q5_K and Q6_K: groups of 16 rows, AVX-512 VNNI or AVX2 (two halves of 8 rows; `x86::krepack`). Their
 //!   per-pair arithmetic is the scalar reference's (exact integer super-block sums, then the same f32 steps lane
 //!   by lane), so their results equal [`super::DotKernel::dot`] and the tiled prefill kernel bit for bit, and
 //!   [`repacked_dot_reference`] is the scalar dot kernel.
@@ -36,7 +36,7 @@ pub struct RepackKernel {
     vnni: bool,
 }
 
-/// The repacked kernel for `w` on `isa`, or `None`: Q4_0, Q4_1, Q8_0, Q4_K and Q6_K on AVX2 and on AVX-512 VNNI
+/// The repacked kernel for `w` on `isa`, or `None`: Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K on AVX2 and on AVX-512 VNNI
 /// (bench/README.md has each form against the row kernels).
 pub fn repack_kernel(w: GgmlType, isa: Isa) -> Option<RepackKernel> {
     if !cfg!(target_arch = "x86_64") || !isa.is_available() {
@@ -46,7 +46,9 @@ pub fn repack_kernel(w: GgmlType, isa: Isa) -> Option<RepackKernel> {
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
             matches!(isa, Isa::Avx2 | Isa::Avx512Vnni) && Isa::Avx2.is_available()
         }
-        GgmlType::Q4_K | GgmlType::Q6_K => matches!(isa, Isa::Avx2 | Isa::Avx512Vnni),
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+            matches!(isa, Isa::Avx2 | Isa::Avx512Vnni)
+        }
         _ => false,
     };
     ok.then_some(RepackKernel {
@@ -57,7 +59,25 @@ pub fn repack_kernel(w: GgmlType, isa: Isa) -> Option<RepackKernel> {
 
 /// Whether `ty` is one of the K-quants (16-row groups, the scalar reference's arithmetic).
 const fn is_k(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+    k_quant(ty).is_some()
+}
+
+/// The K-quant a packed group holds (the layouts are `x86::krepack`'s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KQuant {
+    Q4,
+    Q5,
+    Q6,
+}
+
+/// The packed layout of a K-quant.
+const fn k_quant(ty: GgmlType) -> Option<KQuant> {
+    match ty {
+        GgmlType::Q4_K => Some(KQuant::Q4),
+        GgmlType::Q5_K => Some(KQuant::Q5),
+        GgmlType::Q6_K => Some(KQuant::Q6),
+        _ => None,
+    }
 }
 
 /// Bytes of one block of a packed group of 8 rows: the quants (4 or 8 vectors of 32 bytes) and the f16 scales
@@ -82,11 +102,12 @@ impl RepackKernel {
         self.ty
     }
 
-    /// Whether this kernel is the faster choice only for one or two activation rows: the K-quants' AVX2 form
-    /// (single thread, weights from memory: 1.3-1.5x the AVX2 row kernels for one row, 0.5-0.9x the tiled kernel
-    /// for 16). Its results equal the row and tiled kernels', so a caller may take either by row count.
+    /// Whether this kernel is the faster choice only for one or two activation rows: the AVX2 form of Q4_K and
+    /// Q6_K (single thread, weights from memory: 1.3-1.5x the AVX2 row kernels for one row, 0.5-0.9x the tiled
+    /// kernel for 16; Q5_K has no tiled kernel). Its results equal the row and tiled kernels', so a caller may
+    /// take either by row count.
     pub fn decode_only(&self) -> bool {
-        is_k(self.ty) && !self.vnni
+        matches!(self.ty, GgmlType::Q4_K | GgmlType::Q6_K) && !self.vnni
     }
 
     /// Weight rows per packed group: 8, or 16 for the K-quants.
@@ -100,10 +121,9 @@ impl RepackKernel {
 
     /// Bytes of one packed group of rows of `n` elements.
     pub fn group_len(&self, n: usize) -> usize {
-        match self.ty {
-            GgmlType::Q4_K => (n / QK_K) * imp::Q4_BLOCK,
-            GgmlType::Q6_K => (n / QK_K) * imp::Q6_BLOCK,
-            _ => (n / QK) * (quant_bytes(self.ty) + scale_bytes(self.ty)),
+        match k_quant(self.ty) {
+            Some(q) => (n / QK_K) * imp::block_len(q),
+            None => (n / QK) * (quant_bytes(self.ty) + scale_bytes(self.ty)),
         }
     }
 
@@ -139,10 +159,10 @@ impl RepackKernel {
             for r in 0..rows {
                 let (g, l) = (r / 16, r % 16);
                 let (src, dst) = (&w[r * row_stride..][..row], &mut out[g * group..][..group]);
-                if self.ty == GgmlType::Q4_K {
-                    imp::pack_q4_k_row(n / QK_K, src, l, dst);
-                } else {
-                    imp::pack_q6_k_row(n / QK_K, src, l, dst);
+                match self.ty {
+                    GgmlType::Q4_K => imp::pack_q4_k_row(n / QK_K, src, l, dst),
+                    GgmlType::Q5_K => imp::pack_q5_k_row(n / QK_K, src, l, dst),
+                    _ => imp::pack_q6_k_row(n / QK_K, src, l, dst),
                 }
             }
             return;
@@ -252,9 +272,8 @@ impl RepackKernel {
             self.ty
         );
         let group = self.group_len(n);
-        if is_k(self.ty) {
+        if let Some(q) = k_quant(self.ty) {
             let mut tmp = [[0f32; 16]; imp::K_MAX_ACT];
-            let q6 = self.ty == GgmlType::Q6_K;
             for j0 in (0..n_act).step_by(imp::K_MAX_ACT) {
                 let nj = (n_act - j0).min(imp::K_MAX_ACT);
                 for (g, r0) in (0..rows).step_by(16).enumerate() {
@@ -264,7 +283,7 @@ impl RepackKernel {
                     unsafe {
                         imp::run_group_k(
                             self.vnni,
-                            q6,
+                            q,
                             n / QK_K,
                             packed.as_ptr().add(g * group),
                             packed.as_ptr().wrapping_add((g + 1) * group),
@@ -356,11 +375,11 @@ impl RepackKernel {
 }
 
 /// The repacked kernel's arithmetic for one weight row `w` (GGUF layout, `n` elements of `ty`: Q4_0, Q4_1,
-/// Q8_0, Q4_K or Q6_K) and one activation row `a` (its [`vec_dot_type`]), in scalar code (see the module header;
+/// Q8_0, Q4_K, Q5_K or Q6_K) and one activation row `a` (its [`vec_dot_type`]), in scalar code (see the module header;
 /// for the K-quants, the scalar dot kernel).
 ///
 /// # Panics
-/// If `ty` is not one of those five or a row is shorter than `n` elements.
+/// If `ty` is not one of those six or a row is shorter than `n` elements.
 pub fn repacked_dot_reference(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
     if is_k(ty) {
         let (w, a) = super::rows(ty, vec_dot_type(ty), n, w, a);
@@ -420,8 +439,8 @@ fn nibble(qs: &[u8; QK / 2], j: usize) -> u8 {
 #[cfg(target_arch = "x86_64")]
 mod imp {
     pub(super) use crate::dot::x86::krepack::{
-        pack_q4_k_row, pack_q6_k_row, run_group as run_group_k, MAX_ACT as K_MAX_ACT, Q4_BLOCK,
-        Q6_BLOCK,
+        block_len, pack_q4_k_row, pack_q5_k_row, pack_q6_k_row, run_group as run_group_k,
+        MAX_ACT as K_MAX_ACT,
     };
     pub(super) use crate::dot::x86::repack::{
         act_rows, act_scales, run_group, run_pair, MAX_ACT, PAIR_MAX_ACT,
@@ -449,9 +468,13 @@ mod imp {
     ) {
         unreachable!("no repacked kernel on this architecture")
     }
-    pub(super) const Q4_BLOCK: usize = 0;
-    pub(super) const Q6_BLOCK: usize = 0;
+    pub(super) const fn block_len(_: super::KQuant) -> usize {
+        0
+    }
     pub(super) fn pack_q4_k_row(_: usize, _: &[u8], _: usize, _: &mut [u8]) {
+        unreachable!("no repacked kernel on this architecture")
+    }
+    pub(super) fn pack_q5_k_row(_: usize, _: &[u8], _: usize, _: &mut [u8]) {
         unreachable!("no repacked kernel on this architecture")
     }
     pub(super) fn pack_q6_k_row(_: usize, _: &[u8], _: usize, _: &mut [u8]) {
@@ -460,7 +483,7 @@ mod imp {
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn run_group_k(
         _: bool,
-        _: bool,
+        _: super::KQuant,
         _: usize,
         _: *const u8,
         _: *const u8,

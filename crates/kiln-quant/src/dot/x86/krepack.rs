@@ -1,8 +1,8 @@
-//! The bodies of the repacked Q4_K/Q6_K kernel (`dot::repack`): groups of 16 weight rows, one row per 32-bit lane
+//! The bodies of the repacked Q4_K/Q5_K/Q6_K kernel (`dot::repack`): groups of 16 weight rows, one row per 32-bit lane
 //! of a 512-bit vector on AVX-512 VNNI; on AVX2 the same layout as two halves of 8 rows (256-bit vectors).
 //!
-//! A packed vector holds 4 consecutive quants of each of the 16 rows (still 4-bit, and for Q6_K the top bits in
-//! their own vectors), so after unpacking, one `vpdpbusd` with 4 activation bytes broadcast to every lane adds
+//! A packed vector holds 4 consecutive quants of each of the 16 rows (still 4-bit, and for Q5_K/Q6_K the top bits
+//! in their own vectors), so after unpacking, one `vpdpbusd` with 4 activation bytes broadcast to every lane adds
 //! 4 products to each row's sub-block sum. The sub-block sums are weighted by the rows' scales (`vpmulld`)
 //! into the super-block's exact integer `isum`, the minimums (Q4_K) or the -32 offset (Q6_K) come from the
 //! activation's per-16 sums (`vpdpwssd`), and the super-block's float step is the scalar reference's, lane by
@@ -10,6 +10,7 @@
 
 use super::{load_f32, Simd};
 use crate::blocks::{BlockQ8K, QK_K};
+use crate::dot::repack::KQuant;
 use std::arch::x86_64::*;
 use std::mem::{offset_of, size_of};
 
@@ -34,6 +35,11 @@ pub(crate) const Q4_MN: usize = 192;
 pub(crate) const Q4_Q: usize = 320;
 pub(crate) const Q4_BLOCK: usize = Q4_Q + GROUP * QK_K / 2;
 
+// A packed Q5_K super-block of a group: Q4_K's, then the fifth bits (vector c, lane r = row r's qh bytes
+// 4c .. +4: bit 2p of a byte belongs to vector 8p + c's low nibble, bit 2p + 1 to its high one). 2,880 bytes.
+pub(crate) const Q5_QH: usize = Q4_BLOCK;
+pub(crate) const Q5_BLOCK: usize = Q5_QH + GROUP * QK_K / 8;
+
 // A packed Q6_K super-block of a group: d (16 f32), the 16 signed scales as pairs (byte 32t + 2r + e = scale
 // 2t+e of row r), the low nibbles (vector 16h + 8k + c, lane r = row r's ql bytes 64h + 32k + 4c .. +4, k = 0, 1)
 // and the top bits (vector 8h + c, lane r = qh bytes 32h + 4c .. +4). 3,392 bytes, a multiple of 64.
@@ -43,7 +49,33 @@ pub(crate) const Q6_QL: usize = 320;
 pub(crate) const Q6_QH: usize = Q6_QL + GROUP * QK_K / 2;
 pub(crate) const Q6_BLOCK: usize = Q6_QH + GROUP * QK_K / 4;
 
-const _: () = assert!(Q4_BLOCK.is_multiple_of(64) && Q6_BLOCK.is_multiple_of(64));
+const _: () = assert!(
+    Q4_BLOCK.is_multiple_of(64) && Q5_BLOCK.is_multiple_of(64) && Q6_BLOCK.is_multiple_of(64)
+);
+
+/// Bytes of one packed super-block of a group.
+pub(crate) const fn block_len(q: KQuant) -> usize {
+    match q {
+        KQuant::Q4 => Q4_BLOCK,
+        KQuant::Q5 => Q5_BLOCK,
+        KQuant::Q6 => Q6_BLOCK,
+    }
+}
+
+/// Q5_K's fifth bits for vector 8p + c (`qh`: vector c of the block's fifth bits) at bit 4 of each byte, for
+/// its low nibbles (bit 2p) and its high ones (bit 2p + 1). 16-bit shifts: the mask drops what crosses bytes.
+macro_rules! fifth_bits {
+    ($p:expr, $qh:expr, $m10:expr, $sl:ident, $sr:ident, $and:ident) => {{
+        let (qh, m) = ($qh, $m10);
+        let (lo, hi) = match $p {
+            0 => ($sl::<4>(qh), $sl::<3>(qh)),
+            1 => ($sl::<2>(qh), $sl::<1>(qh)),
+            2 => (qh, $sr::<1>(qh)),
+            _ => ($sr::<2>(qh), $sr::<3>(qh)),
+        };
+        ($and(lo, m), $and(hi, m))
+    }};
+}
 
 /// 4 activation bytes at `p` in every lane.
 #[inline(always)]
@@ -62,22 +94,24 @@ unsafe fn prefetch_part(p: *const u8, len: usize, i: usize, parts: usize) {
     }
 }
 
-/// One packed Q4_K group (`nb` super-blocks at `g`) against `R` activation rows; `next` is prefetched a block's
-/// share per block (the weights stream from memory in decode).
+/// One packed Q4_K group (`Q5`: Q5_K; `nb` super-blocks at `g`) against `R` activation rows; `next` is
+/// prefetched a block's share per block (the weights stream from memory in decode).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q4_k_group<const R: usize>(
+unsafe fn q4_k_group<const R: usize, const Q5: bool>(
     nb: usize,
     g: *const u8,
     a: [*const u8; R],
     next: *const u8,
 ) -> [[f32; GROUP]; R] {
     let m4 = _mm512_set1_epi8(0x0F);
+    let m10 = _mm512_set1_epi8(0x10);
     let ones = _mm256_set1_epi16(1);
     let zi = _mm512_setzero_si512();
+    let len = if Q5 { Q5_BLOCK } else { Q4_BLOCK };
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..nb {
-        let blk = g.add(b * Q4_BLOCK);
-        let ahead = next.wrapping_add(b * Q4_BLOCK);
+        let blk = g.add(b * len);
+        let ahead = next.wrapping_add(b * len);
         let mut y = [std::ptr::null::<u8>(); R];
         for r in 0..R {
             y[r] = a[r].add(b * AB);
@@ -87,10 +121,23 @@ unsafe fn q4_k_group<const R: usize>(
             let mut al = [zi; R];
             let mut ah = [zi; R];
             for c in 0..8 {
-                prefetch_part(ahead, Q4_BLOCK, 8 * p + c, 32);
+                prefetch_part(ahead, len, 8 * p + c, 32);
                 let v = _mm512_loadu_si512(blk.add(Q4_Q + 64 * (8 * p + c)).cast());
-                let lo = _mm512_and_si512(v, m4);
-                let hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                let mut lo = _mm512_and_si512(v, m4);
+                let mut hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if Q5 {
+                    let qh = _mm512_loadu_si512(blk.add(Q5_QH + 64 * c).cast());
+                    let (l5, h5) = fifth_bits!(
+                        p,
+                        qh,
+                        m10,
+                        _mm512_slli_epi16,
+                        _mm512_srli_epi16,
+                        _mm512_and_si512
+                    );
+                    lo = _mm512_or_si512(lo, l5);
+                    hi = _mm512_or_si512(hi, h5);
+                }
                 for r in 0..R {
                     let yq = y[r].add(Y_QS + 64 * p + 4 * c);
                     al[r] = _mm512_dpbusd_epi32(al[r], lo, bcast32(yq));
@@ -240,9 +287,9 @@ unsafe fn q6_k_group<const R: usize>(
 
 /// [`q4_k_group`] in AVX2 (no VNNI, 16 vector registers): the group's two halves of 8 rows (the low and high
 /// 32 bytes of each packed vector) one after the other, `vpdpbusd` as `vpmaddubsw` + `vpmaddwd` (at most
-/// 2 · 15 · 128 in i16: no saturation). Same integers and f32 steps, so the same bits.
+/// 2 · 31 · 128 in i16: no saturation). Same integers and f32 steps, so the same bits.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_group_avx2<const R: usize>(
+unsafe fn q4_k_group_avx2<const R: usize, const Q5: bool>(
     nb: usize,
     g: *const u8,
     a: [*const u8; R],
@@ -250,15 +297,17 @@ unsafe fn q4_k_group_avx2<const R: usize>(
 ) -> [[f32; GROUP]; R] {
     type S = super::Avx2;
     let m4 = _mm256_set1_epi8(0x0F);
+    let m10 = _mm256_set1_epi8(0x10);
     let ones = _mm256_set1_epi16(1);
     let zi = _mm256_setzero_si256();
+    let len = if Q5 { Q5_BLOCK } else { Q4_BLOCK };
     let mut out = [[0f32; GROUP]; R];
     for half in 0..2 {
         let (hq, h8) = (32 * half, 8 * half);
         let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..nb {
-            let blk = g.add(b * Q4_BLOCK);
-            let ahead = next.wrapping_add(b * Q4_BLOCK);
+            let blk = g.add(b * len);
+            let ahead = next.wrapping_add(b * len);
             let mut y = [std::ptr::null::<u8>(); R];
             for r in 0..R {
                 y[r] = a[r].add(b * AB);
@@ -269,11 +318,24 @@ unsafe fn q4_k_group_avx2<const R: usize>(
                 let mut ah = [zi; R];
                 for c in 0..8 {
                     if half == 0 {
-                        prefetch_part(ahead, Q4_BLOCK, 8 * p + c, 32);
+                        prefetch_part(ahead, len, 8 * p + c, 32);
                     }
                     let v = _mm256_loadu_si256(blk.add(Q4_Q + 64 * (8 * p + c) + hq).cast());
-                    let lo = _mm256_and_si256(v, m4);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    let mut lo = _mm256_and_si256(v, m4);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    if Q5 {
+                        let qh = _mm256_loadu_si256(blk.add(Q5_QH + 64 * c + hq).cast());
+                        let (l5, h5) = fifth_bits!(
+                            p,
+                            qh,
+                            m10,
+                            _mm256_slli_epi16,
+                            _mm256_srli_epi16,
+                            _mm256_and_si256
+                        );
+                        lo = _mm256_or_si256(lo, l5);
+                        hi = _mm256_or_si256(hi, h5);
+                    }
                     for r in 0..R {
                         let yq = y[r].add(Y_QS + 64 * p + 4 * c);
                         al[r] = S::dot_u8i8(al[r], lo, bcast32_256(yq));
@@ -429,7 +491,7 @@ unsafe fn bcast32_256(p: *const u8) -> __m256i {
     _mm256_set1_epi32(std::ptr::read_unaligned(p.cast::<i32>()))
 }
 
-/// One packed group (`q6`: Q6_K, else Q4_K; `nb` super-blocks at `g`, the next group at `next` to prefetch)
+/// One packed group (of `q`; `nb` super-blocks at `g`, the next group at `next` to prefetch)
 /// against `n_act` ≤ [`MAX_ACT`] activation rows `a_stride` bytes apart; `out[j][i]` = row `i` · activation
 /// row `j`. `vnni`: the AVX-512 VNNI kernel, else the AVX2 one (same results).
 ///
@@ -439,7 +501,7 @@ unsafe fn bcast32_256(p: *const u8) -> __m256i {
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn run_group(
     vnni: bool,
-    q6: bool,
+    q: KQuant,
     nb: usize,
     g: *const u8,
     next: *const u8,
@@ -450,11 +512,13 @@ pub(crate) unsafe fn run_group(
 ) {
     macro_rules! body {
         ($r:literal, $rows:expr) => {
-            match (vnni, q6) {
-                (true, true) => q6_k_group::<$r>(nb, g, $rows, next),
-                (true, false) => q4_k_group::<$r>(nb, g, $rows, next),
-                (false, true) => q6_k_group_avx2::<$r>(nb, g, $rows, next),
-                (false, false) => q4_k_group_avx2::<$r>(nb, g, $rows, next),
+            match (vnni, q) {
+                (true, KQuant::Q4) => q4_k_group::<$r, false>(nb, g, $rows, next),
+                (true, KQuant::Q5) => q4_k_group::<$r, true>(nb, g, $rows, next),
+                (true, KQuant::Q6) => q6_k_group::<$r>(nb, g, $rows, next),
+                (false, KQuant::Q4) => q4_k_group_avx2::<$r, false>(nb, g, $rows, next),
+                (false, KQuant::Q5) => q4_k_group_avx2::<$r, true>(nb, g, $rows, next),
+                (false, KQuant::Q6) => q6_k_group_avx2::<$r>(nb, g, $rows, next),
             }
         };
     }
@@ -488,18 +552,46 @@ pub(crate) fn pack_q4_k_row(nb: usize, w: &[u8], l: usize, dst: &mut [u8]) {
     for b in 0..nb {
         let x: BlockQ4K = bytemuck::pod_read_unaligned(&w[b * wb..(b + 1) * wb]);
         let o = &mut dst[b * Q4_BLOCK..(b + 1) * Q4_BLOCK];
-        o[Q4_D + 2 * l..Q4_D + 2 * l + 2].copy_from_slice(&x.d.to_le_bytes());
-        o[Q4_DMIN + 2 * l..Q4_DMIN + 2 * l + 2].copy_from_slice(&x.dmin.to_le_bytes());
-        for s in 0..8 {
-            let (sc, m) = crate::dot::scalar::scale_min_k4(s, &x.scales);
-            o[Q4_SC + 16 * s + l] = sc;
-            o[Q4_MN + 32 * (s / 2) + 2 * l + s % 2] = m;
+        pack_q4_k_part(x.d, x.dmin, &x.scales, &x.qs, l, o);
+    }
+}
+
+/// Packs row `l` (0..16) of a group: its `nb` Q5_K blocks into the group's blocks (Q4_K's layout, then the
+/// fifth bits).
+pub(crate) fn pack_q5_k_row(nb: usize, w: &[u8], l: usize, dst: &mut [u8]) {
+    use crate::blocks::BlockQ5K;
+    let wb = size_of::<BlockQ5K>();
+    for b in 0..nb {
+        let x: BlockQ5K = bytemuck::pod_read_unaligned(&w[b * wb..(b + 1) * wb]);
+        let o = &mut dst[b * Q5_BLOCK..(b + 1) * Q5_BLOCK];
+        pack_q4_k_part(x.d, x.dmin, &x.scales, &x.qs, l, o);
+        for c in 0..8 {
+            let at = Q5_QH + 64 * c + 4 * l;
+            o[at..at + 4].copy_from_slice(&x.qh[4 * c..4 * c + 4]);
         }
-        for v in 0..32 {
-            let (p, c) = (v / 8, v % 8);
-            let at = Q4_Q + 64 * v + 4 * l;
-            o[at..at + 4].copy_from_slice(&x.qs[32 * p + 4 * c..32 * p + 4 * c + 4]);
-        }
+    }
+}
+
+/// The part of a packed block Q4_K and Q5_K share: scales, minimums and the 4-bit quants of row `l`.
+fn pack_q4_k_part(
+    d: half::f16,
+    dmin: half::f16,
+    scales: &[u8; 12],
+    qs: &[u8; QK_K / 2],
+    l: usize,
+    o: &mut [u8],
+) {
+    o[Q4_D + 2 * l..Q4_D + 2 * l + 2].copy_from_slice(&d.to_le_bytes());
+    o[Q4_DMIN + 2 * l..Q4_DMIN + 2 * l + 2].copy_from_slice(&dmin.to_le_bytes());
+    for s in 0..8 {
+        let (sc, m) = crate::dot::scalar::scale_min_k4(s, scales);
+        o[Q4_SC + 16 * s + l] = sc;
+        o[Q4_MN + 32 * (s / 2) + 2 * l + s % 2] = m;
+    }
+    for v in 0..32 {
+        let (p, c) = (v / 8, v % 8);
+        let at = Q4_Q + 64 * v + 4 * l;
+        o[at..at + 4].copy_from_slice(&qs[32 * p + 4 * c..32 * p + 4 * c + 4]);
     }
 }
 
