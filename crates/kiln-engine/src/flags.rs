@@ -54,7 +54,7 @@ pub const REGISTRY: &[FlagInfo] = &[
         env: "KILN_NO_CPU_REPACK_K",
         disables: "CPU (AVX2, AVX-512 VNNI): Q4_K/Q5_K/Q6_K weights repacked when the model is placed into \
                    groups of 16 interleaved rows (4-bit quants kept packed), multiplied with any number of \
-                   activation rows (AVX2 Q4_K/Q6_K: decode only, prefill stays on the tiled kernel); same bits as \
+                   activation rows (AVX2: decode only, prefill stays on the tiled or row kernels); same bits as \
                    the row kernels; the row kernels (decode, Q5_K prefill) and the tiled kernel (Q4_K/Q6_K \
                    prefill) on the GGUF bytes instead",
         default_on: true,

@@ -256,9 +256,8 @@ fn repacked_model_matches_the_dequantized_product() {
     }
 }
 
-/// What the engine gets on this CPU: every type's repacked kernel wherever there is AVX2, and the AVX2 form of
-/// Q4_K/Q6_K (which have a tiled prefill kernel) marked decode-only (their AVX-512 form, and Q5_K's forms, serve
-/// every row count).
+/// What the engine gets on this CPU: every type's repacked kernel wherever there is AVX2, and the K-quants'
+/// AVX2 form marked decode-only (their AVX-512 form serves every row count).
 #[test]
 fn this_cpu_gets_every_repacked_kernel() {
     let isa = Isa::detect();
@@ -272,7 +271,7 @@ fn this_cpu_gets_every_repacked_kernel() {
         let k = k.unwrap_or_else(|| panic!("{ty}: no repacked kernel on {isa}"));
         assert_eq!(
             k.decode_only(),
-            matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) && isa == Isa::Avx2,
+            is_k(ty) && isa == Isa::Avx2,
             "{ty} on {isa}"
         );
         assert_eq!(k.group_rows(), if is_k(ty) { 16 } else { 8 }, "{ty}");

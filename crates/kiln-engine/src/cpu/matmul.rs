@@ -772,8 +772,8 @@ mod tests {
                 .map(move |isa| (ty, k_quant, isa))
         });
         for (ty, k_quant, isa) in runs {
-            // Each kernel asked for by its ISA: the matmul takes any repacked weight it is given (Q4_K's and
-            // Q6_K's AVX2 form only below 3 rows: more go to the tiled kernel, the same bits).
+            // Each kernel asked for by its ISA: the matmul takes any repacked weight it is given (the K-quants'
+            // AVX2 form only below 3 rows: more go to the tiled or row kernels, the same bits).
             let Some(kernel) = kiln_quant::dot::repack_kernel(ty, isa) else {
                 eprintln!("no {isa} on this CPU: the repacked {ty} kernel is not tested here");
                 continue;

@@ -102,12 +102,12 @@ impl RepackKernel {
         self.ty
     }
 
-    /// Whether this kernel is the faster choice only for one or two activation rows: the AVX2 form of Q4_K and
-    /// Q6_K (single thread, weights from memory: 1.3-1.5x the AVX2 row kernels for one row, 0.5-0.9x the tiled
-    /// kernel for 16; Q5_K has no tiled kernel). Its results equal the row and tiled kernels', so a caller may
-    /// take either by row count.
+    /// Whether this kernel is the faster choice only for one or two activation rows: the K-quants' AVX2 form
+    /// (single thread, weights from memory: 1.3-1.5x the AVX2 row kernels for one row, 0.5-0.9x the tiled kernel
+    /// for 16, Q5_K 0.7x its row kernel). Its results equal the row and tiled kernels', so a caller may take
+    /// either by row count.
     pub fn decode_only(&self) -> bool {
-        matches!(self.ty, GgmlType::Q4_K | GgmlType::Q6_K) && !self.vnni
+        is_k(self.ty) && !self.vnni
     }
 
     /// Weight rows per packed group: 8, or 16 for the K-quants.
