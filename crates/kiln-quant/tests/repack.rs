@@ -156,6 +156,8 @@ fn repacked_kernel_equals_its_scalar_model_bit_for_bit() {
                 (24, 4),
                 (16, 6),
                 (33, 7),
+                (16, 11),
+                (17, 19),
             ] {
                 let (wrow, arow) = (
                     ty.row_bytes(n as u64).unwrap() as usize,
