@@ -95,8 +95,8 @@ fn tile_rows(n_w_rows: usize, n_act_rows: usize, threads: usize) -> usize {
 }
 
 /// A weight repacked for the interleaved kernel ([`RepackKernel`]: Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K): every matmul on it
-/// reads this copy, one row or many (but for the K-quants' AVX2 form, which leaves 3 rows or more to the tiled
-/// kernel, same bits), so its rows keep the same bits in decode, prefill and verify passes.
+/// reads this copy, one row or many (but for the K-quants' AVX2 form, which leaves 3 rows or more to the tiled or
+/// row kernels, same bits), so its rows keep the same bits in decode, prefill and verify passes.
 pub(crate) struct Repacked {
     kernel: RepackKernel,
     /// The packed weight starts at `bytes[start]`, 64-byte aligned: the K-quants' vectors are whole cache lines.

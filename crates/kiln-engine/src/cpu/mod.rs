@@ -120,7 +120,8 @@ impl CpuBackend {
 
     /// `w` repacked for the interleaved kernel, when it applies (2-D Q4_0/Q4_1/Q8_0 on AVX2 or AVX-512,
     /// [`Flags::cpu_repack`]; Q4_K/Q5_K/Q6_K on AVX2 or AVX-512 VNNI, [`Flags::cpu_repack_k`]; quantized activations);
-    /// packed on the pool at first use and kept for the backend's lifetime.
+    /// packed on the pool at first use (for a placed model, its [`crate::Model::warm_up`]) and kept for the
+    /// backend's lifetime.
     fn repacked(&self, w: &Weight) -> Option<Arc<matmul::Repacked>> {
         let k_quant = matches!(w.ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
         let on = if k_quant {
