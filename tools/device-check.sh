@@ -203,9 +203,6 @@ if want bench; then
         KILN_NO_CUDA_EARLY_WEIGHTS; do
         ab_want "$flag" && step "ab-$flag" "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 0 -n 128 -r 2 --ab "$flag=1"
     done
-    # The streaming one-row GEMV (opt-in until it measures faster): B = on.
-    ab_want gemv-stream && step ab-gemv-stream "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" \
-        --device cuda -p 0 -n 128 -r 3 --ab 'KILN_CUDA_DEFINES=-DGS_ON=1'
     step ab-KILN_NO_CUDA_PREFILL_MMA "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q8b-q8.gguf" --device cuda \
         -p 512 -b 512 -n 0 -r 2 --ab KILN_NO_CUDA_PREFILL_MMA=1
     step ab-KILN_NO_CUDA_PREFILL_K8 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 512 -b 512 -n 0 -r 2 \
@@ -222,7 +219,6 @@ if want bench; then
     for f in bench-tg bench-block16 bench-pp ab-KILN_NO_CUDA_GRAPH ab-KILN_NO_CUDA_PREP_IN_SPLIT \
         ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_ATTN_HEAD_SPLIT ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
         ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_GEMV_STAGE ab-KILN_NO_CUDA_EARLY_WEIGHTS \
-        ab-gemv-stream \
         ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_PREFILL_K8 \
         ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_TILE16 \
         ab-KILN_NO_CUDA_K8 ab-KILN_NO_CUDA_FLASH_ATTN; do

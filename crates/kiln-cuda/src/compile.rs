@@ -14,13 +14,12 @@ use std::ffi::CString;
 use std::path::PathBuf;
 
 /// The kernel files, in the order they are concatenated.
-pub const KERNEL_FILES: [(&str, &str); 9] = [
+pub const KERNEL_FILES: [(&str, &str); 8] = [
     ("common.cu", include_str!("../kernels/common.cu")),
     ("quant.cu", include_str!("../kernels/quant.cu")),
     ("gemv.cu", include_str!("../kernels/gemv.cu")),
     ("mmq.cu", include_str!("../kernels/mmq.cu")),
     ("gemv16.cu", include_str!("../kernels/gemv16.cu")),
-    ("gemv_stream.cu", include_str!("../kernels/gemv_stream.cu")),
     ("moe.cu", include_str!("../kernels/moe.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
@@ -39,7 +38,6 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
             let outs = if kernel == "gemv16_k8" { 32 } else { 16 };
             return source_define(&format!("B16_SMEM_K8_W{}_O{outs}", b16_warps()));
         }
-        "gemv_k8_stream" => "GS_SMEM",
         "attn_flash_h64" => "FA_SMEM_H64",
         "attn_flash_h128" => "FA_SMEM_H128",
         _ => return 0,
@@ -59,17 +57,6 @@ pub fn b16_warps() -> u32 {
     tuned_define("B16_WARPS")
 }
 
-/// Whether `KILN_CUDA_DEFINES` turns the streaming one-row GEMV on (`-DGS_ON=1`; [`crate::Options::gemv_stream`]).
-pub fn gs_opted_in() -> bool {
-    tuned_define("GS_ON") != 0
-}
-
-/// Blocks a multiprocessor of the streaming one-row GEMV (`GS_BPS` in gemv_stream.cu, or the value
-/// `KILN_CUDA_DEFINES` gives it): its launch's grid follows it.
-pub fn gs_blocks_per_sm() -> u32 {
-    tuned_define("GS_BPS")
-}
-
 /// A numeric kernel constant the host also needs: the last `-DNAME=value` of `KILN_CUDA_DEFINES`, else the
 /// source's `#define`.
 fn tuned_define(name: &str) -> u32 {
@@ -82,7 +69,7 @@ fn tuned_define(name: &str) -> u32 {
 }
 
 /// The value of a numeric `#define NAME value` in the kernel source.
-pub(crate) fn source_define(name: &str) -> u32 {
+fn source_define(name: &str) -> u32 {
     static DEFINES: std::sync::OnceLock<std::collections::HashMap<String, u32>> =
         std::sync::OnceLock::new();
     let defines = DEFINES.get_or_init(|| {
@@ -100,7 +87,7 @@ pub(crate) fn source_define(name: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 71] = [
+pub const KERNEL_NAMES: [&str; 70] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -125,7 +112,6 @@ pub const KERNEL_NAMES: [&str; 71] = [
     "gemv_k8_r8",
     "gemv3_k8_r1",
     "gemv3_k8_r8",
-    "gemv_k8_stream",
     "mmq_q4_k",
     "mmq_q6_k",
     "mmq_q8_0",
@@ -557,13 +543,11 @@ mod tests {
                 .unwrap();
             let name = src[at..].split('(').next().unwrap();
             // The GEMV kernels' gemv_block waits first, except in the K8 bodies, which load their first weights
-            // before the wait (GV_FIRST_WEIGHTS); the K8 block kernels' b16_k8 waits first; the streaming GEMV's
-            // consumers wait before their first activation read: checked below.
+            // before the wait (GV_FIRST_WEIGHTS); the K8 block kernels' b16_k8 waits first: checked below.
             assert!(
                 first == "wait_prior_kernel()"
                     || first.starts_with("gemv_block<")
-                    || first.starts_with("b16_k8<")
-                    || first.starts_with("gemv_stream_block("),
+                    || first.starts_with("b16_k8<"),
                 "{name}: {first}"
             );
             kernels += 1;
@@ -587,30 +571,6 @@ mod tests {
         let b16_k8 = &src[src.find("void b16_k8(").unwrap()..];
         let b16_k8 = &b16_k8[b16_k8.find('{').unwrap() + 1..];
         assert!(b16_k8.trim_start().starts_with("wait_prior_kernel();"));
-        // The streaming GEMV: before its consumers' wait, only weights are read (the producer's bulk copies and the
-        // Q6_K d values); the producer reads nothing else, and the activation row is staged after the wait.
-        let stream = &src[src.find("void gemv_stream_block(").unwrap()..];
-        let stream = &stream[stream.find('{').unwrap()..stream.find("\n}").unwrap()];
-        let (before, after) = stream.split_once("wait_prior_kernel();").unwrap();
-        for name in ["kq", "kd", "ks", "j.out", "jn.out"] {
-            assert!(
-                !before.contains(name),
-                "gemv_stream_block reads {name} before the wait"
-            );
-        }
-        assert!(after.contains("gv_stage_row<false>(st4, kq, ks, kd"));
-        assert_eq!(stream.matches("wait_prior_kernel").count(), 1);
-    }
-
-    #[test]
-    fn host_streaming_gemv_constants_are_the_kernels() {
-        assert_eq!(source_define("GS_WARPS") as usize, crate::device::GS_WARPS);
-        assert_eq!(dynamic_smem("gemv_k8_stream"), source_define("GS_SMEM"));
-        if std::env::var_os("KILN_CUDA_DEFINES").is_none() {
-            assert_eq!(gs_blocks_per_sm(), 2);
-            // Opt-in until measured faster.
-            assert!(!gs_opted_in() && !crate::Options::default().gemv_stream);
-        }
     }
 
     #[test]

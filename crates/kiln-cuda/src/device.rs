@@ -33,8 +33,6 @@ const MM_ROWS: usize = 8;
 /// GEMV kernels (`gemv_r8`, `gemv3_r8`); one row goes through `gemv_r1` / `gemv3_r1`.
 const GV_WARPS: usize = 4;
 const GV_ROWS: usize = 8;
-/// Rows a stage of the streaming one-row GEMV (`GS_WARPS` in gemv_stream.cu: a consumer warp a row).
-pub(crate) const GS_WARPS: usize = 15;
 /// Threads per block of the row kernels (norms, attention).
 const ROW_THREADS: u32 = 256;
 /// Rows above which a prefill pass's matmuls use the tensor-core kernel (below, the GEMV's one weight read serves
@@ -94,12 +92,6 @@ pub struct Options {
     /// The K8 GEMVs issue their first weight loads before waiting for the kernel before them (same bits); else
     /// after. A kernel define (`GV_EARLY_W=0` when off).
     pub early_weights: bool,
-    /// One-row K8 matmuls on the streaming GEMV (`gemv_k8_stream`, sm_90 and later): a persistent grid whose
-    /// blocks keep a ring of weight stages filling with bulk copies (from before the launch wait) and stage the
-    /// activation row once (same bits); else `gemv_k8_r1` / `gemv3_k8_r1`, a block of 4 outputs at a time. Off by
-    /// default until it measures faster (its first form did not: docs/PERFORMANCE.md); `KILN_CUDA_DEFINES=-DGS_ON=1`
-    /// turns it on for a run (`kiln bench --ab`), and the self-test's first configuration always.
-    pub gemv_stream: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
     /// Int8 tensor cores for prefill passes ([`Device::set_pass`] with `prefill`) of more than [`MMQ_MIN_ROWS`]
@@ -162,7 +154,6 @@ impl Default for Options {
             attn_head_split: true,
             gemv_stage: true,
             early_weights: true,
-            gemv_stream: crate::compile::gs_opted_in(),
             graphs: true,
             prefill_mma: true,
             block_mma: true,
@@ -253,8 +244,6 @@ pub struct Device {
     pdl: bool,
     /// Thread block clusters (compute capability 9.0 or later).
     clusters: bool,
-    /// Bulk copies completing on mbarriers (compute capability 9.0 or later): the streaming GEMV.
-    bulk_copies: bool,
     /// Multiprocessors of the GPU.
     sm_count: usize,
     meta: Mutex<Meta>,
@@ -650,7 +639,6 @@ impl Device {
             opts,
             pdl: opts.pdl && major >= 9,
             clusters: major >= 9,
-            bulk_copies: major >= 9,
             sm_count,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
@@ -1757,9 +1745,8 @@ impl Device {
         dims.value.clusterDim.z = 1;
         let mut attrs = Vec::with_capacity(2);
         // Kernels with dynamic shared memory (prefill and block matmuls, flash attention) launch after the previous
-        // kernel: launched early, the 16-row block pass of the 8B model measured 9 % slower. The streaming GEMV is
-        // the exception: its producer copies weights before the launch wait, which is what it is built for.
-        if self.pdl && (*smem == 0 || name == "gemv_k8_stream") {
+        // kernel: launched early, the 16-row block pass of the 8B model measured 9 % slower.
+        if self.pdl && *smem == 0 {
             attrs.push(pdl);
         }
         if cluster > 1 {
@@ -2032,22 +2019,6 @@ impl Device {
                 &[&o, &wp, &qp, &dp, &sp, &width, &n_out, &nr, &acc],
             );
         }
-        let job = (ty, o, wp, w.rows);
-        if w.layout == Layout::Gemv
-            && n_rows == 1
-            && self.uses_k8(w, n_rows)
-            && self.stream_stages(&[job], w.cols).is_some()
-        {
-            return self.launch_jobs(
-                "gemv3_k8_r1",
-                &[job],
-                (qp, dp, sp),
-                w.cols,
-                n_rows,
-                accumulate,
-                (GV_ROWS, GV_WARPS),
-            );
-        }
         match w.layout {
             Layout::Gemv => self.launch(
                 match (self.uses_k8(w, n_rows), n_rows == 1) {
@@ -2263,14 +2234,11 @@ impl Device {
         let tiles = |outs: usize| -> usize {
             jobs.iter().map(|j| j.3.div_ceil(outs)).sum::<usize>() * n_rows.div_ceil(tile_rows)
         };
-        let stream = kernel == "gemv3_k8_r1" && self.stream_stages(jobs, cols).is_some();
         let (kernel, tile_outs) = if kernel == "gemv16_k8"
             && self.opts.block_tile16
             && tiles(tile_outs) < 2 * self.sm_count
         {
             ("gemv16_k8_o16", 16)
-        } else if stream {
-            ("gemv_k8_stream", GS_WARPS)
         } else {
             (kernel, tile_outs)
         };
@@ -2287,21 +2255,12 @@ impl Device {
         let (t2, o2, w2, n2) = job(2);
         let threads = match kernel {
             "gemv16_k8" | "gemv16_k8_o16" => 32 * crate::compile::b16_warps(),
-            "gemv_k8_stream" => 32 * (GS_WARPS as u32 + 1),
             _ => 128,
-        };
-        // The streaming GEMV: a persistent grid, each block a share of every weight's rows (at least one row of
-        // the largest).
-        let grid_x = if stream {
-            let blocks = self.sm_count * crate::compile::gs_blocks_per_sm() as usize;
-            blocks.min(jobs.iter().map(|j| j.3).max().unwrap_or(1))
-        } else {
-            total
         };
         self.launch(
             kernel,
             LaunchConfig {
-                grid_dim: (grid_x as u32, n_rows.div_ceil(tile_rows) as u32, 1),
+                grid_dim: (total as u32, n_rows.div_ceil(tile_rows) as u32, 1),
                 block_dim: (threads, 1, 1),
                 shared_mem_bytes: 0,
             },
@@ -2328,20 +2287,6 @@ impl Device {
                 &n2,
             ],
         )
-    }
-
-    /// The stages of the streaming GEMV's ring for one-row K8 jobs `(type id, out, weight, rows)` on rows `cols`
-    /// wide, when it takes them (its option on, a GPU with bulk copies, at least two stages fit beside the staged
-    /// activation row): gemv_stream.cu's `gs_ring`, which the kernel computes again.
-    fn stream_stages(&self, jobs: &[(i32, u64, u64, usize)], cols: usize) -> Option<usize> {
-        if !self.opts.gemv_stream || !self.bulk_copies || !cols.is_multiple_of(256) {
-            return None;
-        }
-        let has = |t: GgmlType| {
-            jobs.iter()
-                .any(|j| j.0 == t.id() as i32 + K8_TYPE_OFFSET && j.3 > 0)
-        };
-        stream_ring_stages(cols, has(GgmlType::Q4_K), has(GgmlType::Q6_K))
     }
 
     /// Row-wise RMSNorm of `n_rows × width` rows of `x` into `out`, times `w` (`width` values). With the fused
@@ -3213,33 +3158,9 @@ macro_rules! arg_impl {
 }
 arg_impl!(u64, i64, i32, f32);
 
-/// The streaming GEMV's ring stages for rows `cols` wide (a multiple of 256) over Q4_K and/or Q6_K weights, when at
-/// least two fit beside the staged activation row(s): gemv_stream.cu's `gs_ring`.
-fn stream_ring_stages(cols: usize, has4: bool, has6: bool) -> Option<usize> {
-    let def = |n: &str| crate::compile::source_define(n) as usize;
-    let act = (cols + cols / 8 + cols / 64 + 15) & !15;
-    let slot = GS_WARPS * (cols / 256).min(def("GS_CHUNK")) * if has6 { 208 } else { 144 };
-    let avail = (def("GS_SMEM") - def("GS_BAR_BYTES"))
-        .checked_sub(act * (has4 as usize + has6 as usize))?;
-    let stages = (avail / slot).min(def("GS_MAXST"));
-    (stages >= 2).then_some(stages)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn streaming_gemv_ring_fits_the_8b_shapes() {
-        // 98,048 bytes after the barriers: the staged row(s), then stages of 15 rows x 8 super-blocks.
-        assert_eq!(stream_ring_stages(4096, true, false), Some(5)); // gate/up: 4,672 + 5 x 17,280
-        assert_eq!(stream_ring_stages(4096, true, true), Some(3)); // Q/K/V with a Q6_K V: 2 x 4,672 + 3 x 24,960
-        assert_eq!(stream_ring_stages(12288, false, true), Some(3)); // a Q6_K down: 14,016 + 3 x 24,960
-        assert_eq!(stream_ring_stages(12288, true, false), Some(4));
-        assert_eq!(stream_ring_stages(1024, true, false), Some(11)); // 0.6B: 1,168 + 11 x 8,640
-                                                                     // Too wide for two stages beside two staged rows: the 4-output GEMV takes it.
-        assert_eq!(stream_ring_stages(25600, true, true), None);
-    }
 
     #[test]
     fn repack_moves_scales_after_the_quants() {

@@ -88,8 +88,6 @@ impl CudaBackend {
             attn_head_split: flags.cuda_attn_head_split,
             gemv_stage: flags.cuda_gemv_stage,
             early_weights: flags.cuda_early_weights,
-            // No kill switch: off unless KILN_CUDA_DEFINES opts in (kiln-cuda's default reads it).
-            gemv_stream: kiln_cuda::Options::default().gemv_stream,
             prefill_mma: flags.cuda_prefill_mma,
             block_mma: flags.cuda_block_mma,
             block_tile16: flags.cuda_block_tile16,

@@ -43,7 +43,6 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         attn_head_split: false,
         gemv_stage: false,
         early_weights: false,
-        gemv_stream: false,
         graphs: false,
         prefill_mma: false,
         block_mma: false,
@@ -69,14 +68,13 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         prep_in_split: false,
         ..kiln_cuda::Options::default()
     };
-    // The K8 GEMVs of 4 outputs a block (the default until the streaming one measures faster) with their in-kernel switches off
+    // The K8 GEMVs of 4 outputs a block with their in-kernel switches off
     // (KILN_NO_CUDA_GEMV_STAGE, KILN_NO_CUDA_EARLY_WEIGHTS: kernels compiled with other defines), a split-KV attention block per KV head (KILN_NO_CUDA_ATTN_HEAD_SPLIT: no
     // 2-block clusters either), the MoE grouping's f32 gather (KILN_NO_CUDA_MOE_GATHER_QUANT), and the K8 block
     // kernel's 32-output tiles for every launch (KILN_NO_CUDA_BLOCK_TILE16; the self-test's launches are small,
     // so with the default they all take 16).
     let k8_plain = kiln_cuda::Options {
         block_tile16: false,
-        gemv_stream: false,
         gemv_stage: false,
         early_weights: false,
         attn_head_split: false,
@@ -84,13 +82,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         ..kiln_cuda::Options::default()
     };
     for (i, (label, opts)) in [
-        (
-            "fast paths, the streaming one-row GEMV",
-            kiln_cuda::Options {
-                gemv_stream: true,
-                ..kiln_cuda::Options::default()
-            },
-        ),
+        ("fast paths", kiln_cuda::Options::default()),
         (
             "fast paths on per-32 activations, prep and merge kernels",
             per32,
