@@ -199,7 +199,8 @@ def save_drafter(model, out):
 def load_init(path, drafter, keep_layers=None):
     """Loads drafter weights to start from: a z-lab directory (model.safetensors) or a `kiln convert-draft` GGUF
     (tensors under the safetensors names, matrices dequantized). Its config must equal the drafter's, except that
-    `keep_layers` (indices into the init's layers, in order) starts a shallower drafter from some of its layers."""
+    `keep_layers` (indices into the init's layers, in order) starts a shallower drafter from some of its layers, and
+    a wider FFN (--ff) starts from a narrower one."""
     if os.path.isdir(path):
         from safetensors.torch import load_file
 
@@ -226,10 +227,22 @@ def load_init(path, drafter, keep_layers=None):
         state = renamed
         cfg = dict(cfg, num_hidden_layers=len(keep_layers),
                    layer_types=[cfg["layer_types"][l] for l in keep_layers])
+    state = {k: v.float() for k, v in state.items()}
+    ff, wide = cfg["intermediate_size"], drafter.c["intermediate_size"]
+    if ff < wide:
+        # A wider FFN (--ff) from a narrower init: the new units' gate/up rows keep this drafter's random init and
+        # their down-projection columns start at zero, so the widened drafter starts as the init's function.
+        own = drafter.state_dict()
+        for k, v in list(state.items()):
+            if k.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight")):
+                state[k] = torch.cat([v, own[k][ff:]], 0)
+            elif k.endswith("mlp.down_proj.weight"):
+                state[k] = torch.cat([v, torch.zeros(v.shape[0], wide - ff)], 1)
+        cfg = dict(cfg, intermediate_size=wide)
     if cfg != drafter.c:
         diff = sorted(k for k in set(cfg) | set(drafter.c) if cfg.get(k) != drafter.c.get(k))
         sys.exit(f"--init {path}: its config differs from this run's drafter in {diff}")
-    drafter.load_state_dict({k: v.float() for k, v in state.items()})
+    drafter.load_state_dict(state)
 
 
 def load_data(path, max_len):
