@@ -86,25 +86,6 @@ __device__ __forceinline__ void k4_sm(u32 s0, u32 s1, u32 s2, int j, int& sc, in
     m = hi ? (c >> 4) | ((b >> 6) << 4) : b & 63;
 }
 
-// The Q4_K K8 GEMV decodes a lane's scale pair with k4_sm_pair and addresses the staged row with the swizzle
-// written out (0: k4_sm twice and gv_swz; same integers either way).
-#ifndef GV_K4_PAIR
-#define GV_K4_PAIR 1
-#endif
-// k4_sm of sub-blocks 2 pp and 2 pp + 1 (pp = 0..3) at once, two bytes in each operation: the same integers in
-// fewer instructions (the lanes of a warp take different pp, so selects rather than branches).
-__device__ __forceinline__ void k4_sm_pair(u32 s0, u32 s1, u32 s2, int pp, int& sc0, int& m0, int& sc1, int& m1) {
-    u32 sel = (pp & 1) ? 0x3232u : 0x1010u; // bytes 2 (pp & 1) and 2 (pp & 1) + 1 of a word, as the low two
-    u32 a = __byte_perm(s0, 0, sel), b = __byte_perm(s1, 0, sel), c = __byte_perm(s2, 0, sel);
-    u32 hi = 0u - (u32)(pp >> 1); // all ones for sub-blocks 4..7
-    u32 sc = (((c & 0x0F0Fu) | ((a >> 2) & 0x3030u)) & hi) | (a & 0x3F3Fu & ~hi);
-    u32 m = ((((c >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u)) & hi) | (b & 0x3F3Fu & ~hi);
-    sc0 = (int)(sc & 0xFFu);
-    sc1 = (int)((sc >> 8) & 0xFFu);
-    m0 = (int)(m & 0xFFu);
-    m1 = (int)((m >> 8) & 0xFFu);
-}
-
 template <int R>
 __device__ __forceinline__ void gv_store(float* out, float* acc, int o, int r0, int nr, int n_out, int accumulate) {
 #pragma unroll
@@ -499,24 +480,16 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
                     int is = 0, im = 0;
 #pragma unroll
                     for (int q = 0; q < PP; q++) {
-                        int pp = PP * p + q, j0 = 2 * pp;
+                        int j0 = 2 * (PP * p + q);
                         int sc0, m0, sc1, m1;
+                        k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0, sc0, m0);
+                        k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0 + 1, sc1, m1);
                         int4 q0 = qv[u][2 * q], q1 = qv[u][2 * q + 1];
                         int4 x[4];
                         int2 sm;
-                        if (GV_K4_PAIR) {
-                            k4_sm_pair((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, pp, sc0, m0, sc1, m1);
-                        } else {
-                            k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0, sc0, m0);
-                            k4_sm((u32)hdr[u].y, (u32)hdr[u].z, (u32)hdr[u].w, j0 + 1, sc1, m1);
-                        }
                         if constexpr (STAGED) {
-                            // gv_swz(16 sb + 4 pp + k) written out: the low 3 bits xor (pp / 2) | ((sb / 2) & 6).
-                            const int4* xr = stage + 16 * sb;
-                            int xv = (pp >> 1) | ((sb >> 1) & 6);
 #pragma unroll
-                            for (int k = 0; k < 4; k++)
-                                x[k] = GV_K4_PAIR ? xr[(4 * pp + k) ^ xv] : stage[gv_swz(16 * sb + 2 * j0 + k)];
+                            for (int k = 0; k < 4; k++) x[k] = stage[gv_swz(16 * sb + 2 * j0 + k)];
                             sm = *(const int2*)(st_sums + sb * 8 + j0);
                         } else {
 #pragma unroll
