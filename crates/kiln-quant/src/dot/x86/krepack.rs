@@ -285,6 +285,108 @@ unsafe fn q6_k_group<const R: usize>(
     out
 }
 
+/// `acc` += `q` (u8) · the 4 activation bytes at `p` (i8, broadcast) per lane, the broadcast as the instruction's
+/// memory operand: written as intrinsics, the compiler hoisted the 8 rows' broadcasts into registers and spilled
+/// them. (A macro: the caller's AVX-512 target features cover the asm.)
+macro_rules! dpbusd_bcast {
+    ($acc:expr, $q:expr, $p:expr) => {
+        std::arch::asm!(
+            "vpdpbusd {acc}, {q}, dword ptr [{p}]{{1to16}}",
+            acc = inout(zmm_reg) $acc,
+            q = in(zmm_reg) $q,
+            p = in(reg) $p,
+            options(pure, readonly, nostack, preserves_flags)
+        )
+    };
+}
+
+/// [`q6_k_group`] for 8 activation rows (prefill): one sub-block's quants at a time (k outer), so a row needs one
+/// running sum instead of four and 8 rows fit the registers. Each packed vector is loaded twice (the low nibbles)
+/// or four times (the top bits) instead of once, which costs where the weights stream from memory (decode, one
+/// row: the c-outer order there) and not where a group's block sits in L1 for 8 rows. The same integers and f32
+/// steps, so the same bits.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_k_group_k_outer<const R: usize>(
+    nb: usize,
+    g: *const u8,
+    a: [*const u8; R],
+    next: *const u8,
+) -> [[f32; GROUP]; R] {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m30 = _mm512_set1_epi8(0x30);
+    let zi = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        let blk = g.add(b * Q6_BLOCK);
+        let ahead = next.wrapping_add(b * Q6_BLOCK);
+        let mut y = [std::ptr::null::<u8>(); R];
+        for r in 0..R {
+            y[r] = a[r].add(b * AB);
+        }
+        let sc =
+            |t: usize| _mm512_cvtepi8_epi16(_mm256_loadu_si256(blk.add(Q6_SC + 32 * t).cast()));
+        let mut isum = [zi; R];
+        for h in 0..2 {
+            for k in 0..4 {
+                prefetch_part(ahead, Q6_BLOCK, 4 * h + k, 8);
+                let pair = sc(4 * h + k);
+                for half in 0..2 {
+                    // Sub-block 8h + 2k + half: elements 128h + 32k + 16·half .. +16, vectors c = 4·half .. +4.
+                    let mut s = [zi; R];
+                    for c in 4 * half..4 * half + 4 {
+                        let l = _mm512_loadu_si512(
+                            blk.add(Q6_QL + 64 * (16 * h + 8 * (k % 2) + c)).cast(),
+                        );
+                        let qh = _mm512_loadu_si512(blk.add(Q6_QH + 64 * (8 * h + c)).cast());
+                        let lo = if k < 2 { l } else { _mm512_srli_epi16(l, 4) };
+                        let top = match k {
+                            0 => _mm512_slli_epi16(qh, 4),
+                            1 => _mm512_slli_epi16(qh, 2),
+                            2 => qh,
+                            _ => _mm512_srli_epi16(qh, 2),
+                        };
+                        let q =
+                            _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_and_si512(top, m30));
+                        for r in 0..R {
+                            dpbusd_bcast!(s[r], q, y[r].add(Y_QS + 128 * h + 32 * k + 4 * c));
+                        }
+                    }
+                    let scale = if half == 0 {
+                        _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16)
+                    } else {
+                        _mm512_srai_epi32(pair, 16)
+                    };
+                    for r in 0..R {
+                        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(s[r], scale));
+                    }
+                }
+            }
+        }
+        let mut off = [zi; R];
+        for t in 0..8 {
+            let pair = sc(t);
+            for r in 0..R {
+                let bs = std::ptr::read_unaligned(y[r].add(Y_BSUMS + 4 * t).cast::<i32>());
+                off[r] = _mm512_dpwssd_epi32(off[r], pair, _mm512_set1_epi32(bs));
+            }
+        }
+        let d = _mm512_loadu_ps(blk.add(Q6_D).cast());
+        for r in 0..R {
+            let isum = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(off[r], 5));
+            let yd = _mm512_set1_ps(load_f32(y[r]));
+            acc[r] = _mm512_add_ps(
+                acc[r],
+                _mm512_mul_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(isum)),
+            );
+        }
+    }
+    let mut out = [[0f32; GROUP]; R];
+    for r in 0..R {
+        _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]);
+    }
+    out
+}
+
 /// [`q4_k_group`] in AVX2 (no VNNI, 16 vector registers): the group's two halves of 8 rows (the low and high
 /// 32 bytes of each packed vector) one after the other, `vpdpbusd` as `vpmaddubsw` + `vpmaddwd` (at most
 /// 2 · 31 · 128 in i16: no saturation). Same integers and f32 steps, so the same bits.
@@ -515,6 +617,7 @@ pub(crate) unsafe fn run_group(
             match (vnni, q) {
                 (true, KQuant::Q4) => q4_k_group::<$r, false>(nb, g, $rows, next),
                 (true, KQuant::Q5) => q4_k_group::<$r, true>(nb, g, $rows, next),
+                (true, KQuant::Q6) if $r == 8 => q6_k_group_k_outer::<$r>(nb, g, $rows, next),
                 (true, KQuant::Q6) => q6_k_group::<$r>(nb, g, $rows, next),
                 (false, KQuant::Q4) => q4_k_group_avx2::<$r, false>(nb, g, $rows, next),
                 (false, KQuant::Q5) => q4_k_group_avx2::<$r, true>(nb, g, $rows, next),
@@ -526,9 +629,8 @@ pub(crate) unsafe fn run_group(
     while j < n_act {
         let aj = a.add(j * a_stride);
         let left = n_act - j;
-        // Eight rows a pass halve the unpacking per product; Q6_K's 4 x R sub-block sums do not fit the
-        // registers at 8 (measured slower).
-        if left >= 8 && vnni && q != KQuant::Q6 {
+        // Eight rows a pass halve the unpacking per product (Q6_K in its k-outer order, whose sums fit).
+        if left >= 8 && vnni {
             let rows = std::array::from_fn(|i| aj.add(i * a_stride));
             out[j..j + 8].copy_from_slice(&body!(8, rows));
             j += 8;
