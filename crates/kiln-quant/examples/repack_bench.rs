@@ -4,7 +4,7 @@
 //! block), on weights that fit in L2 and on weights 10 and 100 times that size (read from memory), in GMAC/s; each
 //! on AVX-512 VNNI and on AVX2 (all the kernels of a row on that ISA).
 //!
-//! `cargo run --release -p kiln-quant --example repack_bench`
+//! `cargo run --release -p kiln-quant --example repack_bench [TYPE ...]` (e.g. `q6_K`: only those types)
 
 use kiln_quant::dot::{
     dot_kernel, gemm_kernel, quantize_activation, repack_kernel, vec_dot_type, Isa,
@@ -50,12 +50,16 @@ fn main() {
         GgmlType::Q5_K,
         GgmlType::Q6_K,
     ];
-    let runs = types.into_iter().flat_map(|ty| {
-        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
-        [Isa::Avx512Vnni, Isa::Avx2]
-            .into_iter()
-            .map(move |isa| (ty, k_quant, isa))
-    });
+    let only: Vec<String> = std::env::args().skip(1).collect();
+    let runs = types
+        .into_iter()
+        .filter(move |ty| only.is_empty() || only.contains(&ty.to_string()))
+        .flat_map(|ty| {
+            let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+            [Isa::Avx512Vnni, Isa::Avx2]
+                .into_iter()
+                .map(move |isa| (ty, k_quant, isa))
+        });
     for (ty, k_quant, isa) in runs {
         let Some(k) = repack_kernel(ty, isa) else {
             println!("| {ty} | no repacked kernel on this CPU ({isa}) |");
