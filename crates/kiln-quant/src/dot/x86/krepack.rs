@@ -185,9 +185,28 @@ unsafe fn q4_k_group<const R: usize, const Q5: bool>(
     out
 }
 
-/// One packed Q6_K group against `R` activation rows (see [`q4_k_group`]).
+/// `acc` += `q` (u8) · the 4 activation bytes at `p` (i8, broadcast) per lane, the broadcast as the instruction's
+/// memory operand: written as intrinsics, the compiler hoisted the 8 rows' broadcasts into registers and spilled
+/// them. (A macro: the caller's AVX-512 target features cover the asm.)
+macro_rules! dpbusd_bcast {
+    ($acc:expr, $q:expr, $p:expr) => {
+        std::arch::asm!(
+            "vpdpbusd {acc}, {q}, dword ptr [{p}]{{1to16}}",
+            acc = inout(zmm_reg) $acc,
+            q = in(zmm_reg) $q,
+            p = in(reg) $p,
+            options(pure, readonly, nostack, preserves_flags)
+        )
+    };
+}
+
+/// One packed Q6_K group against `R` activation rows (see [`q4_k_group`]). The sub-block sums go packed vector
+/// by vector (four running sums a row: k = 0..4), or with `K_OUTER` one sub-block k at a time (one running sum a
+/// row, so 8 rows fit the registers; each packed vector is then loaded twice, its top bits four times: free where
+/// a group's block sits in L1 for 8 rows, as in prefill, and not in decode, where the weights stream from
+/// memory). The same integers and f32 steps either way, so the same bits.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q6_k_group<const R: usize>(
+unsafe fn q6_k_group<const R: usize, const K_OUTER: bool>(
     nb: usize,
     g: *const u8,
     a: [*const u8; R],
@@ -208,52 +227,93 @@ unsafe fn q6_k_group<const R: usize>(
         let sc =
             |t: usize| _mm512_cvtepi8_epi16(_mm256_loadu_si256(blk.add(Q6_SC + 32 * t).cast()));
         let mut isum = [zi; R];
-        for h in 0..2 {
-            for half in 0..2 {
-                // Sub-blocks 8h + 2k + half, k = 0..4: elements 128h + 32k + 16·half .. +16.
-                let mut s4 = [[zi; R]; 4];
-                for c in 4 * half..4 * half + 4 {
-                    prefetch_part(ahead, Q6_BLOCK, 8 * h + 4 * half + c % 4, 16);
-                    let l0 = _mm512_loadu_si512(blk.add(Q6_QL + 64 * (16 * h + c)).cast());
-                    let l1 = _mm512_loadu_si512(blk.add(Q6_QL + 64 * (16 * h + 8 + c)).cast());
-                    let qh = _mm512_loadu_si512(blk.add(Q6_QH + 64 * (8 * h + c)).cast());
-                    // Element 128h + 32k + l: low nibble of l0/l1 (k = 0, 1) or high nibble (k = 2, 3), top
-                    // bits 2k, 2k+1 of qh moved to bits 4, 5 (16-bit shifts: the masks drop what crosses bytes).
-                    let q = [
-                        _mm512_or_si512(
-                            _mm512_and_si512(l0, m4),
-                            _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30),
-                        ),
-                        _mm512_or_si512(
-                            _mm512_and_si512(l1, m4),
-                            _mm512_and_si512(_mm512_slli_epi16(qh, 2), m30),
-                        ),
-                        _mm512_or_si512(
-                            _mm512_and_si512(_mm512_srli_epi16(l0, 4), m4),
-                            _mm512_and_si512(qh, m30),
-                        ),
-                        _mm512_or_si512(
-                            _mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
-                            _mm512_and_si512(_mm512_srli_epi16(qh, 2), m30),
-                        ),
-                    ];
-                    for (k, q) in q.into_iter().enumerate() {
+        if K_OUTER {
+            for h in 0..2 {
+                for k in 0..4 {
+                    prefetch_part(ahead, Q6_BLOCK, 4 * h + k, 8);
+                    let pair = sc(4 * h + k);
+                    for half in 0..2 {
+                        // Sub-block 8h + 2k + half: elements 128h + 32k + 16·half .. +16, vectors c = 4·half .. +4.
+                        let mut s = [zi; R];
+                        for c in 4 * half..4 * half + 4 {
+                            let l = _mm512_loadu_si512(
+                                blk.add(Q6_QL + 64 * (16 * h + 8 * (k % 2) + c)).cast(),
+                            );
+                            let qh = _mm512_loadu_si512(blk.add(Q6_QH + 64 * (8 * h + c)).cast());
+                            let lo = if k < 2 { l } else { _mm512_srli_epi16(l, 4) };
+                            let top = match k {
+                                0 => _mm512_slli_epi16(qh, 4),
+                                1 => _mm512_slli_epi16(qh, 2),
+                                2 => qh,
+                                _ => _mm512_srli_epi16(qh, 2),
+                            };
+                            let q = _mm512_or_si512(
+                                _mm512_and_si512(lo, m4),
+                                _mm512_and_si512(top, m30),
+                            );
+                            for r in 0..R {
+                                dpbusd_bcast!(s[r], q, y[r].add(Y_QS + 128 * h + 32 * k + 4 * c));
+                            }
+                        }
+                        let scale = if half == 0 {
+                            _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16)
+                        } else {
+                            _mm512_srai_epi32(pair, 16)
+                        };
                         for r in 0..R {
-                            let yq = y[r].add(Y_QS + 128 * h + 32 * k + 4 * c);
-                            s4[k][r] = _mm512_dpbusd_epi32(s4[k][r], q, bcast32(yq));
+                            isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(s[r], scale));
                         }
                     }
                 }
-                for (k, s4) in s4.iter().enumerate() {
-                    // Scale of sub-block s = 8h + 2k + half: half of pair t = 4h + k, sign-extended.
-                    let pair = sc(4 * h + k);
-                    let s = if half == 0 {
-                        _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16)
-                    } else {
-                        _mm512_srai_epi32(pair, 16)
-                    };
-                    for r in 0..R {
-                        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(s4[r], s));
+            }
+        } else {
+            for h in 0..2 {
+                for half in 0..2 {
+                    // Sub-blocks 8h + 2k + half, k = 0..4: elements 128h + 32k + 16·half .. +16.
+                    let mut s4 = [[zi; R]; 4];
+                    for c in 4 * half..4 * half + 4 {
+                        prefetch_part(ahead, Q6_BLOCK, 8 * h + 4 * half + c % 4, 16);
+                        let l0 = _mm512_loadu_si512(blk.add(Q6_QL + 64 * (16 * h + c)).cast());
+                        let l1 = _mm512_loadu_si512(blk.add(Q6_QL + 64 * (16 * h + 8 + c)).cast());
+                        let qh = _mm512_loadu_si512(blk.add(Q6_QH + 64 * (8 * h + c)).cast());
+                        // Element 128h + 32k + l: low nibble of l0/l1 (k = 0, 1) or high nibble (k = 2, 3), top
+                        // bits 2k, 2k+1 of qh moved to bits 4, 5 (16-bit shifts: the masks drop what crosses bytes).
+                        let q = [
+                            _mm512_or_si512(
+                                _mm512_and_si512(l0, m4),
+                                _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30),
+                            ),
+                            _mm512_or_si512(
+                                _mm512_and_si512(l1, m4),
+                                _mm512_and_si512(_mm512_slli_epi16(qh, 2), m30),
+                            ),
+                            _mm512_or_si512(
+                                _mm512_and_si512(_mm512_srli_epi16(l0, 4), m4),
+                                _mm512_and_si512(qh, m30),
+                            ),
+                            _mm512_or_si512(
+                                _mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                                _mm512_and_si512(_mm512_srli_epi16(qh, 2), m30),
+                            ),
+                        ];
+                        for (k, q) in q.into_iter().enumerate() {
+                            for r in 0..R {
+                                let yq = y[r].add(Y_QS + 128 * h + 32 * k + 4 * c);
+                                s4[k][r] = _mm512_dpbusd_epi32(s4[k][r], q, bcast32(yq));
+                            }
+                        }
+                    }
+                    for (k, s4) in s4.iter().enumerate() {
+                        // Scale of sub-block s = 8h + 2k + half: half of pair t = 4h + k, sign-extended.
+                        let pair = sc(4 * h + k);
+                        let s = if half == 0 {
+                            _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16)
+                        } else {
+                            _mm512_srai_epi32(pair, 16)
+                        };
+                        for r in 0..R {
+                            isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(s4[r], s));
+                        }
                     }
                 }
             }
@@ -271,108 +331,6 @@ unsafe fn q6_k_group<const R: usize>(
         for r in 0..R {
             let isum = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(off[r], 5));
             // The reference's f32 step per lane: sum += (d·yd)·isum.
-            let yd = _mm512_set1_ps(load_f32(y[r]));
-            acc[r] = _mm512_add_ps(
-                acc[r],
-                _mm512_mul_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(isum)),
-            );
-        }
-    }
-    let mut out = [[0f32; GROUP]; R];
-    for r in 0..R {
-        _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]);
-    }
-    out
-}
-
-/// `acc` += `q` (u8) · the 4 activation bytes at `p` (i8, broadcast) per lane, the broadcast as the instruction's
-/// memory operand: written as intrinsics, the compiler hoisted the 8 rows' broadcasts into registers and spilled
-/// them. (A macro: the caller's AVX-512 target features cover the asm.)
-macro_rules! dpbusd_bcast {
-    ($acc:expr, $q:expr, $p:expr) => {
-        std::arch::asm!(
-            "vpdpbusd {acc}, {q}, dword ptr [{p}]{{1to16}}",
-            acc = inout(zmm_reg) $acc,
-            q = in(zmm_reg) $q,
-            p = in(reg) $p,
-            options(pure, readonly, nostack, preserves_flags)
-        )
-    };
-}
-
-/// [`q6_k_group`] for 8 activation rows (prefill): one sub-block's quants at a time (k outer), so a row needs one
-/// running sum instead of four and 8 rows fit the registers. Each packed vector is loaded twice (the low nibbles)
-/// or four times (the top bits) instead of once, which costs where the weights stream from memory (decode, one
-/// row: the c-outer order there) and not where a group's block sits in L1 for 8 rows. The same integers and f32
-/// steps, so the same bits.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q6_k_group_k_outer<const R: usize>(
-    nb: usize,
-    g: *const u8,
-    a: [*const u8; R],
-    next: *const u8,
-) -> [[f32; GROUP]; R] {
-    let m4 = _mm512_set1_epi8(0x0F);
-    let m30 = _mm512_set1_epi8(0x30);
-    let zi = _mm512_setzero_si512();
-    let mut acc = [_mm512_setzero_ps(); R];
-    for b in 0..nb {
-        let blk = g.add(b * Q6_BLOCK);
-        let ahead = next.wrapping_add(b * Q6_BLOCK);
-        let mut y = [std::ptr::null::<u8>(); R];
-        for r in 0..R {
-            y[r] = a[r].add(b * AB);
-        }
-        let sc =
-            |t: usize| _mm512_cvtepi8_epi16(_mm256_loadu_si256(blk.add(Q6_SC + 32 * t).cast()));
-        let mut isum = [zi; R];
-        for h in 0..2 {
-            for k in 0..4 {
-                prefetch_part(ahead, Q6_BLOCK, 4 * h + k, 8);
-                let pair = sc(4 * h + k);
-                for half in 0..2 {
-                    // Sub-block 8h + 2k + half: elements 128h + 32k + 16·half .. +16, vectors c = 4·half .. +4.
-                    let mut s = [zi; R];
-                    for c in 4 * half..4 * half + 4 {
-                        let l = _mm512_loadu_si512(
-                            blk.add(Q6_QL + 64 * (16 * h + 8 * (k % 2) + c)).cast(),
-                        );
-                        let qh = _mm512_loadu_si512(blk.add(Q6_QH + 64 * (8 * h + c)).cast());
-                        let lo = if k < 2 { l } else { _mm512_srli_epi16(l, 4) };
-                        let top = match k {
-                            0 => _mm512_slli_epi16(qh, 4),
-                            1 => _mm512_slli_epi16(qh, 2),
-                            2 => qh,
-                            _ => _mm512_srli_epi16(qh, 2),
-                        };
-                        let q =
-                            _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_and_si512(top, m30));
-                        for r in 0..R {
-                            dpbusd_bcast!(s[r], q, y[r].add(Y_QS + 128 * h + 32 * k + 4 * c));
-                        }
-                    }
-                    let scale = if half == 0 {
-                        _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16)
-                    } else {
-                        _mm512_srai_epi32(pair, 16)
-                    };
-                    for r in 0..R {
-                        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(s[r], scale));
-                    }
-                }
-            }
-        }
-        let mut off = [zi; R];
-        for t in 0..8 {
-            let pair = sc(t);
-            for r in 0..R {
-                let bs = std::ptr::read_unaligned(y[r].add(Y_BSUMS + 4 * t).cast::<i32>());
-                off[r] = _mm512_dpwssd_epi32(off[r], pair, _mm512_set1_epi32(bs));
-            }
-        }
-        let d = _mm512_loadu_ps(blk.add(Q6_D).cast());
-        for r in 0..R {
-            let isum = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(off[r], 5));
             let yd = _mm512_set1_ps(load_f32(y[r]));
             acc[r] = _mm512_add_ps(
                 acc[r],
@@ -617,8 +575,7 @@ pub(crate) unsafe fn run_group(
             match (vnni, q) {
                 (true, KQuant::Q4) => q4_k_group::<$r, false>(nb, g, $rows, next),
                 (true, KQuant::Q5) => q4_k_group::<$r, true>(nb, g, $rows, next),
-                (true, KQuant::Q6) if $r == 8 => q6_k_group_k_outer::<$r>(nb, g, $rows, next),
-                (true, KQuant::Q6) => q6_k_group::<$r>(nb, g, $rows, next),
+                (true, KQuant::Q6) => q6_k_group::<$r, { $r == 8 }>(nb, g, $rows, next),
                 (false, KQuant::Q4) => q4_k_group_avx2::<$r, false>(nb, g, $rows, next),
                 (false, KQuant::Q5) => q4_k_group_avx2::<$r, true>(nb, g, $rows, next),
                 (false, KQuant::Q6) => q6_k_group_avx2::<$r>(nb, g, $rows, next),
