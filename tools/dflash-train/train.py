@@ -235,7 +235,7 @@ def load_init(path, drafter, keep_layers=None):
         own = drafter.state_dict()
         for k, v in list(state.items()):
             if k.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight")):
-                state[k] = torch.cat([v, own[k][ff:]], 0)
+                state[k] = torch.cat([v, own[k][ff:].to(v.device, v.dtype)], 0)
             elif k.endswith("mlp.down_proj.weight"):
                 state[k] = torch.cat([v, torch.zeros(v.shape[0], wide - ff)], 1)
         cfg = dict(cfg, intermediate_size=wide)

@@ -474,5 +474,21 @@ fn run_draft(
         st.draft_time.as_secs_f64() * 1e3 / st.rounds.max(1) as f64,
         st.verify_time.as_secs_f64() * 1e3 / st.rounds.max(1) as f64
     );
+    // Where the rest of the wall time went: one-off set-up, the prompt, and the loop's own work (sampling,
+    // streaming the text out, the first uses of each pass shape are inside draft/verify).
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let other = secs * 1e3
+        - ms(st.state_time)
+        - ms(st.prefill_time)
+        - ms(st.draft_time)
+        - ms(st.verify_time);
+    eprintln!(
+        "kiln: dflash time: drafter state {:.1} ms, prefill {:.1} ms, drafts {:.1} ms, verify {:.1} ms, other {:.1} ms",
+        ms(st.state_time),
+        ms(st.prefill_time),
+        ms(st.draft_time),
+        ms(st.verify_time),
+        other
+    );
     Ok(())
 }

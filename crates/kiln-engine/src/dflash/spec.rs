@@ -60,6 +60,9 @@ pub struct SpecStats {
     /// Wall time of the prompt's prefill (target forwards and the drafter's context), so a caller can time
     /// generation alone, as a plain run's prefill is timed apart from its decode.
     pub prefill_time: Duration,
+    /// Wall time making the drafter's state (its buffers; zero where the caller keeps a state across
+    /// generations, as `kiln bench` and the server do).
+    pub state_time: Duration,
     /// GPU time of the drafter's passes (context update and proposals), with GPU timing on
     /// ([`Drafter::set_gpu_timing`]); `None` otherwise.
     pub draft_gpu: Option<Duration>,
@@ -179,8 +182,10 @@ pub fn generate_with(
     acceptance: Acceptance,
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<SpecOutput> {
+    let t0 = Instant::now();
     let mut dstate = drafter.new_state(session.model().backend(), session.slot_ctx())?;
-    generate_in(
+    let state_time = t0.elapsed();
+    let mut out = generate_in(
         session,
         slot,
         drafter,
@@ -190,7 +195,9 @@ pub fn generate_with(
         forced,
         acceptance,
         on_token,
-    )
+    )?;
+    out.stats.state_time = state_time;
+    Ok(out)
 }
 
 /// [`generate_with`] in a drafter state the caller keeps (emptied first): a state reused across generations
