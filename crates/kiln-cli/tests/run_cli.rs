@@ -197,5 +197,16 @@ fn synthesized_drafter_runs_and_agrees_with_plain_greedy() {
     let (spec, log) = kiln(&[&gen[..], &["--draft", d]].concat());
     assert_eq!(spec, plain);
     assert!(log.contains("dflash tau"), "{log}");
+    // The wall-time split: five parts in ms, each a disjoint share of the run, so none is negative.
+    let split = log
+        .lines()
+        .find_map(|l| l.strip_prefix("kiln: dflash time: "))
+        .unwrap_or_else(|| panic!("no time split in {log}"));
+    let parts: Vec<f64> = split
+        .split(", ")
+        .map(|p| p.rsplit(' ').nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(parts.len(), 5, "{split}");
+    assert!(parts.iter().all(|&v| v >= -0.05), "{split}");
     let _ = std::fs::remove_dir_all(&dir);
 }
