@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Oracle check of fastgen.py: its batched greedy continuations (prompts of different lengths, left-padded into
-one batch) must equal transformers' `generate` run on each prompt alone; its sampling must stop at EOS.
+one batch) must equal transformers' `generate` run on each prompt alone; its sampling must stop at EOS. With
+`--dtype f16`, fastgen runs on an f16 copy of the target (train.py --gen-dtype f16) and must give the float32
+model's greedy text for at least its first F16_AGREE tokens.
 
-    python3 tools/dflash-train/check_generate.py .test-assets/SmolLM2-135M-Instruct.Q4_1.gguf
+    python3 tools/dflash-train/check_generate.py .test-assets/SmolLM2-135M-Instruct.Q4_1.gguf [NEW_TOKENS] [--dtype f16]
 """
+import argparse
+import copy
 import gzip
 import json
 import os
@@ -16,11 +20,21 @@ from fastgen import generate_batch  # noqa: E402
 from gguf_target import load_llama  # noqa: E402
 
 
+# With --dtype f16, every greedy text must equal the float32 model's for at least this many tokens: on the CPU
+# f16 kept 80 of 80 on five of the six prompts and 69 on the sixth; bf16 parted within 0-6.
+F16_AGREE = 32
+
+
 def main():
-    path = sys.argv[1]
-    new = int(sys.argv[2]) if len(sys.argv) > 2 else 40
-    target, _ = load_llama(path)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("gguf")
+    ap.add_argument("new", type=int, nargs="?", default=40)
+    ap.add_argument("--dtype", choices=["f32", "f16"], default="f32")
+    args = ap.parse_args()
+    new = args.new
+    target, _ = load_llama(args.gguf)
     target.eval()
+    writer = target if args.dtype == "f32" else copy.deepcopy(target).to(torch.float16)
     eos = target.config.eos_token_id
     data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data.jsonl.gz")
     with gzip.open(data, "rt") as f:
@@ -28,7 +42,7 @@ def main():
     # Two prompts cut short so that the batch pads several rows by different amounts.
     prompts[1] = prompts[1][:len(prompts[1]) // 2]
     prompts[4] = prompts[4][:7]
-    ours = generate_batch(target, prompts, 0.0, new, eos)
+    ours = generate_batch(writer, prompts, 0.0, new, eos)
     bad = 0
     for i, p in enumerate(prompts):
         with torch.no_grad():
@@ -36,12 +50,13 @@ def main():
                                   eos_token_id=eos, pad_token_id=eos)[0, len(p):].tolist()
         ref = ref[:ref.index(eos) + 1] if eos in ref else ref
         same = ours[i] == ref
-        bad += not same
         first = next((j for j, (a, b) in enumerate(zip(ours[i], ref)) if a != b), min(len(ours[i]), len(ref)))
+        # float32 must be exact; f16 rounds differently and may flip a near-tie late in a text, but not early.
+        bad += not same if args.dtype == "f32" else first < min(F16_AGREE, len(ref))
         print(f"prompt {i} ({len(p)} tokens): {len(ref)} generated, "
               + ("identical" if same else f"differs from token {first}"))
     torch.manual_seed(0)
-    sampled = generate_batch(target, prompts, 0.8, new, eos)
+    sampled = generate_batch(writer, prompts, 0.8, new, eos)
     stops = all(eos not in s[:-1] for s in sampled)
     print(f"sampled at T 0.8: lengths {[len(s) for s in sampled]}, nothing after EOS: {stops}")
     if bad or not stops:

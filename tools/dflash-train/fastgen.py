@@ -3,8 +3,9 @@
 transformers' `generate` spends most of each step in per-step Python work on a model this small (~7 k tokens/s at
 batches of 512 on an H200); here a step is the model's matmuls over the whole batch and nothing else. Same model
 (the `LlamaForCausalLM` from gguf_target.py, its modules called directly), same positions as `generate` with left
-padding (a row's first real token is position 0), same top-p sampling. check_generate.py compares it with
-transformers' greedy `generate`.
+padding (a row's first real token is position 0), same top-p sampling. The attention over the cache is one fused
+`scaled_dot_product_attention` call a layer. The cache takes the model's dtype (train.py --gen-dtype f16 passes an
+f16 copy). check_generate.py compares it with transformers' greedy `generate`.
 """
 import torch
 import torch.nn.functional as F
@@ -33,7 +34,6 @@ def generate_batch(target, prompts, temp, max_new, eos, top_p=0.95):
     n_head, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_head
     group = n_head // n_kv
-    scale = head_dim ** -0.5
 
     ids = torch.full((n, width), eos, dtype=torch.long)
     for j, p in enumerate(prompts):
@@ -54,10 +54,10 @@ def generate_batch(target, prompts, temp, max_new, eos, top_p=0.95):
         cos, sin = m.rotary_emb(h, positions[:, start:end])
         q_col = torch.arange(start, end, device=dev)
         # A query sees real keys up to itself; a padding query sees only itself (no all-masked row, no NaN that a
-        # later zero weight would still carry through).
-        allowed = (real[:, None, :end] | (cols[None, None, :end] == q_col[None, :, None])) \
-            & (cols[None, None, :end] <= q_col[None, :, None])
-        bias = torch.zeros(n, 1, 1, t, end, device=dev, dtype=dt).masked_fill(~allowed[:, None, None], float("-inf"))
+        # later zero weight would still carry through). One row per query of a KV head's group (group-major, as
+        # the queries below), broadcast over the KV heads.
+        allowed = ((real[:, None, :end] | (cols[None, None, :end] == q_col[None, :, None]))
+                   & (cols[None, None, :end] <= q_col[None, :, None])).repeat(1, group, 1)[:, None]
         for layer, (kc, vc) in zip(m.layers, caches):
             a = layer.self_attn
             x = layer.input_layernorm(h)
@@ -67,10 +67,10 @@ def generate_batch(target, prompts, temp, max_new, eos, top_p=0.95):
             q, k = apply_rotary_pos_emb(q, k, cos, sin)
             kc[:, :, start:end] = k
             vc[:, :, start:end] = v
-            # Grouped-query attention without repeating K/V: the query heads of a KV head share its matmul.
+            # Fused attention over the cache. Grouped-query without repeating K/V: the query heads of a KV head
+            # are that head's queries (no reliance on SDPA's GQA option, which not every fused kernel takes).
             q = q.reshape(n, n_kv, group * t, head_dim)
-            s = (q @ kc[:, :, :end].transpose(-1, -2) * scale).view(n, n_kv, group, t, end) + bias
-            o = torch.softmax(s, -1).view(n, n_kv, group * t, end) @ vc[:, :, :end]
+            o = F.scaled_dot_product_attention(q, kc[:, :, :end], vc[:, :, :end], attn_mask=allowed)
             o = o.view(n, n_head, t, head_dim).transpose(1, 2).reshape(n, t, n_head * head_dim)
             h = h + a.o_proj(o)
             x = layer.post_attention_layernorm(h)

@@ -16,6 +16,7 @@ and frozen. AdamW, linear warm-up then cosine decay over the step or time budget
 """
 import argparse
 import contextlib
+import copy
 import gzip
 import json
 import math
@@ -608,6 +609,9 @@ def main():
                     help="token ids of the chat template's user header (SmolLM2: <|im_start|> user \\n)")
     ap.add_argument("--gen-max-new", type=int, default=256)
     ap.add_argument("--gen-batch", type=int, default=128)
+    ap.add_argument("--gen-dtype", choices=["f32", "f16"], default="f32",
+                    help="the extra data written by the target as loaded (float32) or by an f16 copy (half the "
+                         "KV cache and matmul bytes)")
     ap.add_argument("--stop-after", type=float, default=0,
                     help="end this run after this many minutes of training (state saved in OUT/state.pt), although "
                          "the schedule runs over --minutes; --resume continues it (for runs longer than one job)")
@@ -670,11 +674,18 @@ def main():
         args.gen_samples = args.gen_prompts = 0
         args.gen_prompt_ids = ""
     n_data = len(train)
+    # The target that writes the extra data: itself, or an f16 copy (--gen-dtype). f16 rather than bf16: bf16's
+    # 8-bit mantissa moved SmolLM2's greedy text off the float32 model's within 0-6 tokens (CPU, 4 prompts), f16
+    # kept all 40 (check_generate.py --dtype f16 checks it); either way the labels come from the float32 forward
+    # that computes the features.
+    writer = target
+    if args.gen_dtype == "f16" and (args.gen_samples or args.gen_prompt_ids or args.gen_prompts):
+        writer = copy.deepcopy(target).to(torch.float16)
     if args.gen_samples:
         t1 = time.time()
         prompts = [list(p) for p in {tuple(ids[:p]): None for ids, p in train}]
         jobs = [p for p in prompts for _ in range(args.gen_samples)]
-        answers = generate(target, jobs, args.gen_temp, args.gen_max_new, args.gen_batch, eos)
+        answers = generate(writer, jobs, args.gen_temp, args.gen_max_new, args.gen_batch, eos)
         extra = [(p + a, len(p)) for p, a in zip(jobs, answers) if len(a) >= 2]
         print(f"sampled {len(extra)} extra responses ({sum(len(s) - p for s, p in extra)} tokens) "
               f"in {time.time() - t1:.0f} s", flush=True)
@@ -684,17 +695,20 @@ def main():
         t1 = time.time()
         with gzip.open(args.gen_prompt_ids, "rt") as f:
             prompts = [prefix + json.loads(line)["ids"] + tail for line in f]
-        extra = answer_prompts(target, prompts, args.gen_prompt_samples, args.gen_temp, args.gen_max_new,
+        extra = answer_prompts(writer, prompts, args.gen_prompt_samples, args.gen_temp, args.gen_max_new,
                                args.gen_batch, eos)
         print(f"answered {len(prompts)} prompts of {args.gen_prompt_ids} ({len(extra)} responses, "
               f"{sum(len(s) - p for s, p in extra)} tokens) in {time.time() - t1:.0f} s", flush=True)
         train += extra
     if args.gen_prompts:
         t1 = time.time()
-        extra = self_instruct(target, prefix, tail, args.gen_prompts, args.gen_max_new, args.gen_batch, eos)
+        extra = self_instruct(writer, prefix, tail, args.gen_prompts, args.gen_max_new, args.gen_batch, eos)
         print(f"self-instructed {len(extra)} prompts + greedy answers ({sum(len(s) - p for s, p in extra)} "
               f"response tokens) in {time.time() - t1:.0f} s", flush=True)
         train += extra
+    del writer
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
     if len(train) > n_data:  # kept for --resume (and for a look at what the target wrote)
         with open(gen_path, "w") as f:
             for ids, p in train[n_data:]:
