@@ -237,14 +237,13 @@ fn spec_agree_smollm2() {
     agree_all(&m, &d, prompts[0], 40, prompts[0].len() + 11);
 }
 
-/// SPEC_AGREE with the drafter trained for SmolLM2 (tools/dflash-train, committed as a Q8_0 GGUF) on the 31
-/// held-out prompts of its prompt set, built as `kiln run --chat` builds them: speculative greedy output equals
-/// plain greedy output token for token, including where the model stops (EOS inside a block), and the trained
-/// drafter's own drafts are accepted (τ well above the ~1.0 of a random drafter).
+/// SPEC_AGREE with the drafters trained for SmolLM2 (tools/dflash-train, committed as Q8_0 GGUFs: 3 layers and
+/// 2 layers) on the 31 held-out prompts of its prompt set, built as `kiln run --chat` builds them: speculative
+/// greedy output equals plain greedy output token for token, including where the model stops (EOS inside a
+/// block), and each trained drafter's own drafts are accepted (τ well above the ~1.0 of a random drafter).
 #[test]
 fn spec_agree_trained_drafter_held_out_prompts() {
     let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
-    let d = Drafter::load(TRAINED_DRAFTER, &m).unwrap();
     let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
     let prompts = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -259,26 +258,63 @@ fn spec_agree_trained_drafter_held_out_prompts() {
         .collect();
     assert_eq!(held_out.len(), 31);
     let p = params(32, tok.eos_ids().to_vec(), SamplerParams::greedy());
-    let (mut emitted, mut rounds, mut stopped) = (0usize, 0usize, 0usize);
-    for text in &held_out {
-        let o = spec_chat_agrees(&m, &tok, &d, text, &p);
-        emitted += o.stats.round_tokens;
-        rounds += o.stats.rounds;
-        stopped += (o.finish == FinishReason::Stop) as usize;
+    // Each prompt's plain greedy output once, for both drafters.
+    let cases: Vec<_> = held_out
+        .iter()
+        .map(|text| {
+            let ids = chat_ids(&tok, text);
+            let want = plain(&m, &ids, &p, 512);
+            (ids, want)
+        })
+        .collect();
+    for path in [TRAINED_DRAFTER, TRAINED_DRAFTER_2L] {
+        let d = Drafter::load(path, &m).unwrap();
+        let name = std::path::Path::new(path)
+            .file_name()
+            .unwrap()
+            .to_string_lossy();
+        let (mut emitted, mut rounds, mut stopped) = (0usize, 0usize, 0usize);
+        for ((ids, want), text) in cases.iter().zip(&held_out) {
+            let mut s = session(&m, 512);
+            let o = generate(&mut s, 0, &d, ids, &p, None, &mut |_| false).unwrap();
+            assert_eq!(
+                (&o.tokens, o.finish),
+                (&want.0, want.1),
+                "{path}: prompt {text:?}"
+            );
+            emitted += o.stats.round_tokens;
+            rounds += o.stats.rounds;
+            stopped += (o.finish == FinishReason::Stop) as usize;
+        }
+        let tau = emitted as f64 / rounds as f64;
+        eprintln!("{name}: τ {tau:.2} over {rounds} rounds, {stopped} of 31 stopped at EOS");
+        assert!(
+            tau > 1.4,
+            "{name}: τ {tau:.2}: the trained drafter's drafts are not being accepted"
+        );
     }
-    let tau = emitted as f64 / rounds as f64;
-    eprintln!("trained drafter: τ {tau:.2} over {rounds} rounds, {stopped} of 31 stopped at EOS");
-    assert!(
-        tau > 1.4,
-        "τ {tau:.2}: the trained drafter's drafts are not being accepted"
-    );
 }
 
-/// The drafter trained for SmolLM2-135M-Instruct (tools/dflash-train), committed as a Q8_0 GGUF.
+/// The drafters trained for SmolLM2-135M-Instruct (tools/dflash-train), committed as Q8_0 GGUFs.
 const TRAINED_DRAFTER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../tools/dflash-train/trained/smollm2-135m-dflash-3l-q8_0.gguf"
 );
+const TRAINED_DRAFTER_2L: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tools/dflash-train/trained/smollm2-135m-dflash-2l-q8_0.gguf"
+);
+
+/// One user message in the model's chat template, as `kiln run --chat` builds it.
+fn chat_ids(tok: &Tokenizer, text: &str) -> Vec<u32> {
+    apply_chat_template_ids(
+        tok,
+        &[Message::new("user", text)],
+        true,
+        &serde_json::json!({}),
+    )
+    .unwrap()
+}
 
 /// Speculative generation for one user message in the model's chat template, asserted equal to plain generation.
 fn spec_chat_agrees(
@@ -288,13 +324,7 @@ fn spec_chat_agrees(
     text: &str,
     p: &GenerateParams,
 ) -> kiln_engine::dflash::SpecOutput {
-    let ids = apply_chat_template_ids(
-        tok,
-        &[Message::new("user", text)],
-        true,
-        &serde_json::json!({}),
-    )
-    .unwrap();
+    let ids = chat_ids(tok, text);
     let want = plain(m, &ids, p, 512);
     let mut s = session(m, 512);
     let o = generate(&mut s, 0, d, &ids, p, None, &mut |_| false).unwrap();
