@@ -2,7 +2,7 @@
 """Measures a trained drafter with kiln itself on the held-out prompts: for each prompt, `kiln run --chat --temp 0`
 without and with `--draft`; reports τ (tokens emitted per target verify forward, over all prompts), the
 accepted-drafts histogram, the wall-clock speed-up (generation time including prefill, model load excluded, as
-kiln reports it on stderr) and checks that both outputs are identical (speculative decoding is lossless).
+kiln reports it on stderr; and of generation alone, prefill and the drafter's set-up left out) and checks that both outputs are identical (speculative decoding is lossless).
 
     python3 tools/dflash-train/eval_kiln.py --model .test-assets/SmolLM2-135M-Instruct.Q4_1.gguf --draft DIR \
         [-n 128] [--split test] [--json out.json] [--device cuda]
@@ -20,6 +20,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 PLAIN = re.compile(r"prompt (\d+) tokens in ([\d.]+) s .*generation (\d+) tokens in ([\d.]+) s")
 DRAFT = re.compile(r"kiln: (\d+) tokens in ([\d.]+) s incl\. prefill")
 ROUND = re.compile(r"dflash per round: draft ([\d.]+) ms, verify ([\d.]+) ms")
+SPLIT = re.compile(r"dflash time: drafter state ([\d.]+) ms, prefill ([\d.]+) ms")
 TAU = re.compile(r"dflash tau ([\d.]+) \((\d+) tokens over (\d+) verify forwards\); accepted-drafts histogram \[([\d, ]+)\]")
 
 
@@ -56,6 +57,7 @@ def main():
         out0, err0 = run(base + ["-p", p["prompt"]])
         out1, err1 = run(base + ["-p", p["prompt"], "--draft", a.draft] + a.draft_extra.split())
         m0, m1, mt, mr = PLAIN.search(err0), DRAFT.search(err1), TAU.search(err1), ROUND.search(err1)
+        ms = SPLIT.search(err1)
         if not (m0 and m1 and mt):
             sys.exit(f"cannot parse kiln's stderr for prompt {p['id']}:\n{err0[-800:]}\n{err1[-800:]}")
         h = [int(x) for x in mt.group(4).split(",")]
@@ -63,7 +65,10 @@ def main():
         row = {"id": p["id"], "same": out0 == out1, "tokens": int(m1.group(1)),
                "plain_s": float(m0.group(2)) + float(m0.group(4)), "draft_s": float(m1.group(2)),
                "emitted": int(mt.group(2)), "verify": int(mt.group(3)),
-               "draft_ms": float(mr.group(1)) if mr else None, "verify_ms": float(mr.group(2)) if mr else None}
+               "draft_ms": float(mr.group(1)) if mr else None, "verify_ms": float(mr.group(2)) if mr else None,
+               # Generation alone (after the prompt's prefill and the drafter's set-up), as plain's "generation".
+               "plain_gen_s": float(m0.group(4)),
+               "draft_gen_s": float(m1.group(2)) - (float(ms.group(1)) + float(ms.group(2))) / 1e3 if ms else None}
         rows.append(row)
         print(f"prompt {p['id']:3d}: tau {int(mt.group(2)) / max(1, int(mt.group(3))):.2f}, "
               f"{row['tokens']} tokens, plain {row['plain_s']:.2f} s, draft {row['draft_s']:.2f} s, "
@@ -76,6 +81,8 @@ def main():
     summary = {"prompts": len(rows), "tau": emitted / max(1, verify), "tokens": tokens,
                "plain_tok_s": tokens / plain, "draft_tok_s": tokens / draft, "speedup": plain / draft,
                "identical": sum(r["same"] for r in rows), "accepted_hist": hist}
+    if all(r["draft_gen_s"] is not None for r in rows):
+        summary["gen_speedup"] = sum(r["plain_gen_s"] for r in rows) / sum(r["draft_gen_s"] for r in rows)
     timed = [r for r in rows if r["draft_ms"] is not None]
     if timed:  # per-round cost next to one plain decode step, weighted by rounds
         rounds = sum(r["verify"] for r in timed)
@@ -86,6 +93,8 @@ def main():
           f"plain {summary['plain_tok_s']:.1f} tok/s, dflash {summary['draft_tok_s']:.1f} tok/s, "
           f"speed-up {summary['speedup']:.2f}x; identical outputs {summary['identical']}/{len(rows)}; "
           f"accepted-drafts histogram {hist}")
+    if "gen_speedup" in summary:
+        print(f"generation alone (prefill and set-up left out of both): speed-up {summary['gen_speedup']:.2f}x")
     if timed:
         print(f"per round: draft {summary['round_draft_ms']:.1f} ms + verify {summary['round_verify_ms']:.1f} ms; "
               f"plain decoding {summary['plain_ms_per_token']:.1f} ms a token (prefill included)")
