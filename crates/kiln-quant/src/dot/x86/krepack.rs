@@ -200,6 +200,16 @@ macro_rules! dpbusd_bcast {
     };
 }
 
+/// The scale of sub-block `2t + half` from the 16-bit pair `t` of Q6_K scales (per 32-bit lane), sign-extended.
+#[inline(always)]
+unsafe fn q6_half_scale(pair: __m512i, half: usize) -> __m512i {
+    if half == 0 {
+        _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16)
+    } else {
+        _mm512_srai_epi32(pair, 16)
+    }
+}
+
 /// One packed Q6_K group against `R` activation rows (see [`q4_k_group`]). The sub-block sums go packed vector
 /// by vector (four running sums a row: k = 0..4), or with `K_OUTER` one sub-block k at a time (one running sum a
 /// row, so 8 rows fit the registers; each packed vector is then loaded twice, its top bits four times: free where
@@ -255,11 +265,7 @@ unsafe fn q6_k_group<const R: usize, const K_OUTER: bool>(
                                 dpbusd_bcast!(s[r], q, y[r].add(Y_QS + 128 * h + 32 * k + 4 * c));
                             }
                         }
-                        let scale = if half == 0 {
-                            _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16)
-                        } else {
-                            _mm512_srai_epi32(pair, 16)
-                        };
+                        let scale = q6_half_scale(pair, half);
                         for r in 0..R {
                             isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(s[r], scale));
                         }
@@ -304,13 +310,8 @@ unsafe fn q6_k_group<const R: usize, const K_OUTER: bool>(
                         }
                     }
                     for (k, s4) in s4.iter().enumerate() {
-                        // Scale of sub-block s = 8h + 2k + half: half of pair t = 4h + k, sign-extended.
-                        let pair = sc(4 * h + k);
-                        let s = if half == 0 {
-                            _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16)
-                        } else {
-                            _mm512_srai_epi32(pair, 16)
-                        };
+                        // Scale of sub-block s = 8h + 2k + half: half of pair t = 4h + k.
+                        let s = q6_half_scale(sc(4 * h + k), half);
                         for r in 0..R {
                             isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(s4[r], s));
                         }
