@@ -359,18 +359,6 @@ __device__ __forceinline__ void gv_store_groups(float* out, float* acc, int o, i
         if (GV_EARLY_W) wait_prior_kernel();                                   \
     } while (0)
 
-// GV_PF=1 (KILN_CUDA_DEFINES; not yet measured, so off): the K8 bodies also ask L2 for every later round of the
-// lane's weights at the start, not only the next round's first line. Rows of more than one round (the down
-// projection: 48 super-blocks, three rounds a warp) otherwise load each round only after the one before it is
-// used, and ncu has long-scoreboard waits at 65 % of the down GEMV's stall cycles with DRAM at 62 % of its peak
-// (H100, 8B Q4_K_M). Prefetches change no result.
-#ifndef GV_PF
-#define GV_PF 0
-#endif
-__device__ __forceinline__ void gv_prefetch(const void* p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p) : "memory");
-}
-
 #ifndef GV_Q4K8_LANES
 #define GV_Q4K8_LANES 4 // lanes a super-block in the Q4_K K8 GEMV (2 measured slower: 0.78x at 8B tg128)
 #endif
@@ -469,18 +457,6 @@ __device__ __forceinline__ void gemv_q4k8_body(int blk, float* out, const u8* w,
         }
     };
     GV_FIRST_WEIGHTS(load(0), row + (long long)min(4 * S * U + a + 4 * sg, nsb - 1) * 144);
-    if constexpr (GV_PF) {
-#pragma unroll 1
-        for (int base = 4 * S * U; base < nsb; base += 4 * S * U) {
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const u8* sbp = row + (long long)min(base + a + 4 * (S * u + sg), nsb - 1) * 144;
-                gv_prefetch(sbp);
-                gv_prefetch(sbp + 16 + 32 * PP * p);
-                gv_prefetch(sbp + 16 + 32 * PP * p + 16 * (2 * PP - 1));
-            }
-        }
-    }
     // Staged (gv_stage_row): copied by the block's live warps; those past n_out have returned.
     int4* stage = nullptr;
     if constexpr (STAGED) stage = gv_stage_buf();
@@ -572,19 +548,6 @@ __device__ __forceinline__ void gemv_q6k8_body(int blk, float* out, const u8* w,
         }
     };
     GV_FIRST_WEIGHTS(load(0), row + (long long)min(8 * GV_U6 + (lane >> 2), nsb - 1) * 208);
-    if constexpr (GV_PF) {
-#pragma unroll 1
-        for (int base = 8 * GV_U6; base < nsb; base += 8 * GV_U6) {
-#pragma unroll
-            for (int u = 0; u < GV_U6; u++) {
-                const u8* sbp = row + (long long)min(base + (lane >> 2) + 8 * u, nsb - 1) * 208;
-                gv_prefetch(sbp + 64 * h + 16 * c);
-                gv_prefetch(sbp + 64 * h + 32 + 16 * c);
-                gv_prefetch(sbp + 128 + 32 * h + 16 * c);
-                gv_prefetch(sbp + 192);
-            }
-        }
-    }
     int4* stage = nullptr;
     if constexpr (STAGED) stage = gv_stage_buf();
     const float* st_scales = (const float*)(stage + width / 16 + width / 128);
