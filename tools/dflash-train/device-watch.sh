@@ -4,6 +4,9 @@
 # its whole time over a job that died at its start only spends the machine's time.
 #
 #   bash tools/dflash-train/device-watch.sh LOG SECONDS
+#
+# FINISHED (an extended regex, default '^wrote ': train.py's last line) is the log line that means finished
+# (device-job.sh's is '^job finished').
 set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 LOG SECONDS" >&2; exit 2; }
 log=$1 secs=$2
@@ -13,7 +16,7 @@ while [ $SECONDS -lt $end ]; do
     if [ -f "$log" ] && grep -q -E '^(Traceback|error:)|Error' "$log"; then
         echo "the job failed:"; progress; exit 1
     fi
-    if [ -f "$log" ] && grep -q '^wrote ' "$log"; then
+    if [ -f "$log" ] && grep -q -E "${FINISHED:-^wrote }" "$log"; then
         echo "the job has finished:"; progress; exit 0
     fi
     sleep 5
