@@ -35,7 +35,7 @@ def main():
     taps, bl, mask_id = cfg["dflash_config"]["target_layer_ids"], cfg["block_size"], cfg["dflash_config"]["mask_token_id"]
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(100, 20000, (1, 120), generator=g)
-    batcher = T.Batcher(target, taps, mask_id, bl, 7.0, torch.device("cpu"), False)
+    batcher = T.Batcher(target, taps, mask_id, bl, 7.0, torch.device("cpu"), False, False)
     feat, _ = batcher.features([(ids[0].tolist(), 0)])
     emb = target.get_input_embeddings().weight
     worst, same = 0.0, True

@@ -381,22 +381,25 @@ class Batcher:
 
     def cached_features(self, seqs, keys):
         """(features, greedy next tokens or None) of `seqs`; the greedy tokens only for training sequences with
-        --greedy-labels (held-out labels stay the sequence's own tokens)."""
+        --greedy-labels (held-out labels stay the sequence's own tokens), and in host memory: the labels are
+        built on the host, where the count of labelled positions is known without waiting for the GPU."""
         greedy = self.greedy_labels and keys[0][0] == "train"
         # Held-out sequences are never cached: evaluations see the features kiln computes (float32).
         if self.cache is None or keys[0][0] != "train":
-            return self.features(seqs, greedy)
+            f, nxt = self.features(seqs, greedy)
+            return f, None if nxt is None else nxt.cpu()
         miss = [i for i, k in enumerate(keys) if k not in self.cache]
         if miss:
             f, nxt = self.features([seqs[i] for i in miss], greedy)
+            nxt = None if nxt is None else nxt.cpu()
             for j, i in enumerate(miss):
-                # On the batch's device: in RAM on a CPU, in GPU memory on a GPU (no transfer per step).
+                # Features on the batch's device: in RAM on a CPU, in GPU memory on a GPU (no transfer per step).
                 n = len(seqs[i][0])
                 self.cache[keys[i]] = (pack_features(f[j, :n], len(self.taps), self.cache_dtype),
-                                       None if nxt is None else nxt[j, :n])
+                                       None if nxt is None else nxt[j, :n].clone())
         t = max(len(s) for s, _ in seqs)
         out = torch.zeros(len(seqs), t, len(self.taps) * self.embed.shape[1], device=self.device)
-        nxt = torch.full((len(seqs), t), IGNORE, dtype=torch.int32, device=self.device) if greedy else None
+        nxt = torch.full((len(seqs), t), IGNORE, dtype=torch.int32) if greedy else None
         for i, k in enumerate(keys):
             c, g = self.cache[k]
             c = unpack_features(c)
@@ -443,13 +446,11 @@ class Batcher:
         for i, ((ids, _), a) in enumerate(zip(seqs, anchors)):
             anc[i, :len(a)] = torch.tensor(a, dtype=torch.long)
             toks[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-        # On a GPU through pinned memory, so the copies do not wait for the GPU's queue.
-        anc, toks = (x.pin_memory().to(d, non_blocking=True) if d.type == "cuda" else x.to(d) for x in (anc, toks))
         real = anc >= 0
         a0 = anc.clamp_min(0)
-        blk_pos = a0[..., None] + torch.arange(bl, device=d)  # [b, na, bl]: positions a .. a+B-1
+        blk_pos = a0[..., None] + torch.arange(bl)  # [b, na, bl]: positions a .. a+B-1
         blk_tok = toks.gather(1, blk_pos.view(b, n)).view(b, na, bl)  # IGNORE past the sequence's end
-        blk_ids = torch.full((b, na, bl), self.mask_id, dtype=torch.long, device=d)
+        blk_ids = torch.full((b, na, bl), self.mask_id, dtype=torch.long)
         blk_ids[..., 0] = torch.where(real, blk_tok[..., 0], self.mask_id)
         if nxt is None:
             labels = torch.where(real[..., None], blk_tok[..., 1:], IGNORE)
@@ -457,36 +458,43 @@ class Batcher:
             # --greedy-labels: block position k is labelled with the target's argmax after position a+k-1 (what
             # greedy verification accepts), and only while the sequence's own tokens a+1..a+k-1 are the target's
             # argmax too (past a sampled token that differs, the greedy continuation is unknown).
-            nxt = torch.cat([nxt.long(), torch.full((b, bl), IGNORE, dtype=torch.long, device=d)], dim=1)
+            nxt = torch.cat([nxt.long(), torch.full((b, bl), IGNORE, dtype=torch.long)], dim=1)
             blk_nxt = nxt.gather(1, blk_pos[..., :-1].reshape(b, -1)).view(b, na, bl - 1)
             same = blk_tok[..., 1:-1] == blk_nxt[..., :-1]
             ok = torch.cat([torch.ones_like(same[..., :1]), same], dim=-1).long().cumprod(-1).bool()
             labels = torch.where(real[..., None] & ok & (blk_tok[..., 1:] != IGNORE), blk_nxt, IGNORE)
+        # The labelled block positions (flat over [b, na, bl-1]): only they go through the LM head. On sampled
+        # data most positions past the first few have no greedy label.
+        sel = (labels != IGNORE).view(-1).nonzero().squeeze(-1)
+        # On a GPU through pinned memory, so the copies do not wait for the GPU's queue.
+        a0, real, blk_pos, blk_ids, labels, sel = (
+            x.pin_memory().to(d, non_blocking=True) if d.type == "cuda" else x.to(d)
+            for x in (a0, real, blk_pos, blk_ids, labels, sel))
         qb = torch.arange(n, device=d) // bl  # block of each query / block key
         sees_ctx = torch.arange(t, device=d).view(1, 1, t) < (a0 * real)[:, qb].unsqueeze(-1)  # context before a
         sees_blk = (qb[:, None] == qb[None, :]).expand(b, n, n)  # its own block, in both directions
         mask = torch.cat([sees_ctx, sees_blk], dim=-1).unsqueeze(1)
         ctx_pos = torch.arange(t, device=d).expand(b, t)
-        return (feat, ctx_pos, F.embedding(blk_ids.view(b, n), self.embed), blk_pos.view(b, n), mask, labels)
+        return (feat, ctx_pos, F.embedding(blk_ids.view(b, n), self.embed), blk_pos.view(b, n), mask, labels, sel)
 
 
 def draft_loss(drafter, head_w, batch, pos_weight, block, amp):
-    feat, ctx_pos, emb, blk_pos, mask, labels = batch
+    feat, ctx_pos, emb, blk_pos, mask, labels, sel = batch
+    lab = labels.view(-1).index_select(0, sel)
     with torch.autocast(device_type=feat.device.type, dtype=torch.bfloat16, enabled=amp):
         hid = drafter(feat, ctx_pos, emb, blk_pos, mask)
         b, n, h = hid.shape
         hid = hid.view(b, n // block, block, h)[:, :, 1:]  # positions 1..B-1 predict tokens a+1..a+B-1
-        logits = F.linear(hid, head_w)
-    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE,
-                         reduction="none").view(labels.shape)
-    valid = (labels != IGNORE).float()
-    w = pos_weight.view(1, 1, -1) * valid
+        logits = F.linear(hid.reshape(-1, h).index_select(0, sel), head_w)  # the labelled positions only
+    ce = F.cross_entropy(logits.float(), lab, reduction="none")
+    w = pos_weight[sel % (block - 1)]
     loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
     # Accepted length under greedy verification: drafts accepted while each equals the target's token.
     # Returned as sums on the device (no host sync): accepted drafts over the blocks with a label, and their count.
-    correct = (logits.argmax(-1) == labels) & (labels != IGNORE)
-    accepted = correct.long().cumprod(-1).sum(-1)  # [B, anchors]
-    has_block = valid[..., 0] > 0
+    correct = torch.zeros(labels.numel(), dtype=torch.bool, device=labels.device)
+    correct[sel] = logits.argmax(-1) == lab
+    accepted = correct.view(labels.shape).long().cumprod(-1).sum(-1)  # [B, anchors]
+    has_block = labels[..., 0] != IGNORE
     return loss, (accepted * has_block).sum(), has_block.sum()
 
 
