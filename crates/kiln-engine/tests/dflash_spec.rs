@@ -373,6 +373,34 @@ fn draft_max_proposes_a_prefix_and_keeps_the_output() {
     }
 }
 
+/// Auto drafts a round (`--draft-max auto`): the count changes from round to round (the chooser's probes and
+/// its measured choice; dflash/adaptive.rs tests the choice), the output stays plain greedy output, and a cap
+/// set after it still holds.
+#[test]
+fn auto_draft_count_keeps_the_output() {
+    let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
+    let mut d = Drafter::load(TRAINED_DRAFTER, &m).unwrap();
+    let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
+    let p = params(64, tok.eos_ids().to_vec(), SamplerParams::greedy());
+    let prompts = [
+        "Write a Python function that returns the n-th Fibonacci number.",
+        "List three facts about the Moon.",
+    ];
+    d.set_auto_drafts(true);
+    for text in prompts {
+        spec_chat_agrees(&m, &tok, &d, text, &p);
+    }
+    d.set_max_drafts(2).unwrap();
+    for text in prompts {
+        let o = spec_chat_agrees(&m, &tok, &d, text, &p);
+        assert!(
+            o.stats.hist[3..].iter().all(|&h| h == 0),
+            "auto under a cap of 2 accepted more: {:?}",
+            o.stats.hist
+        );
+    }
+}
+
 /// A one-layer drafter of block 4 for the tiny target.
 fn small_spec(seed: u64) -> DraftSpec {
     DraftSpec {

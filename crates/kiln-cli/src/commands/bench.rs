@@ -205,15 +205,16 @@ pub struct Args {
     #[arg(long = "draft-force", value_delimiter = ',', requires = "draft")]
     pub draft_force: Vec<ForceArg>,
     /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: all):
-    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. Output unchanged.
-    /// Comma-separated: one row each (the draft column says `maxN`).
+    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest; `auto`: the count
+    /// that measures fastest, chosen as the run goes (learnt over the row's repetitions). Output unchanged.
+    /// Comma-separated: one row each (the draft column says `maxN` or `auto`).
     #[arg(
         long = "draft-max",
-        value_name = "N",
+        value_name = "N|auto",
         value_delimiter = ',',
         requires = "draft"
     )]
-    pub draft_max: Vec<usize>,
+    pub draft_max: Vec<super::DraftMax>,
     /// A/B: run the baseline and a variant with these environment assignments (`KILN_NO_X=1`, several separated
     /// by spaces or commas) interleaved, each run in its own process, and print medians and the ratio.
     #[arg(long, value_name = "VAR=VALUE")]
@@ -344,10 +345,10 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
     } else {
         args.draft_force.iter().map(|f| f.0).collect()
     };
-    let maxes: Vec<Option<usize>> = if args.draft_max.is_empty() {
+    let maxes: Vec<Option<super::DraftMax>> = if args.draft_max.is_empty() {
         vec![None]
     } else {
-        args.draft_max.iter().map(|&k| Some(k)).collect()
+        args.draft_max.iter().map(|&m| Some(m)).collect()
     };
     let mut records = Vec::new();
     for path in &args.models {
@@ -381,9 +382,9 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
                         .flat_map(|m| forces.iter().map(move |f| (m, f)))
                     {
                         let draft_desc = match max {
-                            Some(k) => {
-                                drafter.set_max_drafts(k).context("--draft-max")?;
-                                format!("{n_layer}L b{block} max{k}")
+                            Some(m) => {
+                                m.apply(&mut drafter)?;
+                                format!("{n_layer}L b{block} {}", m.label())
                             }
                             None => format!("{n_layer}L b{block}"),
                         };

@@ -129,9 +129,10 @@ pub struct Args {
     #[arg(long = "draft-force", requires = "draft")]
     pub draft_force: Option<usize>,
     /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: all):
-    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. Output unchanged.
-    #[arg(long = "draft-max", value_name = "N", requires = "draft")]
-    pub draft_max: Option<usize>,
+    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. `auto`: the count
+    /// that measures fastest, chosen as the run goes. Output unchanged.
+    #[arg(long = "draft-max", value_name = "N|auto", requires = "draft")]
+    pub draft_max: Option<super::DraftMax>,
 }
 
 /// Loads a model with a progress bar on stderr; prints kill-switch and load warnings.
@@ -375,17 +376,22 @@ fn run_draft(
     }
     let mut drafter = Drafter::load(dir, model)
         .with_context(|| format!("loading the drafter {}", dir.display()))?;
-    if let Some(k) = args.draft_max {
-        drafter.set_max_drafts(k).context("--draft-max")?;
+    if let Some(m) = args.draft_max {
+        m.apply(&mut drafter)?;
     }
     let dc = drafter.config();
     eprintln!(
-        "kiln: drafter {} layers, block {}, taps {:?}, mask id {}, at most {} drafts a round",
+        "kiln: drafter {} layers, block {}, taps {:?}, mask id {}, at most {} drafts a round{}",
         dc.n_layer,
         dc.block_size,
         dc.target_layer_ids,
         dc.mask_token_id,
-        drafter.max_drafts()
+        drafter.max_drafts(),
+        if args.draft_max == Some(super::DraftMax::Auto) {
+            " (auto: as many as measure fastest)"
+        } else {
+            ""
+        }
     );
     let params = GenerateParams {
         max_tokens: args.n_predict,

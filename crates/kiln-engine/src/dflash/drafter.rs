@@ -57,6 +57,9 @@ pub struct Drafter {
     /// Drafts proposed per round at most (block size − 1 unless [`Drafter::set_max_drafts`] lowers it): the block
     /// still has all its rows, only the first ones are proposed and verified.
     max_drafts: usize,
+    /// With [`Drafter::set_auto_drafts`]: the chooser of the drafts a round (at most `max_drafts`), kept across
+    /// generations so a server or a benchmark's later runs start from what the earlier ones measured.
+    auto: Option<std::sync::Mutex<super::adaptive::DraftLength>>,
     /// The GPU backend holding the drafter's tensors and the target's head, when the target runs on a GPU.
     #[cfg(feature = "cuda")]
     gpu: Option<crate::cuda::CudaBackend>,
@@ -385,6 +388,7 @@ impl Drafter {
         });
         Ok(Drafter {
             max_drafts: cfg.block_size - 1,
+            auto: None,
             cfg,
             fc,
             hidden_norm,
@@ -420,7 +424,28 @@ impl Drafter {
             )));
         }
         self.max_drafts = k;
+        if self.auto.is_some() {
+            self.set_auto_drafts(true);
+        }
         Ok(())
+    }
+
+    /// With `on`, each round verifies the number of drafts (1 to [`Drafter::max_drafts`]) that measured fastest so
+    /// far: running estimates of each block position's acceptance and of a round's wall time for each count
+    /// (dflash/adaptive.rs). Forced runs ([`crate::dflash::Forced`]) keep every draft. Output is unchanged.
+    pub fn set_auto_drafts(&mut self, on: bool) {
+        self.auto =
+            on.then(|| std::sync::Mutex::new(super::adaptive::DraftLength::new(self.max_drafts)));
+    }
+
+    /// The drafts-a-round chooser, when [`Drafter::set_auto_drafts`] is on.
+    pub(crate) fn auto_drafts(
+        &self,
+    ) -> Option<std::sync::MutexGuard<'_, super::adaptive::DraftLength>> {
+        // A chooser left by a panicking holder is still a set of counts and means: take it.
+        self.auto
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Times the GPU work of the drafter's passes from now on (`on`), or none; nothing for a drafter on the CPU.

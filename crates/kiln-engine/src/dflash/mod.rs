@@ -9,12 +9,14 @@
 //! - [`convert_to_gguf`]: one GGUF per drafter (optionally quantized), loaded by [`Drafter::load`] too.
 //! - [`write_random_drafter`]: reproducible random-weight drafters in the z-lab format.
 
+mod adaptive;
 mod config;
 mod drafter;
 mod gguf;
 pub(crate) mod spec;
 mod synth;
 
+pub use adaptive::DraftLength;
 pub use config::{default_layer_ids, DraftConfig};
 pub use drafter::{DraftState, Drafter};
 pub use gguf::{convert_to_gguf, CONFIG_KEY, DRAFT_ARCH};

@@ -299,6 +299,13 @@ pub(crate) fn generate_in(
         return done(tokens, FinishReason::Stop, stats);
     }
     let mut pending = t;
+    // With auto drafts (not in forced runs, which measure a chosen acceptance), the drafts a round come from
+    // measured acceptance and round times.
+    let mut auto = if forced.is_none() {
+        drafter.auto_drafts()
+    } else {
+        None
+    };
 
     loop {
         let len = session.len(slot);
@@ -314,9 +321,12 @@ pub(crate) fn generate_in(
             return done(tokens, FinishReason::Length, stats);
         }
         // The drafter's block fits the context; the drafts (verify rows after the first) also the token budget.
-        let t0 = Instant::now();
-        let mut drafts = drafter.propose(be, dstate, pending, block_max.min(room), budget - 1)?;
-        stats.draft_time += t0.elapsed();
+        let t_round = Instant::now();
+        let want = auto
+            .as_mut()
+            .map_or(budget - 1, |a| a.choose().min(budget - 1));
+        let mut drafts = drafter.propose(be, dstate, pending, block_max.min(room), want)?;
+        stats.draft_time += t_round.elapsed();
         // The proposals came back, so the drafter's passes are done: this round's, and the context update at
         // the end of the last one (read here rather than there, where waiting for it would add a sync).
         add_gpu(&mut stats.draft_gpu, drafter.take_gpu_time()?);
@@ -388,5 +398,8 @@ pub(crate) fn generate_in(
         let t0 = Instant::now();
         drafter.append_context(be, dstate, &features(&out, &ids, hidden, accepted + 1)?)?;
         stats.draft_time += t0.elapsed();
+        if let Some(a) = auto.as_mut() {
+            a.observe(v - 1, accepted, t_round.elapsed().as_secs_f64());
+        }
     }
 }
