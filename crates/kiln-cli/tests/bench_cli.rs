@@ -406,6 +406,25 @@ fn bench_draft_reports_tau_histogram_and_split() {
     );
     assert_eq!(recs[0]["accept_hist"][2], 3);
     assert_eq!(recs[0]["accept_hist"][3], 0);
+    // `--draft-max auto` (the drafter's own drafts; forced rows keep every draft): its own row.
+    let v = draft_bench(&["--draft-max", "auto,3", "-n", "12", "-d", "8"]);
+    let recs = v.as_array().unwrap();
+    assert_eq!(recs[0]["draft"], "1L b8 auto");
+    assert_eq!(recs[1]["draft"], "1L b8 max3");
+    assert!(recs[0]["rounds"].as_u64().unwrap() > 0, "{}", recs[0]);
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["bench", "-m", m.to_str().unwrap(), "--draft"])
+        .arg(&dir)
+        .args(["--draft-max", "most", "-n", "4", "-r", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("'most' is not a draft count (N ≥ 1) or 'auto'"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A K that does not fit the block is refused.
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["bench", "-m", m.to_str().unwrap(), "--draft"])
