@@ -412,28 +412,27 @@ fn bench_draft_reports_tau_histogram_and_split() {
     assert_eq!(recs[0]["draft"], "1L b8 auto");
     assert_eq!(recs[1]["draft"], "1L b8 max3");
     assert!(recs[0]["rounds"].as_u64().unwrap() > 0, "{}", recs[0]);
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["bench", "-m", m.to_str().unwrap(), "--draft"])
-        .arg(&dir)
-        .args(["--draft-max", "most", "-n", "4", "-r", "1"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("'most' is not a draft count (N ≥ 1) or 'auto'"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // Refused settings: the command fails and says why.
+    let refused = |extra: &[&str], why: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["bench", "-m", m.to_str().unwrap(), "--draft"])
+            .arg(&dir)
+            .args(extra)
+            .args(["-n", "4", "-r", "1"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(why),
+            "{extra:?}: {err}"
+        );
+    };
+    refused(
+        &["--draft-max", "most"],
+        "'most' is not a draft count (N ≥ 1) or 'auto'",
     );
-    // A K that does not fit the block is refused.
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["bench", "-m", m.to_str().unwrap(), "--draft"])
-        .arg(&dir)
-        .args(["--draft-force", "8", "-n", "4", "-r", "1"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("at most 7 drafts"));
+    // A K that does not fit the block.
+    refused(&["--draft-force", "8"], "at most 7 drafts");
     // `--ab` takes `--draft`: the plain and the speculative speed of each arm.
     let v = draft_bench(&["--draft-force", "3", "-n", "6", "--ab", "KILN_NO_SIMD=1"]);
     let metrics: Vec<&str> = v["results"]
