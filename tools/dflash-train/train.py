@@ -258,10 +258,17 @@ def load_data(path, max_len):
     return train, test
 
 
+# The generation batch size since a batch ran out of GPU memory (None: none did); later calls start there.
+_gen_batch_fits = None
+
+
 def generate(target, prompts, temp, max_new, batch, eos):
     """The target's continuation of each prompt (sampled at `temp`, top-p 0.95; greedy when temp is 0), cut after
     its first EOS, in batches (fastgen.py). A batch that runs out of GPU memory is split in halves (and the smaller
-    size kept), so a large --gen-batch is safe to ask for."""
+    size kept, for later calls too), so a large --gen-batch is safe to ask for."""
+    global _gen_batch_fits
+    if _gen_batch_fits is not None:
+        batch = min(batch, _gen_batch_fits)
     out = []
     i = 0
     while i < len(prompts):
@@ -272,6 +279,7 @@ def generate(target, prompts, temp, max_new, batch, eos):
             if batch == 1:
                 raise
             batch = max(1, batch // 2)
+            _gen_batch_fits = batch
             torch.cuda.empty_cache()
             print(f"generation ran out of GPU memory: batches of {batch} from here", flush=True)
             continue
@@ -292,14 +300,22 @@ def chat_parts(rows, user_header, eos):
     return ids0[:at + h], [eos] + ids0[len(ids0) - 5:]
 
 
-def self_instruct(target, prefix, tail, n, max_new, batch, eos, temp=1.0):
+def self_instruct(target, prefix, tail, n, max_new, batch, eos, temp=1.0, max_tokens=0):
     """More prompts than any hand-written set: the target writes the user turn itself (sampled after the chat
-    template's user header), then answers it greedily, as at inference. Returns (ids, prompt length) rows."""
-    questions = generate(target, [prefix] * n, temp, 96, batch, eos)
-    prompts = [prefix + [t for t in q if t != eos] + tail for q in questions
-               if q and q[-1] == eos and len(q) >= 4]  # keep finished, non-trivial questions
-    answers = generate(target, prompts, 0.0, max_new, batch, eos)
-    return [(p + a, len(p)) for p, a in zip(prompts, answers) if len(a) >= 2]
+    template's user header), then answers it greedily, as at inference. Returns (ids, prompt length) rows: up to
+    `n` prompts, written and answered a batch at a time, stopping early once the rows hold `max_tokens` tokens
+    (0: no limit)."""
+    rows, tokens = [], 0
+    for start in range(0, n, batch):
+        questions = generate(target, [prefix] * min(batch, n - start), temp, 96, batch, eos)
+        prompts = [prefix + [t for t in q if t != eos] + tail for q in questions
+                   if q and q[-1] == eos and len(q) >= 4]  # keep finished, non-trivial questions
+        answers = generate(target, prompts, 0.0, max_new, batch, eos)
+        rows += [(p + a, len(p)) for p, a in zip(prompts, answers) if len(a) >= 2]
+        tokens = sum(len(ids) for ids, _ in rows)
+        if max_tokens and tokens >= max_tokens:
+            break
+    return rows
 
 
 def answer_prompts(target, prompts, samples, temp, max_new, batch, eos):
@@ -606,6 +622,9 @@ def main():
     ap.add_argument("--gen-samples", type=int, default=0,
                     help="before training, sample this many extra target responses per training prompt (GPU)")
     ap.add_argument("--gen-temp", type=float, default=0.8)
+    ap.add_argument("--gen-tokens", type=int, default=0,
+                    help="stop self-instructing once the training data (committed + generated) holds this many "
+                         "tokens, e.g. what the feature cache can hold (0: --gen-prompts alone decides)")
     ap.add_argument("--gen-prompts", type=int, default=0,
                     help="before training, let the target write this many user prompts and answer them greedily (GPU)")
     ap.add_argument("--gen-prompt-ids", default="",
@@ -710,7 +729,13 @@ def main():
         train += extra
     if args.gen_prompts:
         t1 = time.time()
-        extra = self_instruct(writer, prefix, tail, args.gen_prompts, args.gen_max_new, args.gen_batch, eos)
+        have = sum(len(ids) for ids, _ in train)
+        if args.gen_tokens and have >= args.gen_tokens:
+            print(f"the data holds {have} tokens, --gen-tokens {args.gen_tokens}: no self-instructed prompts",
+                  flush=True)
+        left = max(0, args.gen_tokens - have) if args.gen_tokens else 0
+        extra = [] if args.gen_tokens and not left else self_instruct(
+            writer, prefix, tail, args.gen_prompts, args.gen_max_new, args.gen_batch, eos, max_tokens=left)
         print(f"self-instructed {len(extra)} prompts + greedy answers ({sum(len(s) - p for s, p in extra)} "
               f"response tokens) in {time.time() - t1:.0f} s", flush=True)
         train += extra
