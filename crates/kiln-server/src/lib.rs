@@ -73,8 +73,8 @@ pub struct ServerConfig {
     pub draft: Option<PathBuf>,
     /// Whether requests that do not say (`"speculative"`) are speculative when a drafter is loaded.
     pub draft_default: bool,
-    /// Drafts proposed and verified per round at most (None: the drafter's block − 1).
-    pub draft_max: Option<usize>,
+    /// Drafts proposed and verified per round at most, or `auto` (None: the drafter's block − 1).
+    pub draft_max: Option<kiln_engine::dflash::DraftMax>,
     /// Scheduler settings (prefill chunk, queue capacity, prefix reuse).
     pub scheduler: SchedulerConfig,
     /// Largest request body.
@@ -177,9 +177,8 @@ fn engine_main(state: Arc<AppState>, loaded: oneshot::Sender<Result<(), String>>
             Some(dir) => {
                 let mut d = Drafter::load(dir, &model)
                     .map_err(|e| format!("loading the drafter {}: {e}", dir.display()))?;
-                if let Some(k) = cfg.draft_max {
-                    d.set_max_drafts(k)
-                        .map_err(|e| format!("--draft-max: {e}"))?;
+                if let Some(m) = cfg.draft_max {
+                    m.apply(&mut d).map_err(|e| format!("--draft-max: {e}"))?;
                 }
                 Some(Arc::new(d))
             }

@@ -322,6 +322,50 @@ fn speculative_requests_equal_plain_ones() {
     assert!(usage.reused_tokens > 40, "reused {}", usage.reused_tokens);
 }
 
+/// `--draft-max auto` in the scheduler: the drafts a round come from the chooser for the drafter's own proposals
+/// (outputs still equal plain ones), and forced requests keep every draft (full acceptance still gives τ near the
+/// block).
+#[test]
+fn auto_drafts_keep_outputs_and_leave_forced_requests_alone() {
+    let (model, tok, drafter) = load();
+    let mut d = Arc::try_unwrap(drafter).expect("the only handle");
+    d.set_auto_drafts(true);
+    let drafter = Arc::new(d);
+    let eos = tok.eos_ids().to_vec();
+    let asks: Vec<Ask> = QUESTIONS
+        .iter()
+        .take(3)
+        .map(|q| Ask::new(chat(&tok, None, q), 24, &eos))
+        .collect();
+    let (plain, _) = run_all(&model, None, 3, 512, cfg(false), &asks);
+    let spec: Vec<Ask> = asks.iter().map(|a| a.spec(None)).collect();
+    let (got, st) = run_all(&model, Some(&drafter), 3, 512, cfg(false), &spec);
+    for (i, (g, p)) in got.iter().zip(&plain).enumerate() {
+        assert_eq!(g, p, "request {i}, auto drafts");
+    }
+    assert!(st.spec_rounds > 0);
+    let forced: Vec<Ask> = asks
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            a.spec(Some(Forced {
+                continuation: tokens(&plain[i]),
+                cap: None,
+                corrupt: vec![],
+            }))
+        })
+        .collect();
+    let (got, st) = run_all(&model, Some(&drafter), 3, 512, cfg(false), &forced);
+    for (i, (g, p)) in got.iter().zip(&plain).enumerate() {
+        assert_eq!(g, p, "request {i}, forced, auto drafts");
+    }
+    let tau = st.spec_tokens as f64 / st.spec_rounds as f64;
+    assert!(
+        tau > 5.0,
+        "τ {tau} at full forced acceptance with auto drafts (block {BLOCK})"
+    );
+}
+
 #[test]
 fn context_limit_cancellation_and_no_drafter() {
     let (model, tok, drafter) = load();

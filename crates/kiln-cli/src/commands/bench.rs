@@ -214,7 +214,7 @@ pub struct Args {
         value_delimiter = ',',
         requires = "draft"
     )]
-    pub draft_max: Vec<super::DraftMax>,
+    pub draft_max: Vec<kiln_engine::dflash::DraftMax>,
     /// A/B: run the baseline and a variant with these environment assignments (`KILN_NO_X=1`, several separated
     /// by spaces or commas) interleaved, each run in its own process, and print medians and the ratio.
     #[arg(long, value_name = "VAR=VALUE")]
@@ -345,7 +345,7 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
     } else {
         args.draft_force.iter().map(|f| f.0).collect()
     };
-    let maxes: Vec<Option<super::DraftMax>> = if args.draft_max.is_empty() {
+    let maxes: Vec<Option<kiln_engine::dflash::DraftMax>> = if args.draft_max.is_empty() {
         vec![None]
     } else {
         args.draft_max.iter().map(|&m| Some(m)).collect()
@@ -383,7 +383,7 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
                     {
                         let draft_desc = match max {
                             Some(m) => {
-                                m.apply(&mut drafter)?;
+                                m.apply(&mut drafter).context("--draft-max")?;
                                 format!("{n_layer}L b{block} {}", m.label())
                             }
                             None => format!("{n_layer}L b{block}"),

@@ -132,7 +132,7 @@ pub struct Args {
     /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. `auto`: the count
     /// that measures fastest, chosen as the run goes. Output unchanged.
     #[arg(long = "draft-max", value_name = "N|auto", requires = "draft")]
-    pub draft_max: Option<super::DraftMax>,
+    pub draft_max: Option<kiln_engine::dflash::DraftMax>,
 }
 
 /// Loads a model with a progress bar on stderr; prints kill-switch and load warnings.
@@ -377,7 +377,7 @@ fn run_draft(
     let mut drafter = Drafter::load(dir, model)
         .with_context(|| format!("loading the drafter {}", dir.display()))?;
     if let Some(m) = args.draft_max {
-        m.apply(&mut drafter)?;
+        m.apply(&mut drafter).context("--draft-max")?;
     }
     let dc = drafter.config();
     eprintln!(
@@ -387,7 +387,7 @@ fn run_draft(
         dc.target_layer_ids,
         dc.mask_token_id,
         drafter.max_drafts(),
-        if args.draft_max == Some(super::DraftMax::Auto) {
+        if args.draft_max == Some(kiln_engine::dflash::DraftMax::Auto) {
             " (auto: as many as measure fastest)"
         } else {
             ""

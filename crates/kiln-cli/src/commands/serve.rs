@@ -63,9 +63,10 @@ pub struct Args {
     #[arg(long = "draft-opt-in", requires = "draft")]
     pub draft_opt_in: bool,
     /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: all):
-    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. Output unchanged.
-    #[arg(long = "draft-max", value_name = "N", requires = "draft")]
-    pub draft_max: Option<usize>,
+    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. `auto`: the count
+    /// that measures fastest, chosen as requests run. Output unchanged.
+    #[arg(long = "draft-max", value_name = "N|auto", requires = "draft")]
+    pub draft_max: Option<kiln_engine::dflash::DraftMax>,
     /// Seconds running requests may take to finish on SIGINT/SIGTERM before they are cancelled.
     #[arg(long = "shutdown-grace", default_value_t = 10.0)]
     pub shutdown_grace: f64,

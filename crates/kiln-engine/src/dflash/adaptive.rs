@@ -10,6 +10,54 @@
 //! tokens a second among the counts whose time is known. Only the number of verified drafts changes, never the
 //! output.
 
+/// A drafts-a-round setting (`--draft-max`): at most N drafts a round, or `auto`: the count that measures
+/// fastest, chosen as the run goes ([`DraftLength`]). Output is unchanged either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DraftMax {
+    /// The count that measures fastest, up to the drafter's whole block.
+    Auto,
+    /// At most this many drafts a round.
+    At(usize),
+}
+
+impl std::str::FromStr for DraftMax {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(DraftMax::Auto),
+            t => t
+                .parse()
+                .map(DraftMax::At)
+                .map_err(|_| format!("'{s}' is not a draft count (N ≥ 1) or 'auto'")),
+        }
+    }
+}
+
+impl DraftMax {
+    /// Sets `drafter` to this setting (`auto`: up to its whole block).
+    pub fn apply(self, drafter: &mut super::Drafter) -> crate::Result<()> {
+        match self {
+            DraftMax::Auto => {
+                drafter.set_max_drafts(drafter.config().block_size - 1)?;
+                drafter.set_auto_drafts(true);
+            }
+            DraftMax::At(k) => {
+                drafter.set_auto_drafts(false);
+                drafter.set_max_drafts(k)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A bench table's name of the setting: `maxN` or `auto`.
+    pub fn label(self) -> String {
+        match self {
+            DraftMax::Auto => "auto".into(),
+            DraftMax::At(k) => format!("max{k}"),
+        }
+    }
+}
+
 /// The drafts-a-round chooser (see the module documentation).
 #[derive(Clone, Debug)]
 pub struct DraftLength {

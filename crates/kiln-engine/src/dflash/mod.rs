@@ -16,7 +16,7 @@ mod gguf;
 pub(crate) mod spec;
 mod synth;
 
-pub use adaptive::DraftLength;
+pub use adaptive::{DraftLength, DraftMax};
 pub use config::{default_layer_ids, DraftConfig};
 pub use drafter::{DraftState, Drafter};
 pub use gguf::{convert_to_gguf, CONFIG_KEY, DRAFT_ARCH};

@@ -201,6 +201,8 @@ struct Slot {
     job: Option<Job>,
     /// The drafter's context for a prefix of `cache` (speculative requests only).
     draft: Option<DraftState>,
+    /// With auto drafts: when this slot's round began (its proposals) and how many drafts it verifies.
+    round: Option<(std::time::Instant, usize)>,
 }
 
 /// What a batch row is for.
@@ -270,6 +272,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 last_used: 0,
                 job: None,
                 draft: None,
+                round: None,
             })
             .collect();
         let handle = Handle {

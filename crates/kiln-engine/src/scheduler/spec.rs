@@ -11,8 +11,9 @@
 //! hidden states extend the drafter's context. Rows of a block are bit-identical to decode rows (batch
 //! invariance), so the emitted tokens equal the plain path's.
 //!
-//! The block size `v` is the drafter's block, capped by the slot's free positions and the request's remaining
-//! budget, so the last row never runs past either (as a plain decode row never does).
+//! The block size `v` is the drafter's block (or, with auto drafts, the chooser's count + 1; forced requests
+//! keep the whole block), capped by the slot's free positions and the request's remaining budget, so the last
+//! row never runs past either (as a plain decode row never does).
 //!
 //! [`Session::truncate`]: crate::Session::truncate
 
@@ -54,6 +55,15 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             .max_tokens
             .saturating_sub(job.generated)
             .saturating_sub(1);
+        // With auto drafts (not for forced requests, which measure a chosen acceptance): the chooser's count.
+        let forced = job.spec.as_ref().is_some_and(|sp| sp.forced.is_some());
+        let auto = if forced {
+            None
+        } else {
+            drafter.auto_drafts().map(|mut a| a.choose())
+        };
+        let want = auto.map_or(want, |k| k.min(want));
+        let t_round = std::time::Instant::now();
         if slot.draft.is_none() {
             match drafter.new_state(model.backend(), slot_ctx) {
                 Ok(st) => slot.draft = Some(st),
@@ -80,6 +90,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         if let Some(f) = job.spec.as_ref().and_then(|sp| sp.forced.as_ref()) {
             force_drafts(f, &mut drafts, job.generated, n_vocab);
         }
+        slot.round = auto.map(|_| (t_round, drafts.len()));
         for (i, token) in std::iter::once(pending).chain(drafts).enumerate() {
             rows.push(BatchRow {
                 slot: s,
@@ -187,6 +198,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             }
         }
         let slot = &mut self.slots[s];
+        let round = slot.round.take();
         slot.cache.extend(rows[..kept].iter().map(|r| r.token));
         self.session.truncate(s, len + kept)?;
         let c = &self.shared.counters;
@@ -204,10 +216,19 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             let be = self.session.model().backend();
             let r = features_of_rows(out, &cfg.target_layer_ids, cfg.hidden, start, kept)
                 .and_then(|f| d.append_context(be, st, &f));
-            if let Err(e) = r {
-                slot.draft = None;
-                if let Some(job) = slot.job.take() {
-                    self.end(job, None, Some(format!("drafter: {e}")));
+            match r {
+                Err(e) => {
+                    slot.draft = None;
+                    if let Some(job) = slot.job.take() {
+                        self.end(job, None, Some(format!("drafter: {e}")));
+                    }
+                }
+                // The round's time: its proposals to its context update, the step's other rows included (they
+                // share the one forward, so a verify row's cost is measured as the batch pays it).
+                Ok(()) => {
+                    if let (Some((t0, k)), Some(mut a)) = (round, d.auto_drafts()) {
+                        a.observe(k, kept - 1, t0.elapsed().as_secs_f64());
+                    }
                 }
             }
         }
