@@ -300,12 +300,9 @@ pub(crate) fn generate_in(
     }
     let mut pending = t;
     // With auto drafts (not in forced runs, which measure a chosen acceptance), the drafts a round come from
-    // measured acceptance and round times.
-    let mut auto = if forced.is_none() {
-        drafter.auto_drafts()
-    } else {
-        None
-    };
+    // measured acceptance and round times. The chooser is locked only to choose and to record a round: other
+    // generations with the same drafter share it.
+    let auto = forced.is_none();
 
     loop {
         let len = session.len(slot);
@@ -322,9 +319,12 @@ pub(crate) fn generate_in(
         }
         // The drafter's block fits the context; the drafts (verify rows after the first) also the token budget.
         let t_round = Instant::now();
-        let want = auto
-            .as_mut()
-            .map_or(budget - 1, |a| a.choose().min(budget - 1));
+        let chosen = if auto {
+            drafter.auto_drafts().map(|mut a| a.choose())
+        } else {
+            None
+        };
+        let want = chosen.map_or(budget - 1, |k| k.min(budget - 1));
         let mut drafts = drafter.propose(be, dstate, pending, block_max.min(room), want)?;
         stats.draft_time += t_round.elapsed();
         // The proposals came back, so the drafter's passes are done: this round's, and the context update at
@@ -398,7 +398,7 @@ pub(crate) fn generate_in(
         let t0 = Instant::now();
         drafter.append_context(be, dstate, &features(&out, &ids, hidden, accepted + 1)?)?;
         stats.draft_time += t0.elapsed();
-        if let Some(a) = auto.as_mut() {
+        if let (Some(_), Some(mut a)) = (chosen, drafter.auto_drafts()) {
             a.observe(v - 1, accepted, t_round.elapsed().as_secs_f64());
         }
     }

@@ -63,7 +63,6 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             drafter.auto_drafts().map(|mut a| a.choose())
         };
         let want = auto.map_or(want, |k| k.min(want));
-        let t_round = std::time::Instant::now();
         if slot.draft.is_none() {
             match drafter.new_state(model.backend(), slot_ctx) {
                 Ok(st) => slot.draft = Some(st),
@@ -78,6 +77,8 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         let Some(st) = slot.draft.as_mut() else {
             return;
         };
+        // The round's clock starts at its proposals (a new state's buffers are set-up, not a round's cost).
+        let t_round = std::time::Instant::now();
         let mut drafts = match drafter.propose(model.backend(), st, pending, block, want) {
             Ok(d) => d,
             Err(e) => {
