@@ -311,8 +311,9 @@ def self_instruct(target, prefix, tail, n, max_new, batch, eos, temp=1.0, max_to
         prompts = [prefix + [t for t in q if t != eos] + tail for q in questions
                    if q and q[-1] == eos and len(q) >= 4]  # keep finished, non-trivial questions
         answers = generate(target, prompts, 0.0, max_new, batch, eos)
-        rows += [(p + a, len(p)) for p, a in zip(prompts, answers) if len(a) >= 2]
-        tokens = sum(len(ids) for ids, _ in rows)
+        new = [(p + a, len(p)) for p, a in zip(prompts, answers) if len(a) >= 2]
+        rows += new
+        tokens += sum(len(ids) for ids, _ in new)
         if max_tokens and tokens >= max_tokens:
             break
     return rows
@@ -733,9 +734,11 @@ def main():
         if args.gen_tokens and have >= args.gen_tokens:
             print(f"the data holds {have} tokens, --gen-tokens {args.gen_tokens}: no self-instructed prompts",
                   flush=True)
-        left = max(0, args.gen_tokens - have) if args.gen_tokens else 0
-        extra = [] if args.gen_tokens and not left else self_instruct(
-            writer, prefix, tail, args.gen_prompts, args.gen_max_new, args.gen_batch, eos, max_tokens=left)
+            extra = []
+        else:
+            left = args.gen_tokens - have if args.gen_tokens else 0
+            extra = self_instruct(writer, prefix, tail, args.gen_prompts, args.gen_max_new, args.gen_batch, eos,
+                                  max_tokens=left)
         print(f"self-instructed {len(extra)} prompts + greedy answers ({sum(len(s) - p for s, p in extra)} "
               f"response tokens) in {time.time() - t1:.0f} s", flush=True)
         train += extra
