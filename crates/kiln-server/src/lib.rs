@@ -73,7 +73,8 @@ pub struct ServerConfig {
     pub draft: Option<PathBuf>,
     /// Whether requests that do not say (`"speculative"`) are speculative when a drafter is loaded.
     pub draft_default: bool,
-    /// Drafts proposed and verified per round at most, or `auto` (None: the drafter's block − 1).
+    /// Drafts proposed and verified per round at most, or `auto` (None: `auto` for a target on the CPU, the
+    /// drafter's block − 1 on a GPU; `DraftMax::default_for`).
     pub draft_max: Option<kiln_engine::dflash::DraftMax>,
     /// Scheduler settings (prefill chunk, queue capacity, prefix reuse).
     pub scheduler: SchedulerConfig,
@@ -177,9 +178,10 @@ fn engine_main(state: Arc<AppState>, loaded: oneshot::Sender<Result<(), String>>
             Some(dir) => {
                 let mut d = Drafter::load(dir, &model)
                     .map_err(|e| format!("loading the drafter {}: {e}", dir.display()))?;
-                if let Some(m) = cfg.draft_max {
-                    m.apply(&mut d).map_err(|e| format!("--draft-max: {e}"))?;
-                }
+                let m = cfg
+                    .draft_max
+                    .unwrap_or_else(|| kiln_engine::dflash::DraftMax::default_for(&model, &d));
+                m.apply(&mut d).map_err(|e| format!("--draft-max: {e}"))?;
                 Some(Arc::new(d))
             }
             None => None,

@@ -10,6 +10,7 @@ use kiln_engine::bench::{
     run_frontiers, run_test, test_matrix, BenchRecord, Format, FrontierLogits, FrontierOptions,
     ModelInfo, Stats,
 };
+use kiln_engine::dflash::DraftMax;
 use kiln_engine::fidelity::{compare_position, TopK};
 use kiln_engine::{Flags, KvType, LoadOptions, Model, Session, SessionConfig};
 use std::ffi::OsString;
@@ -204,17 +205,18 @@ pub struct Args {
     /// own proposals.
     #[arg(long = "draft-force", value_delimiter = ',', requires = "draft")]
     pub draft_force: Vec<ForceArg>,
-    /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: all):
-    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest; `auto`: the count
-    /// that measures fastest, chosen as the run goes (learnt over the row's repetitions). Output unchanged.
-    /// Comma-separated: one row each (the draft column says `maxN` or `auto`).
+    /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: `auto`
+    /// on the CPU, all on a GPU): a shorter verify block costs less where a verify row is dear (a CPU) and τ is
+    /// modest; `auto`: the count that measures fastest, chosen as the run goes (learnt over the row's
+    /// repetitions; forced rows keep every draft). Output unchanged. Comma-separated: one row each (the draft
+    /// column says `maxN` or `auto`).
     #[arg(
         long = "draft-max",
         value_name = "N|auto",
         value_delimiter = ',',
         requires = "draft"
     )]
-    pub draft_max: Vec<kiln_engine::dflash::DraftMax>,
+    pub draft_max: Vec<DraftMax>,
     /// A/B: run the baseline and a variant with these environment assignments (`KILN_NO_X=1`, several separated
     /// by spaces or commas) interleaved, each run in its own process, and print medians and the ratio.
     #[arg(long, value_name = "VAR=VALUE")]
@@ -345,7 +347,7 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
     } else {
         args.draft_force.iter().map(|f| f.0).collect()
     };
-    let maxes: Vec<Option<kiln_engine::dflash::DraftMax>> = if args.draft_max.is_empty() {
+    let maxes: Vec<Option<DraftMax>> = if args.draft_max.is_empty() {
         vec![None]
     } else {
         args.draft_max.iter().map(|&m| Some(m)).collect()
@@ -381,13 +383,9 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
                         .iter()
                         .flat_map(|m| forces.iter().map(move |f| (m, f)))
                     {
-                        let draft_desc = match max {
-                            Some(m) => {
-                                m.apply(&mut drafter).context("--draft-max")?;
-                                format!("{n_layer}L b{block} {}", m.label())
-                            }
-                            None => format!("{n_layer}L b{block}"),
-                        };
+                        let m = max.unwrap_or_else(|| DraftMax::default_for(&model, &drafter));
+                        m.apply(&mut drafter).context("--draft-max")?;
+                        let draft_desc = format!("{n_layer}L b{block} {}", m.label());
                         let test = SpecTest {
                             prompt_len,
                             n_gen,

@@ -128,9 +128,9 @@ pub struct Args {
     /// K accepted per round (measures the engine at τ = K + 1 with any drafter).
     #[arg(long = "draft-force", requires = "draft")]
     pub draft_force: Option<usize>,
-    /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: all):
-    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. `auto`: the count
-    /// that measures fastest, chosen as the run goes. Output unchanged.
+    /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block): a shorter verify
+    /// block costs less where a verify row is dear (a CPU) and τ is modest. `auto`: the count that measures
+    /// fastest, chosen as the run goes. Default: `auto` on the CPU, all drafts on a GPU. Output unchanged.
     #[arg(long = "draft-max", value_name = "N|auto", requires = "draft")]
     pub draft_max: Option<kiln_engine::dflash::DraftMax>,
 }
@@ -366,7 +366,7 @@ fn run_draft(
     sampler: SamplerParams,
     session: &mut Session,
 ) -> Result<()> {
-    use kiln_engine::dflash::{generate, Drafter, Forced};
+    use kiln_engine::dflash::{generate, DraftMax, Drafter, Forced};
     if prompt.len() > session.slot_ctx() {
         bail!(
             "the prompt needs {} tokens but the context holds {} (raise -c)",
@@ -376,9 +376,10 @@ fn run_draft(
     }
     let mut drafter = Drafter::load(dir, model)
         .with_context(|| format!("loading the drafter {}", dir.display()))?;
-    if let Some(m) = args.draft_max {
-        m.apply(&mut drafter).context("--draft-max")?;
-    }
+    let draft_max = args
+        .draft_max
+        .unwrap_or_else(|| DraftMax::default_for(model, &drafter));
+    draft_max.apply(&mut drafter).context("--draft-max")?;
     let dc = drafter.config();
     eprintln!(
         "kiln: drafter {} layers, block {}, taps {:?}, mask id {}, at most {} drafts a round{}",
@@ -387,7 +388,7 @@ fn run_draft(
         dc.target_layer_ids,
         dc.mask_token_id,
         drafter.max_drafts(),
-        if args.draft_max == Some(kiln_engine::dflash::DraftMax::Auto) {
+        if draft_max == DraftMax::Auto {
             " (auto: as many as measure fastest)"
         } else {
             ""

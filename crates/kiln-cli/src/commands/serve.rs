@@ -62,8 +62,9 @@ pub struct Args {
     /// With --draft: only requests that send `"speculative": true` are speculative.
     #[arg(long = "draft-opt-in", requires = "draft")]
     pub draft_opt_in: bool,
-    /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: all):
-    /// a shorter verify block costs less where a verify row is dear (a CPU) and τ is modest. `auto`: the count
+    /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: `auto`
+    /// on the CPU, all on a GPU): a shorter verify block costs less where a verify row is dear (a CPU) and τ is
+    /// modest. `auto`: the count
     /// that measures fastest, chosen as requests run. Output unchanged.
     #[arg(long = "draft-max", value_name = "N|auto", requires = "draft")]
     pub draft_max: Option<kiln_engine::dflash::DraftMax>,

@@ -155,6 +155,14 @@ impl Model {
         self.cuda.as_ref()
     }
 
+    /// Whether the model runs on a GPU ([`Model::use_cuda`]) rather than the host CPU.
+    pub fn on_gpu(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        return self.cuda.is_some();
+        #[cfg(not(feature = "cuda"))]
+        false
+    }
+
     /// Times the GPU work of every forward pass from now on (`on`), or none (`kiln bench --draft`'s GPU
     /// columns). Does nothing on the CPU.
     pub fn set_gpu_timing(&self, on: bool) {
