@@ -190,6 +190,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_DRAFT_MARGINS",
+        disables: "DFlash `--draft-max auto` on a host drafter: each round's drafts cut where the drafter's margins \
+                   say the rest are unlikely to be accepted; the chooser's count alone decides (same output)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_DRAFTER",
         disables: "CUDA: a DFlash drafter runs on its target's GPU; it runs on the host instead (the drafts the GPU \
                    gives with KILN_NO_CUDA_DRAFTER_BLAS)",
@@ -275,6 +281,8 @@ pub struct Flags {
     pub cuda_prefill_blas_float: bool,
     /// Greedy tokens chosen by the backend where the logits are.
     pub device_argmax: bool,
+    /// DFlash auto drafts: a host drafter's rounds cut by its drafts' margins.
+    pub draft_margins: bool,
     /// CUDA: a DFlash drafter on its target's GPU.
     pub cuda_drafter: bool,
     /// CUDA: the drafter's matmuls on cuBLAS at every row count.
@@ -314,6 +322,7 @@ impl Default for Flags {
             cuda_prefill_blas: true,
             cuda_prefill_blas_float: true,
             device_argmax: true,
+            draft_margins: true,
             cuda_drafter: true,
             cuda_drafter_blas: true,
         }
@@ -353,6 +362,7 @@ impl Flags {
             cuda_prefill_blas: false,
             cuda_prefill_blas_float: false,
             device_argmax: false,
+            draft_margins: false,
             cuda_drafter: false,
             cuda_drafter_blas: false,
         }
@@ -420,6 +430,7 @@ impl Flags {
                 "KILN_NO_CUDA_PREFILL_BLAS" => flags.cuda_prefill_blas = !disabled,
                 "KILN_NO_CUDA_PREFILL_BLAS_FLOAT" => flags.cuda_prefill_blas_float = !disabled,
                 "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,
+                "KILN_NO_DRAFT_MARGINS" => flags.draft_margins = !disabled,
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
                 "KILN_NO_CUDA_DRAFTER_BLAS" => flags.cuda_drafter_blas = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),

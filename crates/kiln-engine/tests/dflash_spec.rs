@@ -373,6 +373,41 @@ fn draft_max_proposes_a_prefix_and_keeps_the_output() {
     }
 }
 
+/// Auto drafts on a host drafter: each proposal comes with its drafts' margins (top-1 minus second head logit),
+/// the ones the drafter's own head logits give; without auto, none.
+#[test]
+fn auto_proposals_on_the_host_carry_their_margins() {
+    let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
+    let mut d = Drafter::load(TRAINED_DRAFTER, &m).unwrap();
+    let be = m.backend();
+    let (hidden, width) = (
+        d.config().hidden,
+        d.config().hidden * d.config().target_layer_ids.len(),
+    );
+    let ctx: Vec<f32> = (0..10 * width)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let mut st = d.new_state(be, 64).unwrap();
+    d.append_context(be, &mut st, &ctx).unwrap();
+    let drafts = d.propose(be, &mut st, 28, 16, 6).unwrap();
+    assert!(st.margins().is_empty(), "margins without auto drafts");
+    d.set_auto_drafts(true);
+    assert!(d.scores_drafts(&st));
+    assert_eq!(d.propose(be, &mut st, 28, 16, 6).unwrap(), drafts);
+    let got = st.margins().to_vec();
+    assert_eq!(got.len(), 6);
+    let mut block = vec![d.config().mask_token_id; 16];
+    block[0] = 28;
+    let h = d.block_hidden(be, &mut st, &block).unwrap();
+    let logits = d.logits(be, &h[hidden..7 * hidden]).unwrap();
+    for (i, row) in logits.chunks_exact(d.config().vocab).enumerate() {
+        let mut sorted = row.to_vec();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        assert_eq!(got[i], sorted[0] - sorted[1], "draft {}", i + 1);
+        assert!(got[i] >= 0.0);
+    }
+}
+
 /// Auto drafts a round (`--draft-max auto`): the count changes from round to round (the chooser's probes and
 /// its measured choice; dflash/adaptive.rs tests the choice), the output stays plain greedy output, and a cap
 /// set after it still holds.

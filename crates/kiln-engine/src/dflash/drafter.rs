@@ -60,6 +60,8 @@ pub struct Drafter {
     /// With [`Drafter::set_auto_drafts`]: the chooser of the drafts a round (at most `max_drafts`), kept across
     /// generations so a server or a benchmark's later runs start from what the earlier ones measured.
     auto: Option<std::sync::Mutex<super::adaptive::DraftLength>>,
+    /// Whether auto rounds on the host are cut by the drafts' margins (`KILN_NO_DRAFT_MARGINS` turns it off).
+    margin_cuts: bool,
     /// The GPU backend holding the drafter's tensors and the target's head, when the target runs on a GPU.
     #[cfg(feature = "cuda")]
     gpu: Option<crate::cuda::CudaBackend>,
@@ -132,6 +134,9 @@ pub struct DraftState {
     len: usize,
     capacity: usize,
     exec: Exec,
+    /// The last proposal's draft margins (top-1 minus second head logit) when it was scored
+    /// ([`Drafter::scores_drafts`]), else empty.
+    margins: Vec<f32>,
 }
 
 impl std::fmt::Debug for DraftState {
@@ -149,6 +154,11 @@ impl DraftState {
     /// Whether no context is held.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The last proposal's draft margins, in order, when it was scored ([`Drafter::scores_drafts`]); else empty.
+    pub fn margins(&self) -> &[f32] {
+        &self.margins
     }
 }
 
@@ -389,6 +399,7 @@ impl Drafter {
         Ok(Drafter {
             max_drafts: cfg.block_size - 1,
             auto: None,
+            margin_cuts: target.backend().flags().draft_margins,
             cfg,
             fc,
             hidden_norm,
@@ -446,6 +457,12 @@ impl Drafter {
         self.auto
             .as_ref()
             .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Whether proposals for `st` come with their margins ([`DraftState::margins`]): with the auto chooser on, where
+    /// the head's logits are on the host (a drafter on the CPU), so its cuts cost no transfer.
+    pub fn scores_drafts(&self, st: &DraftState) -> bool {
+        self.margin_cuts && self.auto.is_some() && matches!(st.exec, Exec::Cpu { .. })
     }
 
     /// Times the GPU work of the drafter's passes from now on (`on`), or none; nothing for a drafter on the CPU.
@@ -507,6 +524,7 @@ impl Drafter {
             return Ok(DraftState {
                 len: 0,
                 capacity,
+                margins: Vec::new(),
                 exec: Exec::Cuda {
                     kv: g.alloc_kv(&layout(KvType::F16))?,
                     sc: Box::new(Scratch::new(g, c, c.block_size)?),
@@ -516,6 +534,7 @@ impl Drafter {
         Ok(DraftState {
             len: 0,
             capacity,
+            margins: Vec::new(),
             exec: Exec::Cpu {
                 kv: be.alloc_kv(&layout(KvType::F32))?,
                 sc: Box::new(Scratch::new(be, c, c.block_size)?),
@@ -724,6 +743,8 @@ impl Drafter {
         let propose = drafts > 0;
         let on_device = propose && c.output_multiplier == 1.0 && c.softcap.is_none();
         let logit_rows: Vec<usize> = (1..=drafts).collect();
+        let scored = propose && self.scores_drafts(st);
+        st.margins.clear();
         match &mut st.exec {
             Exec::Cpu { kv, sc } => {
                 be.write(&mut sc.x, &x)?;
@@ -739,15 +760,20 @@ impl Drafter {
                     return Ok(Vec::new());
                 }
                 if on_device {
-                    return be.argmax_rows(&sc.logits, drafts, c.vocab);
+                    let ids = be.argmax_rows(&sc.logits, drafts, c.vocab)?;
+                    if scored {
+                        st.margins = margins(&sc.logits[..drafts * c.vocab], &ids, c.vocab);
+                    }
+                    return Ok(ids);
                 }
                 let mut l = vec![0f32; drafts * c.vocab];
                 be.read(&sc.logits, &mut l)?;
-                Ok(self
-                    .finish_logits(l)
-                    .chunks_exact(c.vocab)
-                    .map(argmax)
-                    .collect())
+                let l = self.finish_logits(l);
+                let ids: Vec<u32> = l.chunks_exact(c.vocab).map(argmax).collect();
+                if scored {
+                    st.margins = margins(&l, &ids, c.vocab);
+                }
+                Ok(ids)
             }
             #[cfg(feature = "cuda")]
             Exec::Cuda { kv, sc } => {
@@ -841,6 +867,23 @@ fn rows_at(start: usize, n: usize) -> (Vec<AttnRow>, Vec<usize>) {
             .collect(),
         positions,
     )
+}
+
+/// Each row's margin: its value at `ids[i]` (the row's top) minus the largest of the others (0 on a tie, NaN
+/// values ignored).
+fn margins(logits: &[f32], ids: &[u32], width: usize) -> Vec<f32> {
+    logits
+        .chunks_exact(width)
+        .zip(ids)
+        .map(|(row, &id)| {
+            let (before, rest) = row.split_at(id as usize);
+            let second = before
+                .iter()
+                .chain(&rest[1..])
+                .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            rest[0] - second
+        })
+        .collect()
 }
 
 /// Index of the largest value (the first on ties, like torch.argmax on CPU).

@@ -319,13 +319,17 @@ pub(crate) fn generate_in(
         }
         // The drafter's block fits the context; the drafts (verify rows after the first) also the token budget.
         let t_round = Instant::now();
+        let scored = auto && drafter.scores_drafts(dstate);
         let chosen = if auto {
-            drafter.auto_drafts().map(|mut a| a.choose())
+            drafter.auto_drafts().map(|mut a| a.choose(scored))
         } else {
             None
         };
         let want = chosen.map_or(budget - 1, |k| k.min(budget - 1));
         let mut drafts = drafter.propose(be, dstate, pending, block_max.min(room), want)?;
+        if let (true, Some(a)) = (scored, drafter.auto_drafts()) {
+            drafts.truncate(a.cut(dstate.margins()));
+        }
         stats.draft_time += t_round.elapsed();
         // The proposals came back, so the drafter's passes are done: this round's, and the context update at
         // the end of the last one (read here rather than there, where waiting for it would add a sync).
@@ -399,7 +403,9 @@ pub(crate) fn generate_in(
         drafter.append_context(be, dstate, &features(&out, &ids, hidden, accepted + 1)?)?;
         stats.draft_time += t0.elapsed();
         if let (Some(_), Some(mut a)) = (chosen, drafter.auto_drafts()) {
-            a.observe(v - 1, accepted, t_round.elapsed().as_secs_f64());
+            let m = dstate.margins();
+            let m = &m[..m.len().min(v - 1)];
+            a.observe(v - 1, accepted, t_round.elapsed().as_secs_f64(), m);
         }
     }
 }

@@ -57,10 +57,15 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             .saturating_sub(1);
         // With auto drafts (not for forced requests, which measure a chosen acceptance): the chooser's count.
         let forced = job.spec.as_ref().is_some_and(|sp| sp.forced.is_some());
+        let scored = !forced
+            && slot
+                .draft
+                .as_ref()
+                .is_some_and(|st| drafter.scores_drafts(st));
         let auto = if forced {
             None
         } else {
-            drafter.auto_drafts().map(|mut a| a.choose())
+            drafter.auto_drafts().map(|mut a| a.choose(scored))
         };
         let want = auto.map_or(want, |k| k.min(want));
         if slot.draft.is_none() {
@@ -90,6 +95,9 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         };
         if let Some(f) = job.spec.as_ref().and_then(|sp| sp.forced.as_ref()) {
             force_drafts(f, &mut drafts, job.generated, n_vocab);
+        }
+        if let (true, Some(a)) = (scored, drafter.auto_drafts()) {
+            drafts.truncate(a.cut(st.margins()));
         }
         slot.round = auto.map(|_| (t_round, drafts.len()));
         for (i, token) in std::iter::once(pending).chain(drafts).enumerate() {
@@ -228,7 +236,8 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 // share the one forward, so a verify row's cost is measured as the batch pays it).
                 Ok(()) => {
                     if let (Some((t0, k)), Some(mut a)) = (round, d.auto_drafts()) {
-                        a.observe(k, kept - 1, t0.elapsed().as_secs_f64());
+                        let m = &st.margins()[..st.margins().len().min(k)];
+                        a.observe(k, kept - 1, t0.elapsed().as_secs_f64(), m);
                     }
                 }
             }
