@@ -57,7 +57,7 @@ impl DraftMax {
     }
 
     /// The setting where none is given: `auto` when `target` runs on the host CPU, where a verify row costs
-    /// nearly what a plain token does (SmolLM2-135M and its 2-layer drafter on 2 cores: 1.12× plain decoding on
+    /// nearly what a plain token does (SmolLM2-135M and its 2-layer drafter on 2 cores: 1.2× plain decoding on
     /// the held-out prompts with `auto`, 0.63× verifying all 15 drafts); on a GPU, where a block of rows costs
     /// little more than one, every draft of the block (`auto` is not yet measured there).
     pub fn default_for(target: &crate::Model, drafter: &super::Drafter) -> DraftMax {
