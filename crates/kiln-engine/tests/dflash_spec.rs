@@ -8,7 +8,7 @@
 
 mod common;
 
-use kiln_engine::dflash::{generate, write_random_drafter, DraftSpec, Drafter, Forced};
+use kiln_engine::dflash::{generate, write_random_drafter, DraftSpec, DraftState, Drafter, Forced};
 use kiln_engine::sampler::SamplerParams;
 use kiln_engine::{
     FinishReason, GenerateParams, Generator, KvType, LoadOptions, Model, Session, SessionConfig,
@@ -332,6 +332,17 @@ fn spec_chat_agrees(
     o
 }
 
+/// A drafter state holding 10 positions of made-up context features.
+fn state_with_context(d: &Drafter, be: &kiln_engine::CpuBackend) -> DraftState {
+    let width = d.config().hidden * d.config().target_layer_ids.len();
+    let ctx: Vec<f32> = (0..10 * width)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let mut st = d.new_state(be, 64).unwrap();
+    d.append_context(be, &mut st, &ctx).unwrap();
+    st
+}
+
 /// `--draft-max K`: the drafter still runs its whole block, so its K proposals are the first K of the full
 /// block's; at most K drafts are verified a round, and the output is plain greedy output.
 #[test]
@@ -343,12 +354,7 @@ fn draft_max_proposes_a_prefix_and_keeps_the_output() {
         assert!(e.contains("proposes 1 to 15"), "{e}");
     }
     let be = m.backend();
-    let width = d.config().hidden * d.config().target_layer_ids.len();
-    let ctx: Vec<f32> = (0..10 * width)
-        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-        .collect();
-    let mut st = d.new_state(be, 64).unwrap();
-    d.append_context(be, &mut st, &ctx).unwrap();
+    let mut st = state_with_context(&d, be);
     let full = d.propose(be, &mut st, 28, 16, 15).unwrap();
     assert_eq!(full.len(), 15);
     let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
@@ -380,15 +386,8 @@ fn auto_proposals_on_the_host_carry_their_margins() {
     let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
     let mut d = Drafter::load(TRAINED_DRAFTER, &m).unwrap();
     let be = m.backend();
-    let (hidden, width) = (
-        d.config().hidden,
-        d.config().hidden * d.config().target_layer_ids.len(),
-    );
-    let ctx: Vec<f32> = (0..10 * width)
-        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-        .collect();
-    let mut st = d.new_state(be, 64).unwrap();
-    d.append_context(be, &mut st, &ctx).unwrap();
+    let hidden = d.config().hidden;
+    let mut st = state_with_context(&d, be);
     let drafts = d.propose(be, &mut st, 28, 16, 6).unwrap();
     assert!(st.margins().is_empty(), "margins without auto drafts");
     d.set_auto_drafts(true);
