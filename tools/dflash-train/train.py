@@ -15,6 +15,7 @@ and frozen. AdamW, linear warm-up then cosine decay over the step or time budget
         --data tools/dflash-train/data.jsonl --out OUT --minutes 30 [--layers 1] [--device cpu|cuda]
 """
 import argparse
+import collections
 import contextlib
 import copy
 import gzip
@@ -457,6 +458,7 @@ class Batcher:
             anchors.append(a)
         na = max(len(a) for a in anchors)
         n = na * bl
+        self.last_anchors = anchors
         # A missing anchor (-1, short response) makes a dummy block: it sees only itself and has no labels.
         anc = torch.full((b, na), -1, dtype=torch.long)
         toks = torch.full((b, t + bl), IGNORE, dtype=torch.long)
@@ -512,7 +514,47 @@ def draft_loss(drafter, head_w, batch, pos_weight, block, amp):
     correct[sel] = logits.argmax(-1) == lab
     accepted = correct.view(labels.shape).long().cumprod(-1).sum(-1)  # [B, anchors]
     has_block = labels[..., 0] != IGNORE
-    return loss, (accepted * has_block).sum(), has_block.sum()
+    # Where decoding would start its next round: the anchor + accepted + 1 (the target's token at the first wrong
+    # draft, or past the block), as an offset from the anchor; 0 where unknown (the block ran out of labels, so
+    # whether the next draft would be accepted is not known).
+    after = labels.gather(-1, accepted.clamp_max(block - 2)[..., None])[..., 0]
+    known = has_block & ((accepted == block - 1) | (after != IGNORE))
+    next_round = torch.where(known, accepted + 1, 0)
+    return loss, (accepted * has_block).sum(), has_block.sum(), next_round
+
+
+# --round-anchors: the round starts of a sequence kept for its later batches, and how often a step's are read
+# back (a host sync each time).
+ROUND_ANCHOR_KEEP = 64
+ROUND_ANCHOR_EVERY = 4
+
+
+def record_round_starts(round_starts, seqs, idx, anchors, next_round):
+    """Keeps, per training sequence, where decoding would have started its next round after each of this step's
+    blocks (anchor + accepted drafts + 1), from `next_round` [B, anchors] (0: unknown)."""
+    for i, ((ids, _), a) in enumerate(zip(seqs, anchors)):
+        starts = round_starts.setdefault(idx[i], collections.deque(maxlen=ROUND_ANCHOR_KEEP))
+        for j, anchor in enumerate(a):
+            off = int(next_round[i, j])
+            if off > 0 and anchor + off < len(ids) - 1:
+                starts.append(anchor + off)
+
+
+def mix_round_anchors(seqs, idx, round_starts, per_seq, frac, rng):
+    """Anchors of a training batch with --round-anchors: up to `frac` of each sequence's from the round starts
+    kept for it (decoding starts a round at the token after a wrong draft, harder than a random position), the
+    rest uniform over its response; None (uniform only) when `frac` is 0."""
+    if frac <= 0:
+        return None
+    out = []
+    for (ids, p_len), i in zip(seqs, idx):
+        cand = range(p_len, len(ids) - 1)
+        kept = sorted(set(round_starts.get(i, ())))
+        a = set(rng.sample(kept, min(len(kept), round(frac * per_seq))))
+        rest = [c for c in rng.sample(cand, min(per_seq, len(cand))) if c not in a]
+        a.update(rest[:max(0, min(per_seq, len(cand)) - len(a))])
+        out.append(sorted(a))
+    return out
 
 
 def timer(on, dev):
@@ -538,7 +580,7 @@ def evaluate(drafter, head_w, batcher, test, args, amp):
         seqs = test[i:i + args.eval_batch]
         batch = batcher.build(seqs, args.eval_anchors, None, [("test", i + j) for j in range(len(seqs))],
                               all_anchors=True)
-        loss, a, nb = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block, amp)
+        loss, a, nb, _ = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block, amp)
         losses.append(loss.item() * len(seqs))
         n += len(seqs)
         acc, blocks = acc + a.item(), blocks + nb.item()
@@ -596,6 +638,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--batch", type=int, default=8, help="sequences per step")
     ap.add_argument("--anchors", type=int, default=32, help="anchors per sequence per step")
+    ap.add_argument("--round-anchors", type=float, default=0.0,
+                    help="fraction of a sequence's anchors taken where decoding would start a round (after a wrong "
+                         "draft), as seen in its earlier batches; the rest uniform (0: all uniform)")
     ap.add_argument("--max-len", type=int, default=1024)
     ap.add_argument("--cache-features", action="store_true",
                     help="keep each training sequence's target features after its first use (f16, in RAM on a CPU, "
@@ -775,6 +820,7 @@ def main():
         rng.seed(args.seed + step)
     # Running sums stay on the device: a step waits for the GPU only at the printed steps.
     run_loss, run_acc, run_blocks = 0.0, 0, 0
+    round_starts = {}  # --round-anchors: training sequence -> where decoding would have started rounds
     while True:
         elapsed = done_s + time.time() - start
         progress = elapsed / budget
@@ -791,12 +837,17 @@ def main():
         # time goes on the GPU decides what to make faster.
         timed = step % 200 == 100
         marks = [timer(timed, dev)]
-        batch = batcher.build([train[i] for i in idx], args.anchors, rng, [("train", i) for i in idx])
+        seqs = [train[i] for i in idx]
+        fixed = mix_round_anchors(seqs, idx, round_starts, args.anchors, args.round_anchors, rng)
+        batch = batcher.build(seqs, args.anchors, rng, [("train", i) for i in idx], fixed=fixed)
         marks.append(timer(timed, dev))
         lr = lr_at(progress, step, args.warmup, args.lr)
         for g in opt.param_groups:
             g["lr"] = lr
-        loss, accepted, blocks = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block, amp)
+        loss, accepted, blocks, next_round = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block,
+                                                        amp)
+        if args.round_anchors > 0 and step % ROUND_ANCHOR_EVERY == 0:
+            record_round_starts(round_starts, seqs, idx, batcher.last_anchors, next_round.cpu())
         marks.append(timer(timed, dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
