@@ -380,7 +380,7 @@ fn draft_max_proposes_a_prefix_and_keeps_the_output() {
 }
 
 /// Auto drafts on a host drafter: each proposal comes with its drafts' margins (top-1 minus second head logit),
-/// the ones the drafter's own head logits give; without auto, none.
+/// the ones the drafter's own head logits give; without auto, or with KILN_NO_DRAFT_MARGINS, none.
 #[test]
 fn auto_proposals_on_the_host_carry_their_margins() {
     let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
@@ -405,6 +405,21 @@ fn auto_proposals_on_the_host_carry_their_margins() {
         assert_eq!(got[i], sorted[0] - sorted[1], "draft {}", i + 1);
         assert!(got[i] >= 0.0);
     }
+    // KILN_NO_DRAFT_MARGINS: auto rounds carry no margins, so none is cut by them.
+    let opts = LoadOptions {
+        flags: kiln_engine::Flags {
+            draft_margins: false,
+            ..kiln_engine::Flags::default()
+        },
+        ..LoadOptions::default()
+    };
+    let m = Model::load(common::smollm2(), opts).unwrap();
+    let mut d = Drafter::load(TRAINED_DRAFTER, &m).unwrap();
+    d.set_auto_drafts(true);
+    let mut st = state_with_context(&d, m.backend());
+    assert!(!d.scores_drafts(&st));
+    assert_eq!(d.propose(m.backend(), &mut st, 28, 16, 6).unwrap(), drafts);
+    assert!(st.margins().is_empty(), "margins with the switch off");
 }
 
 /// Auto drafts a round (`--draft-max auto`): the count changes from round to round (the chooser's probes and

@@ -64,8 +64,8 @@ pub struct Args {
     pub draft_opt_in: bool,
     /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: `auto`
     /// on the CPU, all on a GPU): a shorter verify block costs less where a verify row is dear (a CPU) and τ is
-    /// modest. `auto`: the count
-    /// that measures fastest, chosen as requests run. Output unchanged.
+    /// modest. `auto`: the count that measures fastest, chosen as requests run (on the CPU, each round also cut
+    /// where the drafter's margins say the rest are unlikely to be accepted). Output unchanged.
     #[arg(long = "draft-max", value_name = "N|auto", requires = "draft")]
     pub draft_max: Option<kiln_engine::dflash::DraftMax>,
     /// Seconds running requests may take to finish on SIGINT/SIGTERM before they are cancelled.
