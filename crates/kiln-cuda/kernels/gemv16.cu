@@ -790,3 +790,318 @@ extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 12 / B16_WARPS) gem
     const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate, JOB_ARGS) {
     b16_k8<16>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2);
 }
+
+// ---- The K8 block kernel on block-shared stages (gemv16_k8s_*: the decode path's default for K-quant blocks) ----
+// The same integers and float steps as b16_q4k8 / b16_q6k8 (so every row keeps the one-row GEMV's bits), laid out
+// for occupancy instead of one long chain a warp: the block's 8 warps copy each super-block once into a shared
+// stage (the 16 rows' activation codes, code sums and scales, and the tile's raw super-blocks; cp.async, NST
+// stages, two in flight), and warp (nt, k) multiplies n8 tile nt (8 outputs) by the stage's k-th super-block.
+// A stage holds KS consecutive super-blocks, so warp k sees super-blocks k, k + KS, ... in ascending order: the
+// groups it owns (Q4_K: 4 groups, super-blocks a, a + 4, ..; Q6_K: 8) are the GEMV's, each summed in its order,
+// and the groups meet in the xor tree's pairing at the end (in registers when KS = 1, else in shared memory).
+// Each warp decodes its own outputs' scales into a small scratch area. So a block of 64 outputs (KS = 1) copies
+// the rows' activations once for 64 outputs, and a launch of few outputs (the 8B's o-proj and down) still has
+// 2,048 warps with KS = 4 (16 outputs a block). Per warp and super-block: 8 ldmatrix of activations, 2 (Q4_K) or
+// 4 (Q6_K) of weights, 8 (16) mma; a thread holds 4 or 8 groups' sums of 4 C elements.
+// Outputs a block of every gemv16_k8s launch (64, 32 or 16; a tuning define read by the host: the self-test
+// forces each); 0 lets the host pick by the launch's size (device.rs, B16S_TILES).
+#define B16S_TILE 0
+#define B16S_SLOT_HEAD (16 * MP_LDA + 16 * 32 + 16 * 4) // codes [16][MP_LDA], code sums [16][8], row scales [16]
+#define B16S_SCRATCH 640 // bytes a warp: Q4_K sc [8 j][8 o], mins [8 o][8 j] bytes, packed sums [16][4], d, dmin
+template <int NT, int KS, int NST> struct B16S {
+    static constexpr int OUT = 8 * NT;
+    static constexpr int SLOT = B16S_SLOT_HEAD + OUT * MP_Q6; // sized for the larger record (blocks may mix types)
+    static constexpr int NEED = NST * KS * SLOT + 8 * B16S_SCRATCH;
+};
+#define B16S_SMEM_W 59840 // NT 8, KS 1, NST 3 (64 outputs a block)
+#define B16S_SMEM_M 51456 // NT 4, KS 2, NST 2 (32 outputs)
+#define B16S_SMEM_S 71168 // NT 2, KS 4, NST 2 (16 outputs)
+static_assert(B16S<8, 1, 3>::NEED == B16S_SMEM_W && B16S<4, 2, 2>::NEED == B16S_SMEM_M &&
+                  B16S<2, 4, 2>::NEED == B16S_SMEM_S,
+              "B16S_SMEM_*: NST stages of KS slots and 8 warps' scratch");
+
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// One warp's Q4_K super-block (slot `sl`, this warp's 8 raw super-blocks at `sw`): the four C elements' float
+// steps k8_step into f.
+__device__ __forceinline__ void b16s_q4k(float (&f)[4], const unsigned char* sl, const u8* sw, unsigned char* scr) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int* wsc = (int*)scr;                       // [j][o]
+    u8* wmin = (u8*)(wsc + 64);                 // [o][j]
+    u32* wsum = (u32*)(wmin + 64);              // [r][4]: S_lo 0..3, S_lo 4..7, S_hi 0..3, S_hi 4..7
+    float* wd = (float*)(wsum + 64);            // [o]
+    float* wdm = wd + 8;
+    const signed char* sa = (const signed char*)sl;
+    const int* sks = (const int*)(sl + 16 * MP_LDA);
+    const float* sdx = (const float*)(sl + 16 * MP_LDA + 16 * 32);
+    {
+        // Lane (o, q): output o's scales and mins of sub-blocks 2 q, 2 q + 1; lanes < 8 its d, dmin; lane
+        // (row, half) packs the row's code sums.
+        int o = lane & 7, q = lane >> 3;
+        const u32* hw = (const u32*)(sw + o * MP_Q4);
+        u32 s0 = hw[1], s1 = hw[2], s2 = hw[3];
+        int sc0, m0, sc1, m1;
+        k4_sm(s0, s1, s2, 2 * q, sc0, m0);
+        k4_sm(s0, s1, s2, 2 * q + 1, sc1, m1);
+        wsc[(2 * q) * 8 + o] = sc0;
+        wsc[(2 * q + 1) * 8 + o] = sc1;
+        wmin[o * 8 + 2 * q] = (u8)m0;
+        wmin[o * 8 + 2 * q + 1] = (u8)m1;
+        if (lane < 8) {
+            u32 h0 = hw[0];
+            wd[o] = h2f((u16)(h0 & 0xFFFF));
+            wdm[o] = h2f((u16)(h0 >> 16));
+        }
+        int r = lane >> 1, hi = lane & 1;
+        mp_pack_sums(sks + 8 * r, hi, wsum[4 * r + 2 * hi], wsum[4 * r + 2 * hi + 1]);
+    }
+    __syncwarp();
+    int is[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int P = 0; P < 2; P++) {
+        // Quant words of sub-block pairs 2 P and 2 P + 1: raw[2 pp + half] (low nibbles sub-block 2 p, high 2 p + 1).
+        int raw[4];
+        ldsm4(raw, sw + (lane & 7) * MP_Q4 + 16 + 32 * (2 * P + (lane >> 4)) + 16 * ((lane >> 3) & 1));
+#pragma unroll
+        for (int pp = 0; pp < 2; pp++)
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                int j = 2 * (2 * P + pp) + s;
+                int a4[4];
+                ldsm4(a4, sa + ((lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + 32 * j + 16 * (lane >> 4));
+                int2 sc = *(const int2*)(wsc + j * 8 + 2 * t);
+                int b0 = (raw[2 * pp] >> (4 * s)) & 0x0F0F0F0F, b1 = (raw[2 * pp + 1] >> (4 * s)) & 0x0F0F0F0F;
+                int dot[4] = {0, 0, 0, 0};
+                mma_s8_16832(dot, a4, b0, b1);
+#pragma unroll
+                for (int e = 0; e < 4; e++) is[e] += ((e & 1) ? sc.y : sc.x) * dot[e];
+            }
+    }
+    int as0 = (int)wsum[4 * g + t], as1 = (int)wsum[4 * (g + 8) + t];
+    int mw = (int)((const u32*)wmin)[2 * g + (t & 1)];
+    int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
+    mma_s8_16816_acc(c_lo, as0, as1, t < 2 ? mw : 0);
+    mma_s8_16816_acc(c_hi, as0, as1, t < 2 ? 0 : mw);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        int r = g + 8 * (e >> 1), o = 2 * t + (e & 1);
+        f[e] = k8_step(wd[o], wdm[o], sdx[r], is[e], c_lo[e] + 64 * c_hi[e]);
+    }
+}
+
+// One warp's Q6_K super-block (d: the f16 scale of output 2 t + (lane's element) ..., read ahead by the caller).
+__device__ __forceinline__ void b16s_q6k(float (&f)[4], const unsigned char* sl, const u8* sw, unsigned char* scr,
+                                         float d_lo, float d_hi) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int* wisc = (int*)scr; // [piece i][o]
+    const signed char* sa = (const signed char*)sl;
+    const float* sdx = (const float*)(sl + 16 * MP_LDA + 16 * 32);
+    {
+        int o = lane & 7;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            int i = (lane >> 3) + 4 * kk;
+            wisc[i * 8 + o] = (signed char)sw[o * MP_Q6 + 192 + i];
+        }
+    }
+    __syncwarp();
+    int isum[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int hk = 0; hk < 4; hk++) {
+        int h = hk >> 1, kk = hk & 1;
+        int raw[1][4];
+        mp_q6k_raw<1>(raw, sw, 0, hk, lane);
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            int j = 4 * h + kk + 2 * s;
+            int a4[4];
+            ldsm4(a4, sa + ((lane & 7) + 8 * ((lane >> 3) & 1)) * MP_LDA + 32 * j + 16 * (lane >> 4));
+            int b[2];
+            mp_q6k_b(b, raw[0], kk, s);
+            int2 slo = *(const int2*)(wisc + (2 * j) * 8 + 2 * t);
+            int2 shi = *(const int2*)(wisc + (2 * j + 1) * 8 + 2 * t);
+            int lo[4], hi[4];
+            mma_s8_16816(lo, a4[0], a4[1], b[0]);
+            mma_s8_16816(hi, a4[2], a4[3], b[1]);
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                isum[e] += ((e & 1) ? slo.y : slo.x) * lo[e] + ((e & 1) ? shi.y : shi.x) * hi[e];
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) f[e] = k8_step((e & 1) ? d_hi : d_lo, 0.0f, sdx[g + 8 * (e >> 1)], isum[e], 0);
+}
+
+// The body for one weight (Q6 or Q4_K): tile bx of OUT outputs, rows 16 blockIdx.y ..; 256 threads.
+template <int NT, int KS, int NST, bool Q6>
+__device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
+                                          const int* ks, int width, int n_out, int n_rows, int accumulate) {
+    using L = B16S<NT, KS, NST>;
+    constexpr int REC = Q6 ? MP_Q6 : MP_Q4, CH = REC / 16, NG = Q6 ? 8 : 4, GR = NG / KS;
+    static_assert(NT * KS == 8 && NG % KS == 0, "8 warps: NT tiles x KS super-blocks a stage");
+    int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, nt = wid % NT, k = wid / NT, g = lane >> 2,
+        t = lane & 3;
+    int o0 = bx * L::OUT, r0 = blockIdx.y * 16;
+    int nsb = width / 256, nb = width / 32;
+    unsigned char* scr = mp_smem + NST * KS * L::SLOT + wid * B16S_SCRATCH;
+    // This thread's copy sources (without the super-block): code chunk (row tid / 16, chunk tid % 16); lanes
+    // < 32 a row's code sums (row tid / 2, half tid % 2); 32 .. 47 a row's scale.
+    int ar = tid >> 4;
+    bool a_in = r0 + ar < n_rows;
+    const signed char* a_src = kq + (long long)(a_in ? r0 + ar : 0) * width + 16 * (tid & 15);
+    int sr = tid >> 1, dr = tid - 32;
+    bool s_in = tid < 32 && r0 + sr < n_rows, d_in = tid >= 32 && tid < 48 && r0 + dr < n_rows;
+    const int* s_src = ks + (long long)(s_in ? r0 + sr : 0) * nb + 4 * (tid & 1);
+    const float* d_src = kd + (long long)(d_in ? r0 + dr : 0) * nsb;
+    auto issue = [&](int s) {
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            int sb = s * KS + kk;
+            if (sb < nsb) {
+                unsigned char* sl = mp_smem + ((s % NST) * KS + kk) * L::SLOT;
+                cp_async<16>(sl + ar * MP_LDA + 16 * (tid & 15), a_src + 256 * sb, a_in);
+                if (!Q6 && tid < 32) cp_async<16>(sl + 16 * MP_LDA + 16 * tid, s_src + 8 * sb, s_in);
+                if (tid >= 32 && tid < 48) cp_async<4>(sl + 16 * MP_LDA + 16 * 32 + 4 * dr, d_src + sb, d_in);
+                unsigned char* sw = sl + B16S_SLOT_HEAD;
+#pragma unroll
+                for (int u0 = 0; u0 < L::OUT * CH; u0 += 256) {
+                    int u = u0 + tid, o = u / CH, c = u - CH * o;
+                    if (L::OUT * CH % 256 == 0 || u < L::OUT * CH) {
+                        bool in = o0 + o < n_out;
+                        cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c,
+                                     in);
+                    }
+                }
+            }
+        }
+        cp_commit();
+    };
+    // Q6_K: the f16 scales of this lane's two C columns (stored after all rows), read one super-block ahead.
+    const u16* dw = (const u16*)(w + (long long)n_out * nsb * MP_Q6);
+    int oc = o0 + 8 * nt + 2 * t;
+    const u16* d_lo = dw + (long long)min(oc, n_out - 1) * nsb;
+    const u16* d_hi = dw + (long long)min(oc + 1, n_out - 1) * nsb;
+    float acc[GR][4];
+#pragma unroll
+    for (int gi = 0; gi < GR; gi++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[gi][e] = 0.0f;
+    int n_st = (nsb + KS - 1) / KS;
+#pragma unroll
+    for (int s = 0; s < NST - 1; s++) {
+        if (s < n_st) issue(s);
+        else cp_commit();
+    }
+    u16 dn_lo = 0, dn_hi = 0;
+    if (Q6 && k < nsb) {
+        dn_lo = d_lo[k];
+        dn_hi = d_hi[k];
+    }
+    for (int s0 = 0; s0 < n_st; s0 += GR) {
+#pragma unroll
+        for (int gi = 0; gi < GR; gi++) {
+            int s = s0 + gi;
+            if (s < n_st) {
+                cp_wait<NST - 2>();
+                __syncthreads(); // stage s is in for every thread; every warp is done with stage s - 1's slot
+                if (s + NST - 1 < n_st) issue(s + NST - 1);
+                else cp_commit();
+                int sb = s * KS + k;
+                if (sb < nsb) {
+                    const unsigned char* sl = mp_smem + ((s % NST) * KS + k) * L::SLOT;
+                    const u8* sw = sl + B16S_SLOT_HEAD + 8 * nt * REC;
+                    float f[4];
+                    if constexpr (Q6) {
+                        float dl = oc < n_out ? h2f(dn_lo) : 0.0f, dh = oc + 1 < n_out ? h2f(dn_hi) : 0.0f;
+                        if (sb + KS < nsb) {
+                            dn_lo = d_lo[sb + KS];
+                            dn_hi = d_hi[sb + KS];
+                        }
+                        b16s_q6k(f, sl, sw, scr, dl, dh);
+                    } else {
+                        b16s_q4k(f, sl, sw, scr);
+                    }
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[gi][e] = __fadd_rn(acc[gi][e], f[e]);
+                }
+            }
+        }
+    }
+    // The groups in the xor tree's pairing (NG / 2 apart, then NG / 4, ...): acc[gi] is group gi KS + k.
+    auto store = [&](int e, float (&v)[NG]) {
+#pragma unroll
+        for (int half = NG / 2; half >= 1; half >>= 1)
+#pragma unroll
+            for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
+        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * nt + 2 * t + (e & 1);
+        if (r < n_rows && o < n_out) {
+            float* po = out + (long long)r * n_out + o;
+            *po = accumulate ? *po + v[0] : v[0];
+        }
+    };
+    if constexpr (KS == 1) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float v[NG];
+#pragma unroll
+            for (int gr = 0; gr < NG; gr++) v[gr] = acc[gr][e];
+            store(e, v);
+        }
+    } else {
+        cp_wait<0>();
+        __syncthreads(); // every copy is in and every warp done with the stages: the groups' sums reuse them
+        float* ex = (float*)mp_smem; // [group][tile][e][lane]
+#pragma unroll
+        for (int gi = 0; gi < GR; gi++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) ex[(((gi * KS + k) * NT + nt) * 4 + e) * 32 + lane] = acc[gi][e];
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (e % KS == k) {
+                float v[NG];
+#pragma unroll
+                for (int gr = 0; gr < NG; gr++) v[gr] = ex[((gr * NT + nt) * 4 + e) * 32 + lane];
+                store(e, v);
+            }
+        }
+    }
+}
+
+template <int NT, int KS, int NST>
+__device__ __forceinline__ void b16s_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows,
+                                        int accumulate, JOB_ARGS) {
+    wait_prior_kernel();
+    mp_check_smem(B16S<NT, KS, NST>::NEED);
+    Job j = JOB_PICK;
+    if (j.ty == K8_Q4_K)
+        b16s_body<NT, KS, NST, false>(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate);
+    else if (j.ty == K8_Q6_K)
+        b16s_body<NT, KS, NST, true>(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate);
+}
+// Blocks a multiprocessor the registers must allow (a tuning define: 2 allows 128 registers a thread; 3 allows 80,
+// where the 64-output kernel's 8 Q6_K groups spill).
+#ifndef B16S_MINB
+#define B16S_MINB 2
+#endif
+// grid = (total tiles, ceil(n_rows / 16)), block = 256; dynamic shared memory B16S_SMEM_W / _M / _S.
+extern "C" __global__ void __launch_bounds__(256, B16S_MINB) gemv16_k8s_w(const signed char* kq, const float* kd,
+                                                                  const int* ks, int width, int n_rows,
+                                                                  int accumulate, JOB_ARGS) {
+    b16s_k8<8, 1, 3>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2,
+                     w2, n2);
+}
+extern "C" __global__ void __launch_bounds__(256, B16S_MINB) gemv16_k8s_m(const signed char* kq, const float* kd,
+                                                                  const int* ks, int width, int n_rows,
+                                                                  int accumulate, JOB_ARGS) {
+    b16s_k8<4, 2, 2>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2,
+                     w2, n2);
+}
+extern "C" __global__ void __launch_bounds__(256, B16S_MINB) gemv16_k8s_s(const signed char* kq, const float* kd,
+                                                                  const int* ks, int width, int n_rows,
+                                                                  int accumulate, JOB_ARGS) {
+    b16s_k8<2, 4, 2>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2,
+                     w2, n2);
+}

@@ -38,6 +38,9 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
             let outs = if kernel == "gemv16_k8" { 32 } else { 16 };
             return source_define(&format!("B16_SMEM_K8_W{}_O{outs}", b16_warps()));
         }
+        "gemv16_k8s_w" => "B16S_SMEM_W",
+        "gemv16_k8s_m" => "B16S_SMEM_M",
+        "gemv16_k8s_s" => "B16S_SMEM_S",
         "attn_flash_h64" => "FA_SMEM_H64",
         "attn_flash_h128" => "FA_SMEM_H128",
         _ => return 0,
@@ -59,7 +62,7 @@ pub fn b16_warps() -> u32 {
 
 /// A numeric kernel constant the host also needs: the last `-DNAME=value` of `KILN_CUDA_DEFINES`, else the
 /// source's `#define`.
-fn tuned_define(name: &str) -> u32 {
+pub(crate) fn tuned_define(name: &str) -> u32 {
     let prefix = format!("-D{name}=");
     tuning_defines()
         .iter()
@@ -87,7 +90,7 @@ fn source_define(name: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 70] = [
+pub const KERNEL_NAMES: [&str; 73] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -122,6 +125,9 @@ pub const KERNEL_NAMES: [&str; 70] = [
     "gemv16_q8_0",
     "gemv16_k8",
     "gemv16_k8_o16",
+    "gemv16_k8s_w",
+    "gemv16_k8s_m",
+    "gemv16_k8s_s",
     "quantize_k8",
     "matmul_deq",
     "dequant_bf16",
@@ -474,6 +480,8 @@ mod tests {
         assert_eq!(dynamic_smem("moe_mmq_q8_0"), 79872);
         assert_eq!(dynamic_smem("gemv16_k8"), 97280);
         assert_eq!(dynamic_smem("gemv16_k8_o16"), 66304);
+        assert_eq!(dynamic_smem("gemv16_k8s_w"), 59840);
+        assert_eq!(dynamic_smem("gemv16_k8s_s"), 71168);
         assert_eq!(dynamic_smem("attn_flash_h128"), 69632);
         assert_eq!(dynamic_smem("gemv_r1"), 0);
         // Every sized kernel exists and stays within the 227 KB a block may have on sm_90.

@@ -107,6 +107,11 @@ pub struct Options {
     /// slower on some short ones (8B o-proj 14.7 -> 15.3); a finer rule fitted to those (16 only for at most one
     /// tile per two multiprocessors, or rows of 8,192+) was no faster on the 8B and 2 % slower on the 0.6B.
     pub block_tile16: bool,
+    /// With `block_mma`: K8 block launches take the block-shared kernel (`gemv16_k8s_*` in gemv16.cu: 8 warps a
+    /// block share each staged super-block, one n8 tile a warp; tiles of 64, 32 or 16 outputs by the launch's
+    /// size, [`B16S_TILES`]); else `gemv16_k8` / `gemv16_k8_o16` (4 warps, each one GEMV group over a 32- or
+    /// 16-output tile). Same bits.
+    pub block_shared: bool,
     /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
     /// step per super-block; else per-32 Q8 blocks with a float step per 32 weights.
@@ -158,6 +163,7 @@ impl Default for Options {
             prefill_mma: true,
             block_mma: true,
             block_tile16: true,
+            block_shared: true,
             k8: true,
             prefill_k8: true,
             flash_attn: true,
@@ -2234,7 +2240,19 @@ impl Device {
         let tiles = |outs: usize| -> usize {
             jobs.iter().map(|j| j.3.div_ceil(outs)).sum::<usize>() * n_rows.div_ceil(tile_rows)
         };
-        let (kernel, tile_outs) = if kernel == "gemv16_k8"
+        let (kernel, tile_outs) = if kernel == "gemv16_k8" && self.opts.block_shared {
+            // The widest tile that still gives every multiprocessor B16S_MIN_TILES blocks, else the narrowest
+            // (or the tile B16S_TILE forces).
+            let forced = crate::compile::tuned_define("B16S_TILE") as usize;
+            let narrowest = B16S_TILES[B16S_TILES.len() - 1];
+            B16S_TILES
+                .into_iter()
+                .find(|&(_, outs)| match forced {
+                    0 => tiles(outs) >= B16S_MIN_TILES * self.sm_count,
+                    f => outs == f,
+                })
+                .unwrap_or(narrowest)
+        } else if kernel == "gemv16_k8"
             && self.opts.block_tile16
             && tiles(tile_outs) < 2 * self.sm_count
         {
@@ -2255,6 +2273,7 @@ impl Device {
         let (t2, o2, w2, n2) = job(2);
         let threads = match kernel {
             "gemv16_k8" | "gemv16_k8_o16" => 32 * crate::compile::b16_warps(),
+            "gemv16_k8s_w" | "gemv16_k8s_m" | "gemv16_k8s_s" => 256,
             _ => 128,
         };
         self.launch(
@@ -3080,6 +3099,16 @@ struct Prep {
     freq_scale: f32,
     neox: i32,
 }
+
+/// A block-shared K8 block launch takes the widest tile that gives every multiprocessor this many blocks.
+const B16S_MIN_TILES: usize = 2;
+
+/// The block-shared K8 block kernels (gemv16.cu) by tile, widest first: (kernel, outputs a block).
+const B16S_TILES: [(&str, usize); 3] = [
+    ("gemv16_k8s_w", 64),
+    ("gemv16_k8s_m", 32),
+    ("gemv16_k8s_s", 16),
+];
 
 /// Tensor-core kernels that take up to three weights a launch (JOB_ARGS in common.cu).
 fn takes_jobs(kernel: &str) -> bool {

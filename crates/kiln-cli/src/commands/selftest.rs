@@ -47,6 +47,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         prefill_mma: false,
         block_mma: false,
         block_tile16: false,
+        block_shared: false,
         flash_attn: false,
         k8: false,
         prefill_k8: false,
@@ -74,6 +75,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
     // kernel's 32-output tiles for every launch (KILN_NO_CUDA_BLOCK_TILE16; the self-test's launches are small,
     // so with the default they all take 16).
     let k8_plain = kiln_cuda::Options {
+        block_shared: false,
         block_tile16: false,
         gemv_stage: false,
         early_weights: false,
