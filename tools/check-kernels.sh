@@ -41,8 +41,9 @@ for cubin in "$cubins"/*.cubin; do
     done
     # The decode GEMVs issue their first weight loads before the wait for the previous kernel (GV_FIRST_WEIGHTS in
     # gemv.cu): on sm_90+ (where the wait is ACQBULK) every wait must follow a 16-byte load of its path.
-    for k in gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8; do
-        bad=$(awk -v k="$k" '/Function :/ { f = $3; n = 0 } f == k && /LDG\.E\.128/ { n++ }
+    # The block-shared K8 kernels copy their first stages' weights (LDGSTS) before it the same way.
+    for k in gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 gemv16_k8s_w gemv16_k8s_m gemv16_k8s_s; do
+        bad=$(awk -v k="$k" '/Function :/ { f = $3; n = 0 } f == k && /LDG\.E\.128|LDGSTS\.E\.BYPASS\.128/ { n++ }
             f == k && /ACQBULK/ { if (n == 0) bad++; n = 0 } END { print bad + 0 }' "$cubins/sass.txt")
         if [ "$bad" -ne 0 ]; then
             echo "FAIL $(basename "$cubin" .cubin): $k waits for the previous kernel before loading its first weights" >&2

@@ -83,6 +83,11 @@ if want selftest; then
     grep -E "^(FAIL|device|all)" "$OUT/selftest.log" | tee -a "$OUT/summary.txt"
     step selftest-cached "$KILN" selftest --device cuda
     grep -E "^device" "$OUT/selftest-cached.log" | tee -a "$OUT/summary.txt"
+    # The block-shared K8 kernel's wider tiles (the self-test's small launches take 16 outputs a block by size).
+    for tile in 64 32; do
+        step "selftest-b16s-$tile" env KILN_CUDA_DEFINES="-DB16S_TILE=$tile" "$KILN" selftest --device cuda --config 1
+        grep -E "^(FAIL|all)" "$OUT/selftest-b16s-$tile.log" | tee -a "$OUT/summary.txt"
+    done
 fi
 if want sanitizer && command -v compute-sanitizer >/dev/null; then
     for tool in memcheck racecheck synccheck; do
@@ -209,8 +214,10 @@ if want bench; then
         --ab KILN_NO_CUDA_PREFILL_K8=1
     step ab-KILN_NO_CUDA_BLOCK_MMA "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 \
         --ab KILN_NO_CUDA_BLOCK_MMA=1
-    step ab-KILN_NO_CUDA_BLOCK_TILE16 "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
-        -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_TILE16=1
+    step ab-KILN_NO_CUDA_BLOCK_SHARED "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
+        -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_SHARED=1
+    step ab-KILN_NO_CUDA_BLOCK_TILE16 env KILN_NO_CUDA_BLOCK_SHARED=1 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
+        -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_TILE16=1
     step ab-KILN_NO_CUDA_K8 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 128 -r 2 \
         --ab KILN_NO_CUDA_K8=1
     step ab-KILN_NO_CUDA_FLASH_ATTN "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 4096 -b 512 -n 0 -r 2 \
@@ -220,7 +227,7 @@ if want bench; then
         ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_ATTN_HEAD_SPLIT ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
         ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_GEMV_STAGE ab-KILN_NO_CUDA_EARLY_WEIGHTS \
         ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_PREFILL_K8 \
-        ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_TILE16 \
+        ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_SHARED ab-KILN_NO_CUDA_BLOCK_TILE16 \
         ab-KILN_NO_CUDA_K8 ab-KILN_NO_CUDA_FLASH_ATTN; do
         grep -E "^\||ratio|median" "$OUT/$f.log" 2>/dev/null | tee -a "$OUT/summary.txt"
     done
@@ -410,11 +417,11 @@ if want ablate; then
 fi
 
 # Why a kernel takes its time: one layer's four K8 block-kernel launches at 16 rows (Q/K/V, o-proj, gate/up, down:
-# `gemv16_k8`) and its four one-row GEMVs (`gemv3_k8_r1` / `gemv_k8_r1`), the first two layers skipped, with ncu's
+# `gemv16_k8*`) and its four one-row GEMVs (`gemv3_k8_r1` / `gemv_k8_r1`), the first two layers skipped, with ncu's
 # sections for stall reasons, occupancy, issue rate and memory throughput (details in stalls-*.log).
 if want stalls && command -v ncu >/dev/null; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
-    for shape in "block16 gemv16_k8 -p 16 -b 16 -n 0" "decode gemv3_k8_r1|gemv_k8_r1 -p 0 -n 2"; do
+    for shape in "block16 gemv16_k8.* -p 16 -b 16 -n 0" "decode gemv3_k8_r1|gemv_k8_r1 -p 0 -n 2"; do
         set -- $shape
         name=$1 kern=$2
         shift 2

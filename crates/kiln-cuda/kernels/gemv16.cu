@@ -955,18 +955,21 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
     bool s_in = tid < 32 && r0 + sr < n_rows, d_in = tid >= 32 && tid < 48 && r0 + dr < n_rows;
     const int* s_src = ks + (long long)(s_in ? r0 + sr : 0) * nb + 4 * (tid & 1);
     const float* d_src = kd + (long long)(d_in ? r0 + dr : 0) * nsb;
-    auto issue = [&](int s) {
+    // Copies of stage s: its weights (`wts`), its activations (`acts`), then the commit (`commit`).
+    auto issue = [&](int s, bool wts, bool acts, bool commit) {
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
             int sb = s * KS + kk;
             if (sb < nsb) {
                 unsigned char* sl = mp_smem + ((s % NST) * KS + kk) * L::SLOT;
-                cp_async<16>(sl + ar * MP_LDA + 16 * (tid & 15), a_src + 256 * sb, a_in);
-                if (!Q6 && tid < 32) cp_async<16>(sl + 16 * MP_LDA + 16 * tid, s_src + 8 * sb, s_in);
-                if (tid >= 32 && tid < 48) cp_async<4>(sl + 16 * MP_LDA + 16 * 32 + 4 * dr, d_src + sb, d_in);
+                if (acts) {
+                    cp_async<16>(sl + ar * MP_LDA + 16 * (tid & 15), a_src + 256 * sb, a_in);
+                    if (!Q6 && tid < 32) cp_async<16>(sl + 16 * MP_LDA + 16 * tid, s_src + 8 * sb, s_in);
+                    if (tid >= 32 && tid < 48) cp_async<4>(sl + 16 * MP_LDA + 16 * 32 + 4 * dr, d_src + sb, d_in);
+                }
                 unsigned char* sw = sl + B16S_SLOT_HEAD;
 #pragma unroll
-                for (int u0 = 0; u0 < L::OUT * CH; u0 += 256) {
+                for (int u0 = 0; wts && u0 < L::OUT * CH; u0 += 256) {
                     int u = u0 + tid, o = u / CH, c = u - CH * o;
                     if (L::OUT * CH % 256 == 0 || u < L::OUT * CH) {
                         bool in = o0 + o < n_out;
@@ -976,7 +979,7 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
                 }
             }
         }
-        cp_commit();
+        if (commit) cp_commit();
     };
     // Q6_K: the f16 scales of this lane's two C columns (stored after all rows), read one super-block ahead.
     const u16* dw = (const u16*)(w + (long long)n_out * nsb * MP_Q6);
@@ -989,9 +992,17 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[gi][e] = 0.0f;
     int n_st = (nsb + KS - 1) / KS;
+    // The first stages' weights are copied before the wait for the kernel before this one (programmatic dependent
+    // launch; weights never change while kernels run), their activations after it (GV_EARLY_W=0: all after).
+    if (GV_EARLY_W) {
+#pragma unroll
+        for (int s = 0; s < NST - 1; s++)
+            if (s < n_st) issue(s, true, false, false);
+    }
+    wait_prior_kernel();
 #pragma unroll
     for (int s = 0; s < NST - 1; s++) {
-        if (s < n_st) issue(s);
+        if (s < n_st) issue(s, !GV_EARLY_W, true, true);
         else cp_commit();
     }
     u16 dn_lo = 0, dn_hi = 0;
@@ -1006,7 +1017,7 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
             if (s < n_st) {
                 cp_wait<NST - 2>();
                 __syncthreads(); // stage s is in for every thread; every warp is done with stage s - 1's slot
-                if (s + NST - 1 < n_st) issue(s + NST - 1);
+                if (s + NST - 1 < n_st) issue(s + NST - 1, true, true, true);
                 else cp_commit();
                 int sb = s * KS + k;
                 if (sb < nsb) {
@@ -1073,8 +1084,7 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
 template <int NT, int KS, int NST>
 __device__ __forceinline__ void b16s_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows,
                                         int accumulate, JOB_ARGS) {
-    wait_prior_kernel();
-    mp_check_smem(B16S<NT, KS, NST>::NEED);
+    mp_check_smem(B16S<NT, KS, NST>::NEED); // (the body waits for the kernel before it)
     Job j = JOB_PICK;
     if (j.ty == K8_Q4_K)
         b16s_body<NT, KS, NST, false>(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate);

@@ -89,8 +89,9 @@ pub struct Options {
     /// The one-row K8 GEMVs stage their activation row in shared memory for rows 4,096 to 12,288 wide (same
     /// bits); else every warp reads it from global memory. A kernel define (`GV_STAGE_MAXW=0` when off).
     pub gemv_stage: bool,
-    /// The K8 GEMVs issue their first weight loads before waiting for the kernel before them (same bits); else
-    /// after. A kernel define (`GV_EARLY_W=0` when off).
+    /// The K8 GEMVs issue their first weight loads before waiting for the kernel before them, and the block-shared
+    /// K8 block kernel its first stages' weight copies (same bits); else after. A kernel define (`GV_EARLY_W=0`
+    /// when off).
     pub early_weights: bool,
     /// Each forward pass captured once as a CUDA graph and replayed.
     pub graphs: bool,
