@@ -555,7 +555,8 @@ mod tests {
             assert!(
                 first == "wait_prior_kernel()"
                     || first.starts_with("gemv_block<")
-                    || first.starts_with("b16_k8<"),
+                    || first.starts_with("b16_k8<")
+                    || first.starts_with("b16s_k8<"),
                 "{name}: {first}"
             );
             kernels += 1;
@@ -579,6 +580,26 @@ mod tests {
         let b16_k8 = &src[src.find("void b16_k8(").unwrap()..];
         let b16_k8 = &b16_k8[b16_k8.find('{').unwrap() + 1..];
         assert!(b16_k8.trim_start().starts_with("wait_prior_kernel();"));
+        // The block-shared ones copy their first stages' weights before the wait, and nothing else.
+        let body = &src[src.find("void b16s_body(").unwrap()..];
+        let (before, _) = body.split_once("wait_prior_kernel();").unwrap();
+        let (_, calls) = before.split_once("auto issue = [&]").unwrap();
+        let (_, calls) = calls.split_once("\n    };").unwrap();
+        let issued: Vec<&str> = calls
+            .match_indices("issue(")
+            .map(|(i, _)| &calls[i..])
+            .collect();
+        assert_eq!(issued.len(), 1, "{calls}");
+        assert!(issued[0].starts_with("issue(s, true, false, false)"));
+        let words: Vec<&str> = calls
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .collect();
+        for name in ["kq", "kd", "ks", "out", "a_src", "s_src", "d_src"] {
+            assert!(
+                !words.contains(&name),
+                "b16s_body reads {name} before the wait"
+            );
+        }
     }
 
     #[test]
