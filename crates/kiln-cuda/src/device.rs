@@ -108,10 +108,11 @@ pub struct Options {
     /// slower on some short ones (8B o-proj 14.7 -> 15.3); a finer rule fitted to those (16 only for at most one
     /// tile per two multiprocessors, or rows of 8,192+) was no faster on the 8B and 2 % slower on the 0.6B.
     pub block_tile16: bool,
-    /// With `block_mma`: K8 block launches take the block-shared kernel (`gemv16_k8s_*` in gemv16.cu: 8 warps a
-    /// block share each staged super-block, one n8 tile a warp; tiles of 64, 32 or 16 outputs by the launch's
-    /// size, [`B16S_TILES`]); else `gemv16_k8` / `gemv16_k8_o16` (4 warps, each one GEMV group over a 32- or
-    /// 16-output tile). Same bits.
+    /// With `block_mma`: K8 block launches of few tiles (those `block_tile16` names) take the block-shared kernel
+    /// (`gemv16_k8s_*` in gemv16.cu: 8 warps a block share each staged super-block, one n8 tile a warp; 16
+    /// outputs a block when that is one wave of blocks, else 32, [`B16S_TILES`]) instead of `gemv16_k8_o16`.
+    /// Same bits. Per launch (ncu, H100, 8B Q4_K_M at 16 rows) it beat the 4-warp kernel on Q/K/V, o-proj and
+    /// down and lost on gate/up (44.5 µs at 32 outputs, 49.8 at 64, against 40.8), which keeps the 4-warp one.
     pub block_shared: bool,
     /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
@@ -2241,22 +2242,23 @@ impl Device {
         let tiles = |outs: usize| -> usize {
             jobs.iter().map(|j| j.3.div_ceil(outs)).sum::<usize>() * n_rows.div_ceil(tile_rows)
         };
-        let (kernel, tile_outs) = if kernel == "gemv16_k8" && self.opts.block_shared {
-            // The widest tile that still gives every multiprocessor B16S_MIN_TILES blocks, else the narrowest
-            // (or the tile B16S_TILE forces).
-            let forced = crate::compile::tuned_define("B16S_TILE") as usize;
-            let narrowest = B16S_TILES[B16S_TILES.len() - 1];
+        // Launches of few 32-output tiles (under two a multiprocessor: at 16 rows the 8B's Q/K/V, o-proj and down,
+        // every matmul of the 0.6B) take the block-shared kernel, with 16-output tiles when those still fit one
+        // wave of two blocks a multiprocessor, else 32 ([`Options::block_shared`]); or, without it, 16-output tiles
+        // of the 4-warp kernel ([`Options::block_tile16`]). Larger launches keep the 4-warp kernel's 32-output
+        // tiles. B16S_TILE (a tuning define) sends every launch to one block-shared tile.
+        let forced = crate::compile::tuned_define("B16S_TILE") as usize;
+        let few = tiles(tile_outs) < 2 * self.sm_count;
+        let (kernel, tile_outs) = if kernel != "gemv16_k8" {
+            (kernel, tile_outs)
+        } else if self.opts.block_shared && forced != 0 {
             B16S_TILES
                 .into_iter()
-                .find(|&(_, outs)| match forced {
-                    0 => tiles(outs) >= B16S_MIN_TILES * self.sm_count,
-                    f => outs == f,
-                })
-                .unwrap_or(narrowest)
-        } else if kernel == "gemv16_k8"
-            && self.opts.block_tile16
-            && tiles(tile_outs) < 2 * self.sm_count
-        {
+                .find(|&(_, outs)| outs == forced)
+                .unwrap_or(B16S_TILES[1])
+        } else if self.opts.block_shared && few {
+            B16S_TILES[if tiles(16) <= 2 * self.sm_count { 2 } else { 1 }]
+        } else if self.opts.block_tile16 && few {
             ("gemv16_k8_o16", 16)
         } else {
             (kernel, tile_outs)
@@ -3100,9 +3102,6 @@ struct Prep {
     freq_scale: f32,
     neox: i32,
 }
-
-/// A block-shared K8 block launch takes the widest tile that gives every multiprocessor this many blocks.
-const B16S_MIN_TILES: usize = 2;
 
 /// The block-shared K8 block kernels (gemv16.cu) by tile, widest first: (kernel, outputs a block).
 const B16S_TILES: [(&str, usize); 3] = [

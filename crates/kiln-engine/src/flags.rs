@@ -155,8 +155,8 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_CUDA_BLOCK_SHARED",
-        disables: "CUDA: K8 block launches on the block-shared kernel (8 warps share each staged super-block, one \
-                   n8 tile a warp; same bits); the 4-warp kernel of one GEMV group a warp",
+        disables: "CUDA: K8 block launches of few tiles on the block-shared kernel (8 warps share each staged \
+                   super-block, one n8 tile a warp; same bits); the 4-warp kernel of one GEMV group a warp",
         default_on: true,
     },
     FlagInfo {
