@@ -961,6 +961,19 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
     bool s_in = tid < 32 && r0 + sr < n_rows, d_in = tid >= 32 && tid < 48 && r0 + dr < n_rows;
     const int* s_src = ks + (long long)(s_in ? r0 + sr : 0) * nb + 4 * (tid & 1);
     const float* d_src = kd + (long long)(d_in ? r0 + dr : 0) * nsb;
+    // The thread's weight chunks (chunk u = tid + 256 i: output u / CH, 16 bytes at 16 (u % CH)), worked out once:
+    // the source without the super-block, the offset in a slot's records, whether the output exists.
+    constexpr int WCH = (L::OUT * CH + 255) / 256;
+    const u8* w_src[WCH];
+    int w_dst[WCH];
+    bool w_in[WCH];
+#pragma unroll
+    for (int i = 0; i < WCH; i++) {
+        int u = tid + 256 * i, o = u / CH, c = u - CH * o;
+        w_in[i] = o0 + o < n_out && u < L::OUT * CH;
+        w_src[i] = w + (long long)(w_in[i] ? o0 + o : 0) * nsb * REC + 16 * c;
+        w_dst[i] = B16S_SLOT_HEAD + o * REC + 16 * c;
+    }
     // Copies of stage s: its weights (`wts`), its activations (`acts`), then the commit (`commit`).
     auto issue = [&](int s, bool wts, bool acts, bool commit) {
 #pragma unroll
@@ -973,16 +986,10 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
                     if (!Q6 && tid < 32) cp_async<16>(sl + 16 * MP_LDA + 16 * tid, s_src + 8 * sb, s_in);
                     if (tid >= 32 && tid < 48) cp_async<4>(sl + 16 * MP_LDA + 16 * 32 + 4 * dr, d_src + sb, d_in);
                 }
-                unsigned char* sw = sl + B16S_SLOT_HEAD;
 #pragma unroll
-                for (int u0 = 0; wts && u0 < L::OUT * CH; u0 += 256) {
-                    int u = u0 + tid, o = u / CH, c = u - CH * o;
-                    if (L::OUT * CH % 256 == 0 || u < L::OUT * CH) {
-                        bool in = o0 + o < n_out;
-                        cp_async<16>(sw + o * REC + 16 * c, w + ((long long)(in ? o0 + o : 0) * nsb + sb) * REC + 16 * c,
-                                     in);
-                    }
-                }
+                for (int i = 0; wts && i < WCH; i++)
+                    if (L::OUT * CH % 256 == 0 || tid + 256 * i < L::OUT * CH)
+                        cp_async<16>(sl + w_dst[i], w_src[i] + sb * REC, w_in[i]);
             }
         }
         if (commit) cp_commit();
