@@ -24,6 +24,9 @@
 # when named);
 # tune = kernel constants from TUNE tried against the defaults, not in the default;
 # ablate = the 8B's decode step without one kind of launch at a time, not in the default;
+# block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) with
+# the default rule, the 4-warp kernel alone (KILN_NO_CUDA_BLOCK_SHARED) and each block-shared tile forced, then
+# pp16 -b 16 with and without the block-shared kernel, not in the default;
 # stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
 # kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -414,6 +417,30 @@ if want ablate; then
         "${ABLATE:-attn_q attn_v attn_output ffn_gate ffn_down output attn_split attn_merge rms_norm_q8 swiglu_q8}"
     say "in-place cost of each launch kind (8B Q4_K_M tg128):"
     grep -E "^\|" "$OUT/ablate.log" | tee -a "$OUT/summary.txt"
+fi
+
+# The K8 block kernels by launch (STEPS=block16): which kernel and tile each of a layer's launches takes, and its
+# time alone (ncu, graphs off, the first two layers skipped), under each launch rule; then the end-to-end A/B.
+if want block16 && command -v ncu >/dev/null; then
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
+    for m in q8b-q4km q06-q4km; do
+        # tag:environment (the default rule's environment is a no-op assignment).
+        for spec in default:KILN_BLOCK16_RULE=default 4warp:KILN_NO_CUDA_BLOCK_SHARED=1 \
+            t16:KILN_CUDA_DEFINES=-DB16S_TILE=16 t32:KILN_CUDA_DEFINES=-DB16S_TILE=32 \
+            t64:KILN_CUDA_DEFINES=-DB16S_TILE=64; do
+            tag=${spec%%:*}
+            step "block16-$m-$tag" env "${spec#*:}" KILN_NO_CUDA_GRAPH=1 timeout 120 ncu --clock-control none \
+                -k "regex:^gemv16_k8" --launch-skip 8 --launch-count 4 --section SpeedOfLight \
+                "$KILN" bench -m "$WORK/$m.gguf" --device cuda -p 16 -b 16 -n 0 -r 1
+            say "block16 $m $tag (kernel, grid, µs of Q/K/V, o-proj, gate/up, down):"
+            grep -E "^  gemv16|Duration" "$OUT/block16-$m-$tag.log" | sed 's/Context.*//' | paste - - |
+                tee -a "$OUT/summary.txt"
+        done
+    done
+    step block16-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 \
+        -r 5 --ab KILN_NO_CUDA_BLOCK_SHARED=1
+    grep -E "^\||ratio" "$OUT/block16-ab.log" | tee -a "$OUT/summary.txt"
 fi
 
 # Why a kernel takes its time: one layer's four K8 block-kernel launches at 16 rows (Q/K/V, o-proj, gate/up, down:
