@@ -2242,24 +2242,13 @@ impl Device {
         let tiles = |outs: usize| -> usize {
             jobs.iter().map(|j| j.3.div_ceil(outs)).sum::<usize>() * n_rows.div_ceil(tile_rows)
         };
-        // Launches of few 32-output tiles (under two a multiprocessor: at 16 rows the 8B's Q/K/V, o-proj and down,
-        // every matmul of the 0.6B) take the block-shared kernel, with 16-output tiles when those still fit one
-        // wave of two blocks a multiprocessor, else 32 ([`Options::block_shared`]); or, without it, 16-output tiles
-        // of the 4-warp kernel ([`Options::block_tile16`]). Larger launches keep the 4-warp kernel's 32-output
-        // tiles. B16S_TILE (a tuning define) sends every launch to one block-shared tile.
-        let forced = crate::compile::tuned_define("B16S_TILE") as usize;
-        let few = tiles(tile_outs) < 2 * self.sm_count;
-        let (kernel, tile_outs) = if kernel != "gemv16_k8" {
-            (kernel, tile_outs)
-        } else if self.opts.block_shared && forced != 0 {
-            B16S_TILES
-                .into_iter()
-                .find(|&(_, outs)| outs == forced)
-                .unwrap_or(B16S_TILES[1])
-        } else if self.opts.block_shared && few {
-            B16S_TILES[if tiles(16) <= 2 * self.sm_count { 2 } else { 1 }]
-        } else if self.opts.block_tile16 && few {
-            ("gemv16_k8_o16", 16)
+        let (kernel, tile_outs) = if kernel == "gemv16_k8" {
+            k8_block_kernel(
+                &self.opts,
+                crate::compile::tuned_define("B16S_TILE") as usize,
+                self.sm_count,
+                tiles,
+            )
         } else {
             (kernel, tile_outs)
         };
@@ -3103,6 +3092,33 @@ struct Prep {
     neox: i32,
 }
 
+/// The K8 block kernel and its outputs a block for a launch that has `tiles(outs)` blocks at `outs` outputs a
+/// block. Launches of few 32-output tiles (under two a multiprocessor: at 16 rows the 8B's Q/K/V, o-proj and
+/// down, every matmul of the 0.6B) take the block-shared kernel, with 16-output tiles when those still fit one
+/// wave of two blocks a multiprocessor, else 32 ([`Options::block_shared`]); or, without it, 16-output tiles of
+/// the 4-warp kernel ([`Options::block_tile16`]). Larger launches keep the 4-warp kernel's 32-output tiles.
+/// `forced` (B16S_TILE, a tuning define; 0 when unset) sends every launch to that block-shared tile.
+fn k8_block_kernel(
+    opts: &Options,
+    forced: usize,
+    sm_count: usize,
+    tiles: impl Fn(usize) -> usize,
+) -> (&'static str, usize) {
+    let few = tiles(32) < 2 * sm_count;
+    if opts.block_shared && forced != 0 {
+        B16S_TILES
+            .into_iter()
+            .find(|&(_, outs)| outs == forced)
+            .unwrap_or(B16S_TILES[1])
+    } else if opts.block_shared && few {
+        B16S_TILES[if tiles(16) <= 2 * sm_count { 2 } else { 1 }]
+    } else if opts.block_tile16 && few {
+        ("gemv16_k8_o16", 16)
+    } else {
+        ("gemv16_k8", 32)
+    }
+}
+
 /// The block-shared K8 block kernels (gemv16.cu) by tile, widest first: (kernel, outputs a block).
 const B16S_TILES: [(&str, usize); 3] = [
     ("gemv16_k8s_w", 64),
@@ -3190,6 +3206,42 @@ arg_impl!(u64, i64, i32, f32);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn k8_block_launches_pick_their_kernel_by_size() {
+        // A 132-multiprocessor card, 16 rows (one row tile): the 8B's four launches by their outputs.
+        let tiles_of = |outputs: usize| move |outs: usize| outputs.div_ceil(outs);
+        let pick = |opts: &Options, forced: usize, outputs: usize| {
+            k8_block_kernel(opts, forced, 132, tiles_of(outputs)).0
+        };
+        let on = Options::default();
+        // Q/K/V: 384 blocks of 16 are over a wave of two a multiprocessor, 192 of 32 are not.
+        assert_eq!(pick(&on, 0, 6144), "gemv16_k8s_m");
+        // o-proj and down: 256 blocks of 16 fit one wave.
+        assert_eq!(pick(&on, 0, 4096), "gemv16_k8s_s");
+        // gate/up: 768 tiles of 32, the 4-warp kernel.
+        assert_eq!(pick(&on, 0, 24576), "gemv16_k8");
+        // Without the block-shared kernel: the 4-warp kernel's 16-output tiles for few tiles, or 32 always.
+        let old = Options {
+            block_shared: false,
+            ..Options::default()
+        };
+        assert_eq!(pick(&old, 0, 4096), "gemv16_k8_o16");
+        assert_eq!(pick(&old, 0, 24576), "gemv16_k8");
+        let plain = Options {
+            block_tile16: false,
+            ..old
+        };
+        assert_eq!(pick(&plain, 0, 4096), "gemv16_k8");
+        // A forced tile takes every launch, large ones too; the define means nothing with the kernel off.
+        assert_eq!(pick(&on, 64, 4096), "gemv16_k8s_w");
+        assert_eq!(pick(&on, 16, 24576), "gemv16_k8s_s");
+        assert_eq!(pick(&old, 64, 4096), "gemv16_k8_o16");
+        // The tile the launch is laid out in is the kernel's.
+        for (k, outs) in B16S_TILES {
+            assert_eq!(k8_block_kernel(&on, outs, 132, tiles_of(4096)), (k, outs));
+        }
+    }
 
     #[test]
     fn repack_moves_scales_after_the_quants() {
