@@ -94,8 +94,17 @@ if want selftest; then
 fi
 if want sanitizer && command -v compute-sanitizer >/dev/null; then
     for tool in memcheck racecheck synccheck; do
-        step "sanitizer-$tool" timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$KILN" selftest --device cuda
+        # SAN_CONFIG=1,5 (say) keeps the pass to some of the self-test's configurations (kiln selftest --config).
+        step "sanitizer-$tool" timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$KILN" selftest --device cuda \
+            ${SAN_CONFIG:+--config "$SAN_CONFIG"}
         grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool.log" | tail -n 3 | tee -a "$OUT/summary.txt"
+    done
+    # The block-shared K8 kernel's 32-output tile (the self-test's small launches take 16 by default).
+    for tool in memcheck racecheck; do
+        step "sanitizer-$tool-b16s-32" env KILN_CUDA_DEFINES=-DB16S_TILE=32 timeout 300 compute-sanitizer --tool "$tool" \
+            --error-exitcode 9 "$KILN" selftest --device cuda --config 1
+        grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool-b16s-32.log" | tail -n 3 |
+            tee -a "$OUT/summary.txt"
     done
 fi
 
