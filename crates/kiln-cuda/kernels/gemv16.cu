@@ -410,6 +410,21 @@ template <int OUT, int REC> struct B16Supers {
     }
 };
 
+// Adds NG groups' sums in the GEMV's xor-tree pairing (NG / 2 apart, then NG / 4, ...; 4 groups: (g0 + g2) +
+// (g1 + g3)) and stores the result at row r, output o (or adds it there with `accumulate`).
+template <int NG>
+__device__ __forceinline__ void b16_tree_store(float (&v)[NG], float* out, int r, int o, int n_out, int n_rows,
+                                               int accumulate) {
+#pragma unroll
+    for (int half = NG / 2; half >= 1; half >>= 1)
+#pragma unroll
+        for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
+    if (r < n_rows && o < n_out) {
+        float* po = out + (long long)r * n_out + o;
+        *po = accumulate ? *po + v[0] : v[0];
+    }
+}
+
 // The end of a K8 block kernel body: warp w (of 4) stores OUT / 8 of the block's (n8 tile, C element) pairs,
 // pair pe = OUT / 8 w + k being tile pe / 4, element pe % 4, adding the NG groups' sums in `ex`
 // ([group][tile][e][lane]) in the GEMV's xor-tree pairing: groups NG / 2 apart, then NG / 4, ... (4 groups:
@@ -425,15 +440,7 @@ __device__ __forceinline__ void b16_store_groups(const float* ex, int w, float* 
         float v[NG];
 #pragma unroll
         for (int gr = 0; gr < NG; gr++) v[gr] = ex[(gr * 4 * NI + pe) * 32 + lane];
-#pragma unroll
-        for (int half = NG / 2; half >= 1; half >>= 1)
-#pragma unroll
-            for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
-        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * ni + 2 * t + (e & 1);
-        if (r < n_rows && o < n_out) {
-            float* po = out + (long long)r * n_out + o;
-            *po = accumulate ? *po + v[0] : v[0];
-        }
+        b16_tree_store<NG>(v, out, r0 + g + 8 * (e >> 1), o0 + 8 * ni + 2 * t + (e & 1), n_out, n_rows, accumulate);
     }
 }
 
@@ -1053,17 +1060,9 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
             }
         }
     }
-    // The groups in the xor tree's pairing (NG / 2 apart, then NG / 4, ...): acc[gi] is group gi KS + k.
+    // The groups in the xor tree's pairing: acc[gi] is group gi KS + k.
     auto store = [&](int e, float (&v)[NG]) {
-#pragma unroll
-        for (int half = NG / 2; half >= 1; half >>= 1)
-#pragma unroll
-            for (int gr = 0; gr < half; gr++) v[gr] = __fadd_rn(v[gr], v[gr + half]);
-        int r = r0 + g + 8 * (e >> 1), o = o0 + 8 * nt + 2 * t + (e & 1);
-        if (r < n_rows && o < n_out) {
-            float* po = out + (long long)r * n_out + o;
-            *po = accumulate ? *po + v[0] : v[0];
-        }
+        b16_tree_store<NG>(v, out, r0 + g + 8 * (e >> 1), o0 + 8 * nt + 2 * t + (e & 1), n_out, n_rows, accumulate);
     };
     if constexpr (KS == 1) {
 #pragma unroll

@@ -101,8 +101,9 @@ pub struct Options {
     /// Int8 tensor cores for other passes' matmuls of [`G16_MIN_ROWS`] rows or more on Q4_K/Q6_K/Q8_0
     /// (gemv16.cu, bit-identical to the GEMV).
     pub block_mma: bool,
-    /// With `block_mma`: a K8 block launch that would give the multiprocessors fewer than two 32-output tiles
-    /// each (at 16 rows: the 8B's Q/K/V, o-proj and down, every matmul of the 0.6B) takes tiles of 16 outputs
+    /// With `block_mma` and without `block_shared`: a K8 block launch that would give the multiprocessors fewer
+    /// than two 32-output tiles each (at 16 rows: the 8B's Q/K/V, o-proj and down, every matmul of the 0.6B)
+    /// takes tiles of 16 outputs
     /// (`gemv16_k8_o16`: twice the blocks, each about half the work, 3 a multiprocessor); else always 32. Same
     /// bits. Per launch on the H200 (ncu) 16 is much faster on long rows (8B down 38.8 -> 31.1 µs) and slightly
     /// slower on some short ones (8B o-proj 14.7 -> 15.3); a finer rule fitted to those (16 only for at most one
@@ -254,6 +255,9 @@ pub struct Device {
     clusters: bool,
     /// Multiprocessors of the GPU.
     sm_count: usize,
+    /// The block-shared K8 tile every block launch is sent to (`B16S_TILE`, a tuning define; 0: by size), read
+    /// once at start-up.
+    b16s_tile: usize,
     meta: Mutex<Meta>,
     /// Attention scratch (split partials or scores), grown only outside graph capture.
     ws: Mutex<CudaSlice<f32>>,
@@ -648,6 +652,7 @@ impl Device {
             pdl: opts.pdl && major >= 9,
             clusters: major >= 9,
             sm_count,
+            b16s_tile: crate::compile::tuned_define("B16S_TILE") as usize,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
             argmax_out: Mutex::new(argmax_out),
@@ -2243,12 +2248,7 @@ impl Device {
             jobs.iter().map(|j| j.3.div_ceil(outs)).sum::<usize>() * n_rows.div_ceil(tile_rows)
         };
         let (kernel, tile_outs) = if kernel == "gemv16_k8" {
-            k8_block_kernel(
-                &self.opts,
-                crate::compile::tuned_define("B16S_TILE") as usize,
-                self.sm_count,
-                tiles,
-            )
+            k8_block_kernel(&self.opts, self.b16s_tile, self.sm_count, tiles)
         } else {
             (kernel, tile_outs)
         };

@@ -161,8 +161,9 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_CUDA_BLOCK_TILE16",
-        disables: "CUDA: 16-output tiles for K8 block launches that would give the multiprocessors fewer than two \
-                   32-output tiles each (same bits); 32-output tiles always",
+        disables: "CUDA: with KILN_NO_CUDA_BLOCK_SHARED, 16-output tiles of the 4-warp kernel for K8 block \
+                   launches that would give the multiprocessors fewer than two 32-output tiles each (same bits); \
+                   32-output tiles always",
         default_on: true,
     },
     FlagInfo {

@@ -72,8 +72,8 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
     // The K8 GEMVs of 4 outputs a block with their in-kernel switches off
     // (KILN_NO_CUDA_GEMV_STAGE, KILN_NO_CUDA_EARLY_WEIGHTS: kernels compiled with other defines), a split-KV attention block per KV head (KILN_NO_CUDA_ATTN_HEAD_SPLIT: no
     // 2-block clusters either), the MoE grouping's f32 gather (KILN_NO_CUDA_MOE_GATHER_QUANT), and the K8 block
-    // kernel's 32-output tiles for every launch (KILN_NO_CUDA_BLOCK_TILE16; the self-test's launches are small,
-    // so with the default they all take 16).
+    // kernel's 4-warp 32-output tiles for every launch (KILN_NO_CUDA_BLOCK_SHARED and KILN_NO_CUDA_BLOCK_TILE16;
+    // the self-test's launches are small, so with the default they all take the block-shared 16-output tile).
     let k8_plain = kiln_cuda::Options {
         block_shared: false,
         block_tile16: false,
