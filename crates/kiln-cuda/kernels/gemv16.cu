@@ -826,10 +826,16 @@ template <int NT, int KS, int NST> struct B16S {
     static constexpr int SLOT = B16S_SLOT_HEAD + OUT * MP_Q6; // sized for the larger record (blocks may mix types)
     static constexpr int NEED = NST * KS * SLOT + 8 * B16S_SCRATCH;
 };
+// Stages of the 32-output kernel (a tuning define; 3 needs -DB16S_SMEM_M=74624 with it, which the host reads).
+#ifndef B16S_NST_M
+#define B16S_NST_M 2
+#endif
 #define B16S_SMEM_W 59840 // NT 8, KS 1, NST 3 (64 outputs a block)
+#ifndef B16S_SMEM_M
 #define B16S_SMEM_M 51456 // NT 4, KS 2, NST 2 (32 outputs)
+#endif
 #define B16S_SMEM_S 71168 // NT 2, KS 4, NST 2 (16 outputs)
-static_assert(B16S<8, 1, 3>::NEED == B16S_SMEM_W && B16S<4, 2, 2>::NEED == B16S_SMEM_M &&
+static_assert(B16S<8, 1, 3>::NEED == B16S_SMEM_W && B16S<4, 2, B16S_NST_M>::NEED == B16S_SMEM_M &&
                   B16S<2, 4, 2>::NEED == B16S_SMEM_S,
               "B16S_SMEM_*: NST stages of KS slots and 8 warps' scratch");
 
@@ -1118,7 +1124,7 @@ extern "C" __global__ void __launch_bounds__(256, B16S_MINB) gemv16_k8s_w(const 
 extern "C" __global__ void __launch_bounds__(256, B16S_MINB) gemv16_k8s_m(const signed char* kq, const float* kd,
                                                                   const int* ks, int width, int n_rows,
                                                                   int accumulate, JOB_ARGS) {
-    b16s_k8<4, 2, 2>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2,
+    b16s_k8<4, 2, B16S_NST_M>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2,
                      w2, n2);
 }
 extern "C" __global__ void __launch_bounds__(256, B16S_MINB) gemv16_k8s_s(const signed char* kq, const float* kd,

@@ -45,7 +45,8 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
         "attn_flash_h128" => "FA_SMEM_H128",
         _ => return 0,
     };
-    source_define(name)
+    // A tuning run may resize a kernel's stages (B16S_NST_M with B16S_SMEM_M).
+    tuned_define(name)
 }
 
 /// The split-KV kernels' fewest positions a split (`AT_MIN_CHUNK` in attention.cu, or the value
