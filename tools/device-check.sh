@@ -26,7 +26,7 @@
 # ablate = the 8B's decode step without one kind of launch at a time, not in the default;
 # block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) with
 # the default rule, the 4-warp kernel alone (KILN_NO_CUDA_BLOCK_SHARED) and each block-shared tile forced, then
-# pp16 -b 16 with and without the block-shared kernel, not in the default;
+# pp16 -b 16 with and without the block-shared kernel and with the rule's other 16/32 threshold, not in the default;
 # stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
 # kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -448,8 +448,12 @@ if want block16 && command -v ncu >/dev/null; then
         done
     done
     step block16-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 \
-        -r 5 --ab KILN_NO_CUDA_BLOCK_SHARED=1
+        -r 3 --ab KILN_NO_CUDA_BLOCK_SHARED=1
     grep -E "^\||ratio" "$OUT/block16-ab.log" | tee -a "$OUT/summary.txt"
+    # The rule's other setting: 16-output tiles only up to one block a multiprocessor (B = that).
+    step block16-ab-s1 "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 \
+        -n 0 -r 3 --ab KILN_CUDA_DEFINES=-DB16S_S_PER_SM=1
+    grep -E "^\||ratio" "$OUT/block16-ab-s1.log" | tee -a "$OUT/summary.txt"
 fi
 
 # Why a kernel takes its time: one layer's four K8 block-kernel launches at 16 rows (Q/K/V, o-proj, gate/up, down:

@@ -258,6 +258,9 @@ pub struct Device {
     /// The block-shared K8 tile every block launch is sent to (`B16S_TILE`, a tuning define; 0: by size), read
     /// once at start-up.
     b16s_tile: usize,
+    /// 16-output blocks a multiprocessor up to which a launch of few tiles takes the 16-output block-shared
+    /// kernel rather than the 32-output one (`B16S_S_PER_SM`, a tuning define read once).
+    b16s_s_per_sm: usize,
     meta: Mutex<Meta>,
     /// Attention scratch (split partials or scores), grown only outside graph capture.
     ws: Mutex<CudaSlice<f32>>,
@@ -653,6 +656,7 @@ impl Device {
             clusters: major >= 9,
             sm_count,
             b16s_tile: crate::compile::tuned_define("B16S_TILE") as usize,
+            b16s_s_per_sm: crate::compile::tuned_define("B16S_S_PER_SM") as usize,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
             argmax_out: Mutex::new(argmax_out),
@@ -2248,7 +2252,8 @@ impl Device {
             jobs.iter().map(|j| j.3.div_ceil(outs)).sum::<usize>() * n_rows.div_ceil(tile_rows)
         };
         let (kernel, tile_outs) = if kernel == "gemv16_k8" {
-            k8_block_kernel(&self.opts, self.b16s_tile, self.sm_count, tiles)
+            let tile = (self.b16s_tile, self.b16s_s_per_sm);
+            k8_block_kernel(&self.opts, tile, self.sm_count, tiles)
         } else {
             (kernel, tile_outs)
         };
@@ -3094,13 +3099,13 @@ struct Prep {
 
 /// The K8 block kernel and its outputs a block for a launch that has `tiles(outs)` blocks at `outs` outputs a
 /// block. Launches of few 32-output tiles (under two a multiprocessor: at 16 rows the 8B's Q/K/V, o-proj and
-/// down, every matmul of the 0.6B) take the block-shared kernel, with 16-output tiles when those still fit one
-/// wave of two blocks a multiprocessor, else 32 ([`Options::block_shared`]); or, without it, 16-output tiles of
-/// the 4-warp kernel ([`Options::block_tile16`]). Larger launches keep the 4-warp kernel's 32-output tiles.
-/// `forced` (B16S_TILE, a tuning define; 0 when unset) sends every launch to that block-shared tile.
+/// down, every matmul of the 0.6B) take the block-shared kernel, with 16-output tiles when there are at most
+/// `s_per_sm` of those a multiprocessor, else 32 ([`Options::block_shared`]); or, without it, 16-output tiles
+/// of the 4-warp kernel ([`Options::block_tile16`]). Larger launches keep the 4-warp kernel's 32-output tiles.
+/// `(forced, s_per_sm)` are tuning defines (B16S_TILE, B16S_S_PER_SM): a forced tile (0: none) takes every launch.
 fn k8_block_kernel(
     opts: &Options,
-    forced: usize,
+    (forced, s_per_sm): (usize, usize),
     sm_count: usize,
     tiles: impl Fn(usize) -> usize,
 ) -> (&'static str, usize) {
@@ -3111,7 +3116,7 @@ fn k8_block_kernel(
             .find(|&(_, outs)| outs == forced)
             .unwrap_or(B16S_TILES[1])
     } else if opts.block_shared && few {
-        B16S_TILES[if tiles(16) <= 2 * sm_count { 2 } else { 1 }]
+        B16S_TILES[if tiles(16) <= s_per_sm * sm_count { 2 } else { 1 }]
     } else if opts.block_tile16 && few {
         ("gemv16_k8_o16", 16)
     } else {
@@ -3212,7 +3217,7 @@ mod tests {
         // A 132-multiprocessor card, 16 rows (one row tile): the 8B's four launches by their outputs.
         let tiles_of = |outputs: usize| move |outs: usize| outputs.div_ceil(outs);
         let pick = |opts: &Options, forced: usize, outputs: usize| {
-            k8_block_kernel(opts, forced, 132, tiles_of(outputs)).0
+            k8_block_kernel(opts, (forced, 2), 132, tiles_of(outputs)).0
         };
         let on = Options::default();
         // Q/K/V: 384 blocks of 16 are over a wave of two a multiprocessor, 192 of 32 are not.
@@ -3237,9 +3242,15 @@ mod tests {
         assert_eq!(pick(&on, 64, 4096), "gemv16_k8s_w");
         assert_eq!(pick(&on, 16, 24576), "gemv16_k8s_s");
         assert_eq!(pick(&old, 64, 4096), "gemv16_k8_o16");
+        // With 16-output tiles only up to one block a multiprocessor: o-proj and down take 32 outputs, and a
+        // launch of 2,048 outputs (128 blocks of 16) still 16.
+        let one = |outputs: usize| k8_block_kernel(&on, (0, 1), 132, tiles_of(outputs)).0;
+        assert_eq!(one(4096), "gemv16_k8s_m");
+        assert_eq!(one(2048), "gemv16_k8s_s");
+        assert_eq!(one(24576), "gemv16_k8");
         // The tile the launch is laid out in is the kernel's.
         for (k, outs) in B16S_TILES {
-            assert_eq!(k8_block_kernel(&on, outs, 132, tiles_of(4096)), (k, outs));
+            assert_eq!(k8_block_kernel(&on, (outs, 2), 132, tiles_of(4096)), (k, outs));
         }
     }
 
