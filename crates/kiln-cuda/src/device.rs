@@ -3116,7 +3116,8 @@ fn k8_block_kernel(
             .find(|&(_, outs)| outs == forced)
             .unwrap_or(B16S_TILES[1])
     } else if opts.block_shared && few {
-        B16S_TILES[if tiles(16) <= s_per_sm * sm_count { 2 } else { 1 }]
+        let narrow = tiles(16) <= s_per_sm * sm_count;
+        B16S_TILES[if narrow { 2 } else { 1 }]
     } else if opts.block_tile16 && few {
         ("gemv16_k8_o16", 16)
     } else {
@@ -3250,7 +3251,10 @@ mod tests {
         assert_eq!(one(24576), "gemv16_k8");
         // The tile the launch is laid out in is the kernel's.
         for (k, outs) in B16S_TILES {
-            assert_eq!(k8_block_kernel(&on, (outs, 2), 132, tiles_of(4096)), (k, outs));
+            assert_eq!(
+                k8_block_kernel(&on, (outs, 2), 132, tiles_of(4096)),
+                (k, outs)
+            );
         }
     }
 
