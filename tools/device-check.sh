@@ -23,7 +23,7 @@
 # chunks of 512 (PROFILE="decode block16 prefill moe-prefill" picks shapes; moe-prefill, the 30B-A3B's, only
 # when named);
 # tune = kernel constants from TUNE tried against the defaults, not in the default;
-# ablate = the 8B's decode step without one kind of launch at a time, not in the default;
+# ablate = the 8B's decode step, then its 16-row block, without one kind of launch at a time, not in the default;
 # block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) with
 # the default rule, the 4-warp kernel alone (KILN_NO_CUDA_BLOCK_SHARED) and each block-shared tile forced, then
 # pp16 -b 16 with and without the block-shared kernel and with the rule's other 16/32 threshold, not in the default;
@@ -426,6 +426,11 @@ if want ablate; then
         "${ABLATE:-attn_q attn_v attn_output ffn_gate ffn_down output attn_split attn_merge rms_norm_q8 swiglu_q8}"
     say "in-place cost of each launch kind (8B Q4_K_M tg128):"
     grep -E "^\|" "$OUT/ablate.log" | tee -a "$OUT/summary.txt"
+    # The same for a 16-row block through the decode path (a verify's shape), which also runs attn_prep apart.
+    step ablate-block16 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 5 --skip-each \
+        "${ABLATE_BLOCK:-attn_q attn_v attn_output ffn_gate ffn_down output attn_prep attn_split attn_merge rms_norm_q8 swiglu_q8}"
+    say "in-place cost of each launch kind (8B Q4_K_M, 16-row block):"
+    grep -E "^\|" "$OUT/ablate-block16.log" | tee -a "$OUT/summary.txt"
 fi
 
 # The K8 block kernels by launch (STEPS=block16): which kernel and tile each of a layer's launches takes, and its
