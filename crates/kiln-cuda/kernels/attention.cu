@@ -244,7 +244,7 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
                                                 const int* slots, const int* positions, int layer, int n_slots,
                                                 int slot_ctx, int n_head, int n_head_kv, float scale, int n_splits,
                                                 int n_vis, float* out, signed char* xq, float* xd, float* xs,
-                                                signed char* kq, float* kd, int* ks, const float* k,
+                                                signed char* kq, float* kd, int* ks, u8* kp, const float* k,
                                                 const float* v, const float* q_norm, const float* k_norm, float eps,
                                                 float theta, float freq_scale, int neox, int prep, int pair) {
     constexpr int head_dim = HD, LP = HD / 8, PPW = 32 / LP;
@@ -478,14 +478,15 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
         }
         __syncwarp(); // the cluster barrier is .aligned: whole warps
         cluster_sync();
-        k8_write(ov[0], g8, kq, kd, ks, ob + threadIdx.x, rank == 0 && threadIdx.x < 32);
+        k8_write(ov[0], g8, kq, kd, ks, kp, ob + threadIdx.x, rank == 0 && threadIdx.x < 32);
         return;
     }
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < PASSES; k++) {
         int idx = threadIdx.x + 128 * k;
-        if (idx < G * head_dim) k8_write(ov[k], &mk[idx / 256 * 8], kq, kd, ks, ob + idx, idx / 32 % 8 == 0);
+        if (idx < G * head_dim)
+            k8_write(ov[k], &mk[idx / 256 * 8], kq, kd, ks, kp, ob + idx, idx / 32 % 8 == 0);
     }
 }
 
@@ -496,13 +497,13 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     extern "C" __global__ void __launch_bounds__(128, MINB) NAME(                                               \
         float* ws, const float* q, const void* kc, const void* vc, const int* slots, const int* positions,      \
         int layer, int n_slots, int slot_ctx, int n_head, int n_head_kv, float scale, int n_splits, int n_vis,  \
-        float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd, int* ks, const float* k,  \
-        const float* v, const float* q_norm, const float* k_norm, float eps, float theta, float freq_scale,     \
-        int neox, int prep, int pair) {                                                                         \
+        float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd, int* ks, u8* kp,         \
+        const float* k, const float* v, const float* q_norm, const float* k_norm, float eps, float theta,       \
+        float freq_scale, int neox, int prep, int pair) {                                                       \
         wait_prior_kernel();                                                                                    \
         attn_split_body<G, HD>(ws, q, kc, vc, slots, positions, layer, n_slots, slot_ctx, n_head, n_head_kv,    \
-                               scale, n_splits, n_vis, out, xq, xd, xs, kq, kd, ks, k, v, q_norm, k_norm, eps,  \
-                               theta, freq_scale, neox, prep, pair);                                           \
+                               scale, n_splits, n_vis, out, xq, xd, xs, kq, kd, ks, kp, k, v, q_norm, k_norm,   \
+                               eps, theta, freq_scale, neox, prep, pair);                                      \
     }
 ATTN_SPLIT_KERNEL(attn_split_g1_h64, 1, 64, 4)
 ATTN_SPLIT_KERNEL(attn_split_g2_h64, 2, 64, 4)
@@ -549,7 +550,7 @@ __device__ float group_sum(float v, float* sh, int gw) {
 // K8 blocks (then the block is 256 threads: one K8 block). n_splits <= 256. With `direct`, rows whose span is one
 // split were finished by attn_split and are skipped.
 extern "C" __global__ void __launch_bounds__(256, 1) attn_merge(float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd,
-                                      int* ks, const float* ws, const int* positions, int n_head, int head_dim,
+                                      int* ks, u8* kp, const float* ws, const int* positions, int n_head, int head_dim,
                                       int n_splits, int n_vis, int direct) {
     wait_prior_kernel();
     __shared__ float f[MERGE_MAX_HEADS][256], sh[32], sk[8];
@@ -593,7 +594,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attn_merge(float* out, sign
         int warp = threadIdx.x >> 5;
         k8_publish(v, true, &sk[warp]);
         __syncthreads();
-        k8_write(v, sk, kq, kd, ks, i, warp == 0);
+        k8_write(v, sk, kq, kd, ks, kp, i, warp == 0);
     }
 }
 

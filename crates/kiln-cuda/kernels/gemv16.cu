@@ -824,6 +824,12 @@ extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 12 / B16_WARPS) gem
 // 8B's and 0.6B's launches, 2 on five of eight, but end to end is not measured yet).
 #define B16S_S_PER_SM 2
 #define B16S_SLOT_HEAD (16 * MP_LDA + 16 * 32 + 16 * 4) // codes [16][MP_LDA], code sums [16][8], row scales [16]
+// The block-shared kernel reads the code sums packed by the K8 writers (k8_pack_sum: 16 bytes a row and K8 block,
+// the words its min-term mma takes; the host then passes their pointer for `ks`) instead of every warp packing
+// the same 16 rows' int sums (mp_pack_sums). A tuning define read by the host; same integers, same bits.
+#ifndef B16S_PACKED_SUMS
+#define B16S_PACKED_SUMS 0
+#endif
 #define B16S_SCRATCH 640 // bytes a warp: Q4_K sc [8 j][8 o], mins [8 o][8 j] bytes, packed sums [16][4], d, dmin
 template <int NT, int KS, int NST> struct B16S {
     static constexpr int OUT = 8 * NT;
@@ -861,7 +867,7 @@ __device__ __forceinline__ void b16s_q4k(float (&f)[4], const unsigned char* sl,
     const float* sdx = (const float*)(sl + 16 * MP_LDA + 16 * 32);
     {
         // Lane (o, q): output o's scales and mins of sub-blocks 2 q, 2 q + 1; lanes < 8 its d, dmin; lane
-        // (row, half) packs the row's code sums.
+        // (row, half) packs the row's code sums (unless the writers packed them).
         int o = lane & 7, q = lane >> 3;
         const u32* hw = (const u32*)(sw + o * MP_Q4);
         u32 s0 = hw[1], s1 = hw[2], s2 = hw[3];
@@ -877,8 +883,10 @@ __device__ __forceinline__ void b16s_q4k(float (&f)[4], const unsigned char* sl,
             wd[o] = h2f((u16)(h0 & 0xFFFF));
             wdm[o] = h2f((u16)(h0 >> 16));
         }
-        int r = lane >> 1, hi = lane & 1;
-        mp_pack_sums(sks + 8 * r, hi, wsum[4 * r + 2 * hi], wsum[4 * r + 2 * hi + 1]);
+        if (!B16S_PACKED_SUMS) {
+            int r = lane >> 1, hi = lane & 1;
+            mp_pack_sums(sks + 8 * r, hi, wsum[4 * r + 2 * hi], wsum[4 * r + 2 * hi + 1]);
+        }
     }
     __syncwarp();
     int is[4] = {0, 0, 0, 0};
@@ -902,7 +910,8 @@ __device__ __forceinline__ void b16s_q4k(float (&f)[4], const unsigned char* sl,
                 for (int e = 0; e < 4; e++) is[e] += ((e & 1) ? sc.y : sc.x) * dot[e];
             }
     }
-    int as0 = (int)wsum[4 * g + t], as1 = (int)wsum[4 * (g + 8) + t];
+    const u32* psum = B16S_PACKED_SUMS ? (const u32*)sks : wsum; // [r][4]
+    int as0 = (int)psum[4 * g + t], as1 = (int)psum[4 * (g + 8) + t];
     int mw = (int)((const u32*)wmin)[2 * g + (t & 1)];
     int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
     mma_s8_16816_acc(c_lo, as0, as1, t < 2 ? mw : 0);
@@ -970,13 +979,15 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
     int nsb = width / 256, nb = width / 32;
     unsigned char* scr = mp_smem + NST * KS * L::SLOT + wid * B16S_SCRATCH;
     // This thread's copy sources (without the super-block): code chunk (row tid / 16, chunk tid % 16); lanes
-    // < 32 a row's code sums (row tid / 2, half tid % 2); 32 .. 47 a row's scale.
+    // < 32 a row's code sums (row tid / 2, half tid % 2; packed: lanes < 16, row tid); 32 .. 47 a row's scale.
     int ar = tid >> 4;
     bool a_in = r0 + ar < n_rows;
     const signed char* a_src = kq + (long long)(a_in ? r0 + ar : 0) * width + 16 * (tid & 15);
-    int sr = tid >> 1, dr = tid - 32;
-    bool s_in = tid < 32 && r0 + sr < n_rows, d_in = tid >= 32 && tid < 48 && r0 + dr < n_rows;
-    const int* s_src = ks + (long long)(s_in ? r0 + sr : 0) * nb + 4 * (tid & 1);
+    constexpr int SUM_LANES = B16S_PACKED_SUMS ? 16 : 32; // 16 bytes each
+    int sr = B16S_PACKED_SUMS ? tid : tid >> 1, dr = tid - 32;
+    bool s_in = tid < SUM_LANES && r0 + sr < n_rows, d_in = tid >= 32 && tid < 48 && r0 + dr < n_rows;
+    const int* s_src = B16S_PACKED_SUMS ? ks + (long long)(s_in ? r0 + sr : 0) * nsb * 4
+                                        : ks + (long long)(s_in ? r0 + sr : 0) * nb + 4 * (tid & 1);
     const float* d_src = kd + (long long)(d_in ? r0 + dr : 0) * nsb;
     // The thread's weight chunks (chunk u = tid + 256 i: output u / CH, 16 bytes at 16 (u % CH)), worked out once:
     // the source without the super-block, the offset in a slot's records, whether the output exists.
@@ -1000,7 +1011,8 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
                 unsigned char* sl = mp_smem + ((s % NST) * KS + kk) * L::SLOT;
                 if (acts) {
                     cp_async<16>(sl + ar * MP_LDA + 16 * (tid & 15), a_src + 256 * sb, a_in);
-                    if (!Q6 && tid < 32) cp_async<16>(sl + 16 * MP_LDA + 16 * tid, s_src + 8 * sb, s_in);
+                    if (!Q6 && tid < SUM_LANES)
+                        cp_async<16>(sl + 16 * MP_LDA + 16 * tid, s_src + (B16S_PACKED_SUMS ? 4 : 8) * sb, s_in);
                     if (tid >= 32 && tid < 48) cp_async<4>(sl + 16 * MP_LDA + 16 * 32 + 4 * dr, d_src + sb, d_in);
                 }
 #pragma unroll

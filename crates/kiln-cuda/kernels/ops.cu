@@ -177,8 +177,10 @@ __device__ __forceinline__ void k8_publish(float y, bool act, float* slot) {
 }
 
 // `group` points at the block's 8 published maxima; element e of the data; `lead`: the block's first warp.
+// With kp non-null also the code sums packed as the block-shared K8 kernel's min-term mma reads them (16 bytes a
+// K8 block: the low 6 bits of its 8 sums, then bits 6..13 as signed bytes; gemv16.cu's B16S_PACKED_SUMS).
 __device__ __forceinline__ void k8_write(float y, const float* group, signed char* kq, float* kd, int* ks,
-                                         long long e, bool lead) {
+                                         unsigned char* kp, long long e, bool lead) {
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < 8; k++) amax = fmaxf(amax, group[k]);
@@ -190,6 +192,7 @@ __device__ __forceinline__ void k8_write(float y, const float* group, signed cha
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     int lane = threadIdx.x & 31;
     if (lane == 0) ks[e / 32] = sum;
+    if (lane == 0 && kp) k8_pack_sum(kp, e / 32, sum);
     if (lane == 0 && lead) kd[e / 256] = d;
 }
 
@@ -201,8 +204,9 @@ __device__ __forceinline__ void k8_write(float y, const float* group, signed cha
 // (width % 256 == 0: a part is one K8 block) it also writes the K8 shadow; with xq null it skips the Q8 blocks.
 // (It was one 1,024-thread block per 1,024 elements: 3.70 us a 4,096-wide row in a graph, where SwiGLU takes 1.76.)
 extern "C" __global__ void __launch_bounds__(256) rms_norm_q8(float* out, signed char* xq, float* xd, float* xs,
-                                                               signed char* kq, float* kd, int* ks, const float* x,
-                                                               const float* w, int width, float eps) {
+                                                               signed char* kq, float* kd, int* ks,
+                                                               unsigned char* kp, const float* x, const float* w,
+                                                               int width, float eps) {
     wait_prior_kernel();
     __shared__ float sh[32], sk[8];
     long long base = (long long)blockIdx.x * width;
@@ -243,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(256) rms_norm_q8(float* out, signed
         if (kq) {
             k8_publish(y, act, &sk[warp]);
             __syncthreads();
-            if (act) k8_write(y, sk, kq, kd, ks, base + i, warp == 0);
+            if (act) k8_write(y, sk, kq, kd, ks, kp, base + i, warp == 0);
             __syncthreads();
         }
     }
@@ -252,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(256) rms_norm_q8(float* out, signed
 // swiglu over n elements (n % 32 == 0) that also writes the Q8 blocks (unless xq is null). One warp per block of
 // 32, 256 threads a block; with kq non-null (n % 256 == 0: a block is all in or all out) also the K8 shadow.
 extern "C" __global__ void swiglu_q8(float* out, signed char* xq, float* xd, float* xs, signed char* kq, float* kd,
-                                     int* ks, const float* gate, const float* up, long long n) {
+                                     int* ks, unsigned char* kp, const float* gate, const float* up, long long n) {
     wait_prior_kernel();
     __shared__ float sk[32];
     long long blk = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -266,7 +270,7 @@ extern "C" __global__ void swiglu_q8(float* out, signed char* xq, float* xd, flo
         int warp = threadIdx.x >> 5;
         k8_publish(v, true, &sk[warp]);
         __syncthreads();
-        k8_write(v, &sk[warp & ~7], kq, kd, ks, i, (warp & 7) == 0);
+        k8_write(v, &sk[warp & ~7], kq, kd, ks, kp, i, (warp & 7) == 0);
     }
 }
 

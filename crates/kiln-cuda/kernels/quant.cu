@@ -340,9 +340,9 @@ extern "C" __global__ void matmul_deq(float* out, const u8* w, long long row_byt
 
 // K8 activations (for K-quant weights on the GEMV and block kernels): per 256 elements one scale d = amax / 127
 // and codes roundf(x / d) (the same float steps as quantize_q8, over 256 instead of 32), plus the integer sum of
-// the codes of every 32. One warp per 256 elements (8 a lane); n a multiple of 256. grid = ceil(n / 256 / 8),
-// block = 256.
-extern "C" __global__ void quantize_k8(signed char* kq, float* kd, int* ks, const float* x, long long n) {
+// the codes of every 32 (and, with kp non-null, those sums packed: k8_pack_sum). One warp per 256 elements (8 a
+// lane); n a multiple of 256. grid = ceil(n / 256 / 8), block = 256.
+extern "C" __global__ void quantize_k8(signed char* kq, float* kd, int* ks, u8* kp, const float* x, long long n) {
     wait_prior_kernel();
     long long blk = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (blk * 256 >= n) return;
@@ -369,6 +369,7 @@ extern "C" __global__ void quantize_k8(signed char* kq, float* kd, int* ks, cons
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     if ((lane & 3) == 0) ks[blk * 8 + (lane >> 2)] = sum;
+    if ((lane & 3) == 0 && kp) k8_pack_sum(kp, blk * 8 + (lane >> 2), sum);
     if (lane == 0) kd[blk] = d;
 }
 

@@ -261,6 +261,9 @@ pub struct Device {
     /// 16-output blocks a multiprocessor up to which a launch of few tiles takes the 16-output block-shared
     /// kernel rather than the 32-output one (`B16S_S_PER_SM`, a tuning define read once).
     b16s_s_per_sm: usize,
+    /// The block-shared kernel reads code sums packed by the K8 writers (`B16S_PACKED_SUMS`, a tuning define
+    /// read once); the writers then write them too.
+    b16s_packed: bool,
     meta: Mutex<Meta>,
     /// Attention scratch (split partials or scores), grown only outside graph capture.
     ws: Mutex<CudaSlice<f32>>,
@@ -359,12 +362,15 @@ pub struct DBuf {
     xs: CudaSlice<f32>,
     /// Leading elements whose Q8 shadow matches the f32 data.
     q8_valid: AtomicUsize,
-    /// The K8 shadow (K-quant matmuls): codes, a scale per 256, the code sum of every 32.
+    /// The K8 shadow (K-quant matmuls): codes, a scale per 256, the code sum of every 32 (then the same sums
+    /// packed for the block-shared kernel, 16 bytes a K8 block: [`Device::packed_ptr`]).
     kq: CudaSlice<i8>,
     kd: CudaSlice<f32>,
     ks: CudaSlice<i32>,
     /// Leading elements whose K8 shadow matches the f32 data.
     k8_valid: AtomicUsize,
+    /// Leading elements whose packed code sums match the f32 data (written only with `B16S_PACKED_SUMS`).
+    kp_valid: AtomicUsize,
     id: u64,
 }
 
@@ -373,6 +379,7 @@ impl DBuf {
     fn invalidate(&self) {
         self.q8_valid.store(0, Ordering::Relaxed);
         self.k8_valid.store(0, Ordering::Relaxed);
+        self.kp_valid.store(0, Ordering::Relaxed);
     }
     /// A process-unique identity (keys captured graphs).
     pub fn id(&self) -> u64 {
@@ -657,6 +664,7 @@ impl Device {
             sm_count,
             b16s_tile: crate::compile::tuned_define("B16S_TILE") as usize,
             b16s_s_per_sm: crate::compile::tuned_define("B16S_S_PER_SM") as usize,
+            b16s_packed: crate::compile::tuned_define("B16S_PACKED_SUMS") != 0,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
             argmax_out: Mutex::new(argmax_out),
@@ -835,13 +843,15 @@ impl Device {
                 .alloc_zeros::<i8>((nk * 256).max(1))
                 .map_err(err())?,
             kd: self.stream.alloc_zeros::<f32>(nk.max(1)).map_err(err())?,
+            // 8 int sums a K8 block, then its 16 bytes of packed sums.
             ks: self
                 .stream
-                .alloc_zeros::<i32>((nk * 8).max(1))
+                .alloc_zeros::<i32>((nk * 12).max(1))
                 .map_err(err())?,
             data,
             q8_valid: AtomicUsize::new(0),
             k8_valid: AtomicUsize::new(0),
+            kp_valid: AtomicUsize::new(0),
             id: next_id(),
         })
     }
@@ -1841,6 +1851,14 @@ impl Device {
     /// scales per 256, sums per 32; `n % 256 == 0`) when `k8`, else the Q8 one (codes, scales and scaled sums per
     /// 32; `n % 32 == 0`). Quantizes only what no fused writer or earlier matmul left current.
     fn activations(&self, x: &DBuf, n: usize, k8: bool) -> Result<(u64, u64, u64)> {
+        self.quantize(x, n, k8, false)
+    }
+
+    /// [`Device::activations`]; with `packed`, also the K8 code sums packed for the block-shared kernel, whose
+    /// pointer is then the third.
+    fn quantize(&self, x: &DBuf, n: usize, k8: bool, packed: bool) -> Result<(u64, u64, u64)> {
+        let kp = if k8 { self.packed_ptr(x) } else { 0 };
+        let stale = |valid: &AtomicUsize| valid.load(Ordering::Relaxed) < n;
         let (valid, codes, scales, sums, kernel, block) = if k8 {
             (
                 &x.k8_valid,
@@ -1864,7 +1882,7 @@ impl Device {
             self.q8_read.store(true, Ordering::Relaxed);
         }
         let (qp, dp) = (self.ptr(codes), self.ptr(scales));
-        if valid.load(Ordering::Relaxed) < n {
+        if stale(valid) || (packed && stale(&x.kp_valid)) {
             self.check(
                 "matmul",
                 n <= codes.len() && n.is_multiple_of(block),
@@ -1877,14 +1895,37 @@ impl Device {
             )?;
             let xp = self.ptr(&x.data);
             // Both kernels: one warp per block, 8 warps a thread block.
-            self.launch(
-                kernel,
-                grid((n / block).div_ceil(8) as u32, 1, 256),
-                &[&qp, &dp, &sums, &xp, &(n as i64)],
-            )?;
+            let cfg = grid((n / block).div_ceil(8) as u32, 1, 256);
+            if k8 {
+                self.launch(kernel, cfg, &[&qp, &dp, &sums, &kp, &xp, &(n as i64)])?;
+                if kp != 0 {
+                    x.kp_valid.store(n, Ordering::Relaxed);
+                }
+            } else {
+                self.launch(kernel, cfg, &[&qp, &dp, &sums, &xp, &(n as i64)])?;
+            }
             valid.store(n, Ordering::Relaxed);
         }
-        Ok((qp, dp, sums))
+        Ok((qp, dp, if packed { kp } else { sums }))
+    }
+
+    /// Where `x`'s packed code sums start (after its int sums), or null without `B16S_PACKED_SUMS` (the writers
+    /// then write none) or a K8 shadow.
+    fn packed_ptr(&self, x: &DBuf) -> u64 {
+        let nk = x.kq.len() / 256;
+        if self.b16s_packed && nk > 0 {
+            self.ptr(&x.ks) + (nk * 8 * std::mem::size_of::<i32>()) as u64
+        } else {
+            0
+        }
+    }
+
+    /// A fused writer wrote `n` elements of `out`'s K8 shadow (and its packed sums, when it was given them).
+    fn k8_written(&self, out: &DBuf, n: usize) {
+        out.k8_valid.store(n, Ordering::Relaxed);
+        if self.packed_ptr(out) != 0 {
+            out.kp_valid.store(n, Ordering::Relaxed);
+        }
     }
 
     /// Whether a fused writer of `n` elements in rows of `width` also writes `out`'s K8 shadow (not in a
@@ -1910,12 +1951,13 @@ impl Device {
         }
     }
 
-    /// `out`'s K8 shadow pointers for a fused writer, or nulls.
-    fn k8_ptrs(&self, out: &DBuf, on: bool) -> (u64, u64, u64) {
+    /// `out`'s K8 shadow pointers for a fused writer (codes, scales, sums, packed sums), or nulls.
+    fn k8_ptrs(&self, out: &DBuf, on: bool) -> (u64, u64, u64, u64) {
         if on {
-            (self.ptr(&out.kq), self.ptr(&out.kd), self.ptr(&out.ks))
+            let p = (self.ptr(&out.kq), self.ptr(&out.kd), self.ptr(&out.ks));
+            (p.0, p.1, p.2, self.packed_ptr(out))
         } else {
-            (0, 0, 0)
+            (0, 0, 0, 0)
         }
     }
 
@@ -2015,7 +2057,7 @@ impl Device {
                 return self.launch_jobs(
                     kernel,
                     &[job],
-                    (qp, dp, sp),
+                    (x, (qp, dp, sp)),
                     w.cols,
                     n_rows,
                     accumulate,
@@ -2217,7 +2259,7 @@ impl Device {
                     )
                 })
                 .collect();
-            self.launch_jobs(kernel, &jobs, act, cols, n_rows, false, tile)?;
+            self.launch_jobs(kernel, &jobs, (x, act), cols, n_rows, false, tile)?;
         }
         Ok(())
     }
@@ -2234,15 +2276,16 @@ impl Device {
     }
 
     /// Launches a job kernel (`gemv3_*`, [`takes_jobs`]) over up to three weights `(type id, out, weight, rows)`
-    /// that read the same activations: each weight's tiles of `tile.1` outputs, one after the other along
-    /// grid x (its first tile at `b1` / `b2`), activation rows in tiles of `tile.0` along grid y. The K8 block
-    /// kernel takes 16-output tiles instead for launches of few tiles ([`Options::block_tile16`]).
+    /// that read the same activations (`x` and its shadow pointers): each weight's tiles of `tile.1` outputs, one
+    /// after the other along grid x (its first tile at `b1` / `b2`), activation rows in tiles of `tile.0` along
+    /// grid y. The K8 block kernel takes 16-output tiles instead for launches of few tiles
+    /// ([`Options::block_tile16`]).
     #[allow(clippy::too_many_arguments)]
     fn launch_jobs(
         &self,
         kernel: &'static str,
         jobs: &[(i32, u64, u64, usize)],
-        (qp, dp, sp): (u64, u64, u64),
+        (x, (qp, dp, sp)): (&DBuf, (u64, u64, u64)),
         cols: usize,
         n_rows: usize,
         accumulate: bool,
@@ -2256,6 +2299,12 @@ impl Device {
             k8_block_kernel(&self.opts, tile, self.sm_count, tiles)
         } else {
             (kernel, tile_outs)
+        };
+        // The block-shared kernel built to read packed code sums gets their pointer for the sums.
+        let (qp, dp, sp) = if self.b16s_packed && B16S_TILES.iter().any(|&(k, _)| k == kernel) {
+            self.quantize(x, n_rows * cols, true, true)?
+        } else {
+            (qp, dp, sp)
         };
         let blocks: Vec<usize> = jobs.iter().map(|j| j.3.div_ceil(tile_outs)).collect();
         let b1 = blocks[0] as i32;
@@ -2337,7 +2386,7 @@ impl Device {
         if self.opts.fused && width.is_multiple_of(32) {
             let k8 = self.fused_k8(out, n_rows * width, width);
             let ((qp, dp, sp), q8) = self.q8_ptrs(out, k8);
-            let (kq, kd, ks) = self.k8_ptrs(out, k8);
+            let (kq, kd, ks, kp) = self.k8_ptrs(out, k8);
             // A few rows (decode, a verify block): one block per 256 elements of a row (bits unchanged).
             let parts = if n_rows <= MMQ_MIN_ROWS {
                 width.div_ceil(256)
@@ -2359,6 +2408,7 @@ impl Device {
                     &kq,
                     &kd,
                     &ks,
+                    &kp,
                     &xp,
                     &wp,
                     &(width as i32),
@@ -2369,7 +2419,7 @@ impl Device {
                 out.q8_valid.store(n_rows * width, Ordering::Relaxed);
             }
             if k8 {
-                out.k8_valid.store(n_rows * width, Ordering::Relaxed);
+                self.k8_written(out, n_rows * width);
             }
             return Ok(());
         }
@@ -2465,17 +2515,17 @@ impl Device {
         if self.opts.fused && n.is_multiple_of(32) {
             let k8 = self.fused_k8(out, n, n);
             let ((qp, dp, sp), q8) = self.q8_ptrs(out, k8);
-            let (kq, kd, ks) = self.k8_ptrs(out, k8);
+            let (kq, kd, ks, kp) = self.k8_ptrs(out, k8);
             self.launch(
                 "swiglu_q8",
                 grid((n / 32).div_ceil(8) as u32, 1, 256),
-                &[&o, &qp, &dp, &sp, &kq, &kd, &ks, &g, &u, &(n as i64)],
+                &[&o, &qp, &dp, &sp, &kq, &kd, &ks, &kp, &g, &u, &(n as i64)],
             )?;
             if q8 {
                 out.q8_valid.store(n, Ordering::Relaxed);
             }
             if k8 {
-                out.k8_valid.store(n, Ordering::Relaxed);
+                self.k8_written(out, n);
             }
             return Ok(());
         }
@@ -2979,7 +3029,7 @@ impl Device {
             (ptrs, true) if fused => (ptrs, true),
             _ => ((0, 0, 0), false),
         };
-        let (kq, kd, ks) = self.k8_ptrs(out, k8);
+        let (kq, kd, ks, kp) = self.k8_ptrs(out, k8);
         // Rows whose span is one split finished by the split kernel (its block writes its query heads in passes
         // of 128 elements: whole K8 blocks when it writes them, or with `attn_head_split` on a GPU with clusters,
         // half of one in each block of a cluster of 2); the merge kernel skips them. Clusters only when every row
@@ -2999,10 +3049,10 @@ impl Device {
             && (!k8 || pair || block.is_multiple_of(256));
         let pair = (direct && pair) as i32;
         let (split_out, direct) = if direct { (o, 1i32) } else { (0, 0) };
-        let (sxq, sxd, sxs, skq, skd, sks) = if direct == 1 {
-            (xq, xd, xs, kq, kd, ks)
+        let (sxq, sxd, sxs, skq, skd, sks, skp) = if direct == 1 {
+            (xq, xd, xs, kq, kd, ks, kp)
         } else {
-            (0, 0, 0, 0, 0, 0)
+            (0, 0, 0, 0, 0, 0, 0)
         };
         let pr = prep.unwrap_or_default();
         let on = prep.is_some() as i32;
@@ -3036,6 +3086,7 @@ impl Device {
                 &skq,
                 &skd,
                 &sks,
+                &skp,
                 &pr.k,
                 &pr.v,
                 &pr.q_norm,
@@ -3060,7 +3111,7 @@ impl Device {
                     (merge_heads * head_dim) as u32,
                 ),
                 &[
-                    &o, &xq, &xd, &xs, &kq, &kd, &ks, &wsp, &pp, &nh, &hd, &nsp, &vis, &direct,
+                    &o, &xq, &xd, &xs, &kq, &kd, &ks, &kp, &wsp, &pp, &nh, &hd, &nsp, &vis, &direct,
                 ],
             )?;
         }
@@ -3068,7 +3119,7 @@ impl Device {
             out.q8_valid.store(n * width, Ordering::Relaxed);
         }
         if k8 {
-            out.k8_valid.store(n * width, Ordering::Relaxed);
+            self.k8_written(out, n * width);
         }
         Ok(())
     }
