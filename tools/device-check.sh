@@ -27,7 +27,7 @@
 # block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) with
 # the default rule, the 4-warp kernel alone (KILN_NO_CUDA_BLOCK_SHARED) and each block-shared tile forced, then
 # pp16 -b 16 with and without the block-shared kernel, and with each of its tuning defines (B16S_S_PER_SM=1,
-# B16S_PACKED_SUMS=1, B16S_NST_M=3), not in the default;
+# B16_PACKED_SUMS=1, B16S_NST_M=3), not in the default;
 # stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
 # kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -88,11 +88,13 @@ if want selftest; then
     step selftest-cached "$KILN" selftest --device cuda
     grep -E "^device" "$OUT/selftest-cached.log" | tee -a "$OUT/summary.txt"
     # The block-shared K8 kernel's wider tiles (the self-test's small launches take 16 outputs a block by size),
-    # and its code sums packed by the K8 writers (a tuning define, off by default), at tiles 16 and 32.
-    for v in t64:-DB16S_TILE=64 t32:-DB16S_TILE=32 packed:-DB16S_PACKED_SUMS=1 \
-        packed-t32:-DB16S_PACKED_SUMS=1\;-DB16S_TILE=32; do
-        step "selftest-b16s-${v%%:*}" env KILN_CUDA_DEFINES="${v#*:}" "$KILN" selftest --device cuda --config 1
-        grep -E "^(FAIL|all)" "$OUT/selftest-b16s-${v%%:*}.log" | tee -a "$OUT/summary.txt"
+    # and the K8 block kernels on code sums packed by the K8 writers (a tuning define, off by default): the
+    # block-shared kernel at tiles 16 and 32, the 4-warp kernel in configuration 5. tag:configuration:defines.
+    for v in t64:1:-DB16S_TILE=64 t32:1:-DB16S_TILE=32 packed:1:-DB16_PACKED_SUMS=1 \
+        packed-t32:1:-DB16_PACKED_SUMS=1\;-DB16S_TILE=32 packed-4warp:5:-DB16_PACKED_SUMS=1; do
+        tag=${v%%:*} rest=${v#*:}
+        step "selftest-b16s-$tag" env KILN_CUDA_DEFINES="${rest#*:}" "$KILN" selftest --device cuda --config "${rest%%:*}"
+        grep -E "^(FAIL|all)" "$OUT/selftest-b16s-$tag.log" | tee -a "$OUT/summary.txt"
     done
 fi
 if want sanitizer && command -v compute-sanitizer >/dev/null; then
@@ -103,8 +105,8 @@ if want sanitizer && command -v compute-sanitizer >/dev/null; then
         grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool.log" | tail -n 3 | tee -a "$OUT/summary.txt"
     done
     # The block-shared K8 kernel's 32-output tile (the self-test's small launches take 16 by default).
-    step sanitizer-memcheck-packed env KILN_CUDA_DEFINES=-DB16S_PACKED_SUMS=1 timeout 300 compute-sanitizer \
-        --tool memcheck --error-exitcode 9 "$KILN" selftest --device cuda --config 1
+    step sanitizer-memcheck-packed env KILN_CUDA_DEFINES=-DB16_PACKED_SUMS=1 timeout 300 compute-sanitizer \
+        --tool memcheck --error-exitcode 9 "$KILN" selftest --device cuda --config 1,5
     grep -E "ERROR SUMMARY|all .* passed" "$OUT/sanitizer-memcheck-packed.log" | tail -n 2 | tee -a "$OUT/summary.txt"
     for tool in memcheck racecheck; do
         step "sanitizer-$tool-b16s-32" env KILN_CUDA_DEFINES=-DB16S_TILE=32 timeout 300 compute-sanitizer --tool "$tool" \
@@ -463,7 +465,7 @@ if want block16 && command -v ncu >/dev/null; then
     grep -E "^\||ratio" "$OUT/block16-ab.log" | tee -a "$OUT/summary.txt"
     # The rule's other setting (16-output tiles only up to one block a multiprocessor), the code sums packed by
     # the K8 writers, and 3 stages for the 32-output kernel (B = each).
-    for v in s1:-DB16S_S_PER_SM=1 packed:-DB16S_PACKED_SUMS=1 nst3:-DB16S_NST_M=3\;-DB16S_SMEM_M=74624; do
+    for v in s1:-DB16S_S_PER_SM=1 packed:-DB16_PACKED_SUMS=1 nst3:-DB16S_NST_M=3\;-DB16S_SMEM_M=74624; do
         step "block16-ab-${v%%:*}" "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
             -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=${v#*:}"
         grep -E "^\||ratio" "$OUT/block16-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"

@@ -463,6 +463,12 @@ static_assert(B16_WARPS == 4 || B16_WARPS == 8, "B16_WARPS: 4 or 8");
 // from the code sums split into int8 halves; then the GEMV's float step k8_step per super-block in ascending
 // order and the groups added in the xor tree's pairing. Output tile bx (outputs OUT bx ..), rows 16 blockIdx.y ..;
 // 32 B16_WARPS threads, dynamic shared memory b16_smem<OUT>().
+// The K8 block kernels (both kinds) read the code sums packed by the K8 writers (k8_pack_sum: 16 bytes a row and
+// K8 block, the words the Q4_K min-term mma takes; the host then passes their pointer for `ks`) instead of packing
+// the 16 rows' int sums in every warp (mp_pack_sums). A tuning define read by the host; same integers, same bits.
+#ifndef B16_PACKED_SUMS
+#define B16_PACKED_SUMS 0
+#endif
 template <int OUT> struct B16Q4 {
     static constexpr int STAGE = 16 * MP_LDA + OUT * MP_Q4 + 16 * 32 + 16 * 4; // codes, super-blocks, sums, scales
     static constexpr int DEC = 8 * OUT * 4 + OUT * 8 + 16 * 16 + OUT * 8;      // sc, packed mins and sums, d / dmin
@@ -495,8 +501,10 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
     // the code sums of row lane / 2 (half lane % 2), the scale of row lane (lanes < 16).
     B16Acts xa(kq, width, r0, n_rows);
     B16Supers<OUT, MP_Q4> ws(w, nsb, o0, n_out);
-    bool s_in = r0 + (lane >> 1) < n_rows;
-    const int* ksrc = ks + (long long)(s_in ? r0 + (lane >> 1) : 0) * nb + 4 * (lane & 1);
+    // (Packed sums: lanes < 16, row lane, 16 bytes a super-block.)
+    bool s_in = B16_PACKED_SUMS ? lane < 16 && r0 + lane < n_rows : r0 + (lane >> 1) < n_rows;
+    const int* ksrc = B16_PACKED_SUMS ? ks + (long long)(s_in ? r0 + lane : 0) * nsb * 4
+                                       : ks + (long long)(s_in ? r0 + (lane >> 1) : 0) * nb + 4 * (lane & 1);
     bool d_in = lane < 16 && r0 + lane < n_rows;
     const float* dsrc = kd + (long long)(d_in ? r0 + lane : 0) * nsb;
     // Copies of this warp's it-th super-block (the group's (S it + h)-th: sb = a + 4 (S it + h)) into stage it % 2.
@@ -507,7 +515,11 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
         unsigned char* sw = st + 16 * MP_LDA;
         ws.copy(sw, sb);
         unsigned char* sx = sw + OUT * MP_Q4;
-        cp_async<16>(sx + 32 * (lane >> 1) + 16 * (lane & 1), ksrc + 8 * sb, s_in);
+        if (B16_PACKED_SUMS) {
+            if (lane < 16) cp_async<16>(sx + 16 * lane, ksrc + 4 * sb, s_in);
+        } else {
+            cp_async<16>(sx + 32 * (lane >> 1) + 16 * (lane & 1), ksrc + 8 * sb, s_in);
+        }
         if (lane < 16) cp_async<4>(sx + 16 * 32 + 4 * lane, dsrc + sb, d_in);
         cp_commit();
     };
@@ -553,8 +565,10 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
                     sd[o] = h2f((u16)(hw[0] & 0xFFFF));
                     sdm[o] = h2f((u16)(hw[0] >> 16));
                 }
-                int r = lane >> 1, hi = lane & 1;
-                mp_pack_sums(sks + 8 * r, hi, ssum[4 * r + 2 * hi], ssum[4 * r + 2 * hi + 1]);
+                if (!B16_PACKED_SUMS) {
+                    int r = lane >> 1, hi = lane & 1;
+                    mp_pack_sums(sks + 8 * r, hi, ssum[4 * r + 2 * hi], ssum[4 * r + 2 * hi + 1]);
+                }
             }
             __syncwarp();
             int is[NI][4];
@@ -582,7 +596,8 @@ __device__ __forceinline__ void b16_q4k8(int bx, float* out, const u8* w, const 
                     }
                 }
             }
-            int as0 = (int)ssum[4 * g + t], as1 = (int)ssum[4 * (g + 8) + t];
+            const u32* psum = B16_PACKED_SUMS ? (const u32*)sks : ssum; // [r][4]
+            int as0 = (int)psum[4 * g + t], as1 = (int)psum[4 * (g + 8) + t];
 #pragma unroll
             for (int ni = 0; ni < NI; ni++) {
                 int mw = (int)smin[2 * (8 * ni + g) + (t & 1)];
@@ -824,12 +839,6 @@ extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 12 / B16_WARPS) gem
 // 8B's and 0.6B's launches, 2 on five of eight, but end to end is not measured yet).
 #define B16S_S_PER_SM 2
 #define B16S_SLOT_HEAD (16 * MP_LDA + 16 * 32 + 16 * 4) // codes [16][MP_LDA], code sums [16][8], row scales [16]
-// The block-shared kernel reads the code sums packed by the K8 writers (k8_pack_sum: 16 bytes a row and K8 block,
-// the words its min-term mma takes; the host then passes their pointer for `ks`) instead of every warp packing
-// the same 16 rows' int sums (mp_pack_sums). A tuning define read by the host; same integers, same bits.
-#ifndef B16S_PACKED_SUMS
-#define B16S_PACKED_SUMS 0
-#endif
 #define B16S_SCRATCH 640 // bytes a warp: Q4_K sc [8 j][8 o], mins [8 o][8 j] bytes, packed sums [16][4], d, dmin
 template <int NT, int KS, int NST> struct B16S {
     static constexpr int OUT = 8 * NT;
@@ -883,7 +892,7 @@ __device__ __forceinline__ void b16s_q4k(float (&f)[4], const unsigned char* sl,
             wd[o] = h2f((u16)(h0 & 0xFFFF));
             wdm[o] = h2f((u16)(h0 >> 16));
         }
-        if (!B16S_PACKED_SUMS) {
+        if (!B16_PACKED_SUMS) {
             int r = lane >> 1, hi = lane & 1;
             mp_pack_sums(sks + 8 * r, hi, wsum[4 * r + 2 * hi], wsum[4 * r + 2 * hi + 1]);
         }
@@ -910,7 +919,7 @@ __device__ __forceinline__ void b16s_q4k(float (&f)[4], const unsigned char* sl,
                 for (int e = 0; e < 4; e++) is[e] += ((e & 1) ? sc.y : sc.x) * dot[e];
             }
     }
-    const u32* psum = B16S_PACKED_SUMS ? (const u32*)sks : wsum; // [r][4]
+    const u32* psum = B16_PACKED_SUMS ? (const u32*)sks : wsum; // [r][4]
     int as0 = (int)psum[4 * g + t], as1 = (int)psum[4 * (g + 8) + t];
     int mw = (int)((const u32*)wmin)[2 * g + (t & 1)];
     int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
@@ -983,10 +992,10 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
     int ar = tid >> 4;
     bool a_in = r0 + ar < n_rows;
     const signed char* a_src = kq + (long long)(a_in ? r0 + ar : 0) * width + 16 * (tid & 15);
-    constexpr int SUM_LANES = B16S_PACKED_SUMS ? 16 : 32; // 16 bytes each
-    int sr = B16S_PACKED_SUMS ? tid : tid >> 1, dr = tid - 32;
+    constexpr int SUM_LANES = B16_PACKED_SUMS ? 16 : 32; // 16 bytes each
+    int sr = B16_PACKED_SUMS ? tid : tid >> 1, dr = tid - 32;
     bool s_in = tid < SUM_LANES && r0 + sr < n_rows, d_in = tid >= 32 && tid < 48 && r0 + dr < n_rows;
-    const int* s_src = B16S_PACKED_SUMS ? ks + (long long)(s_in ? r0 + sr : 0) * nsb * 4
+    const int* s_src = B16_PACKED_SUMS ? ks + (long long)(s_in ? r0 + sr : 0) * nsb * 4
                                         : ks + (long long)(s_in ? r0 + sr : 0) * nb + 4 * (tid & 1);
     const float* d_src = kd + (long long)(d_in ? r0 + dr : 0) * nsb;
     // The thread's weight chunks (chunk u = tid + 256 i: output u / CH, 16 bytes at 16 (u % CH)), worked out once:
@@ -1012,7 +1021,7 @@ __device__ __forceinline__ void b16s_body(int bx, float* out, const u8* w, const
                 if (acts) {
                     cp_async<16>(sl + ar * MP_LDA + 16 * (tid & 15), a_src + 256 * sb, a_in);
                     if (!Q6 && tid < SUM_LANES)
-                        cp_async<16>(sl + 16 * MP_LDA + 16 * tid, s_src + (B16S_PACKED_SUMS ? 4 : 8) * sb, s_in);
+                        cp_async<16>(sl + 16 * MP_LDA + 16 * tid, s_src + (B16_PACKED_SUMS ? 4 : 8) * sb, s_in);
                     if (tid >= 32 && tid < 48) cp_async<4>(sl + 16 * MP_LDA + 16 * 32 + 4 * dr, d_src + sb, d_in);
                 }
 #pragma unroll

@@ -261,9 +261,9 @@ pub struct Device {
     /// 16-output blocks a multiprocessor up to which a launch of few tiles takes the 16-output block-shared
     /// kernel rather than the 32-output one (`B16S_S_PER_SM`, a tuning define read once).
     b16s_s_per_sm: usize,
-    /// The block-shared kernel reads code sums packed by the K8 writers (`B16S_PACKED_SUMS`, a tuning define
-    /// read once); the writers then write them too.
-    b16s_packed: bool,
+    /// The K8 block kernels read code sums packed by the K8 writers (`B16_PACKED_SUMS`, a tuning define read
+    /// once); the writers then write them too.
+    b16_packed: bool,
     meta: Mutex<Meta>,
     /// Attention scratch (split partials or scores), grown only outside graph capture.
     ws: Mutex<CudaSlice<f32>>,
@@ -363,13 +363,13 @@ pub struct DBuf {
     /// Leading elements whose Q8 shadow matches the f32 data.
     q8_valid: AtomicUsize,
     /// The K8 shadow (K-quant matmuls): codes, a scale per 256, the code sum of every 32 (then the same sums
-    /// packed for the block-shared kernel, 16 bytes a K8 block: [`Device::packed_ptr`]).
+    /// packed for the K8 block kernels, 16 bytes a K8 block: [`Device::packed_ptr`]).
     kq: CudaSlice<i8>,
     kd: CudaSlice<f32>,
     ks: CudaSlice<i32>,
     /// Leading elements whose K8 shadow matches the f32 data.
     k8_valid: AtomicUsize,
-    /// Leading elements whose packed code sums match the f32 data (written only with `B16S_PACKED_SUMS`).
+    /// Leading elements whose packed code sums match the f32 data (written only with `B16_PACKED_SUMS`).
     kp_valid: AtomicUsize,
     id: u64,
 }
@@ -664,7 +664,7 @@ impl Device {
             sm_count,
             b16s_tile: crate::compile::tuned_define("B16S_TILE") as usize,
             b16s_s_per_sm: crate::compile::tuned_define("B16S_S_PER_SM") as usize,
-            b16s_packed: crate::compile::tuned_define("B16S_PACKED_SUMS") != 0,
+            b16_packed: crate::compile::tuned_define("B16_PACKED_SUMS") != 0,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
             argmax_out: Mutex::new(argmax_out),
@@ -1854,7 +1854,7 @@ impl Device {
         self.quantize(x, n, k8, false)
     }
 
-    /// [`Device::activations`]; with `packed`, also the K8 code sums packed for the block-shared kernel, whose
+    /// [`Device::activations`]; with `packed`, also the K8 code sums packed for the K8 block kernels, whose
     /// pointer is then the third.
     fn quantize(&self, x: &DBuf, n: usize, k8: bool, packed: bool) -> Result<(u64, u64, u64)> {
         let kp = if k8 { self.packed_ptr(x) } else { 0 };
@@ -1909,11 +1909,11 @@ impl Device {
         Ok((qp, dp, if packed { kp } else { sums }))
     }
 
-    /// Where `x`'s packed code sums start (after its int sums), or null without `B16S_PACKED_SUMS` (the writers
+    /// Where `x`'s packed code sums start (after its int sums), or null without `B16_PACKED_SUMS` (the writers
     /// then write none) or a K8 shadow.
     fn packed_ptr(&self, x: &DBuf) -> u64 {
         let nk = x.kq.len() / 256;
-        if self.b16s_packed && nk > 0 {
+        if self.b16_packed && nk > 0 {
             self.ptr(&x.ks) + (nk * 8 * std::mem::size_of::<i32>()) as u64
         } else {
             0
@@ -2300,8 +2300,9 @@ impl Device {
         } else {
             (kernel, tile_outs)
         };
-        // The block-shared kernel built to read packed code sums gets their pointer for the sums.
-        let (qp, dp, sp) = if self.b16s_packed && B16S_TILES.iter().any(|&(k, _)| k == kernel) {
+        // A K8 block kernel built to read packed code sums gets their pointer for the sums.
+        let block = kernel.starts_with("gemv16_k8");
+        let (qp, dp, sp) = if self.b16_packed && block {
             self.quantize(x, n_rows * cols, true, true)?
         } else {
             (qp, dp, sp)
