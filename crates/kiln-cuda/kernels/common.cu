@@ -68,7 +68,7 @@ __device__ float block_max(float v, float* sh) {
     return t;
 }
 
-// Code sum `sum` of K8 sub-block b (elements 32 b ..) packed as the block-shared K8 kernel's min-term mma reads it
+// Code sum `sum` of K8 sub-block b (elements 32 b ..) packed as the K8 block kernels' Q4_K min-term mma reads it
 // (gemv16.cu, B16_PACKED_SUMS): 16 bytes a K8 block, byte b % 8 the sum's low 6 bits, byte 8 + b % 8 its bits
 // 6..13 as a signed byte (sum = lo + 64 hi; mmq.cu's mp_pack_sums packs the same words from the int sums).
 __device__ __forceinline__ void k8_pack_sum(u8* kp, long long b, int sum) {

@@ -833,11 +833,15 @@ extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 12 / B16_WARPS) gem
 // Sends every K8 block launch to the block-shared kernel of this many outputs a block (64, 32 or 16; a tuning
 // define read by the host, which the device check uses to self-test each); 0 leaves the choice to the host
 // (device.rs, launch_jobs).
+#ifndef B16S_TILE
 #define B16S_TILE 0
+#endif
 // The host's rule between the 16- and 32-output kernels: 16 when a launch has at most this many 16-output blocks a
 // multiprocessor (a tuning define read by the host; per launch on the H100, 1 picked the faster tile on all of the
 // 8B's and 0.6B's launches, 2 on five of eight, but end to end is not measured yet).
+#ifndef B16S_S_PER_SM
 #define B16S_S_PER_SM 2
+#endif
 #define B16S_SLOT_HEAD (16 * MP_LDA + 16 * 32 + 16 * 4) // codes [16][MP_LDA], code sums [16][8], row scales [16]
 #define B16S_SCRATCH 640 // bytes a warp: Q4_K sc [8 j][8 o], mins [8 o][8 j] bytes, packed sums [16][4], d, dmin
 template <int NT, int KS, int NST> struct B16S {
@@ -1149,8 +1153,8 @@ extern "C" __global__ void __launch_bounds__(256, B16S_MINB) gemv16_k8s_w(const 
 extern "C" __global__ void __launch_bounds__(256, B16S_MINB) gemv16_k8s_m(const signed char* kq, const float* kd,
                                                                   const int* ks, int width, int n_rows,
                                                                   int accumulate, JOB_ARGS) {
-    b16s_k8<4, 2, B16S_NST_M>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2,
-                     w2, n2);
+    b16s_k8<4, 2, B16S_NST_M>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1,
+                              ty2, out2, w2, n2);
 }
 extern "C" __global__ void __launch_bounds__(256, B16S_MINB) gemv16_k8s_s(const signed char* kq, const float* kd,
                                                                   const int* ks, int width, int n_rows,

@@ -177,7 +177,7 @@ __device__ __forceinline__ void k8_publish(float y, bool act, float* slot) {
 }
 
 // `group` points at the block's 8 published maxima; element e of the data; `lead`: the block's first warp.
-// With kp non-null also the code sums packed as the block-shared K8 kernel's min-term mma reads them (16 bytes a
+// With kp non-null also the code sums packed as the K8 block kernels' min-term mma reads them (16 bytes a
 // K8 block: the low 6 bits of its 8 sums, then bits 6..13 as signed bytes; gemv16.cu's B16_PACKED_SUMS).
 __device__ __forceinline__ void k8_write(float y, const float* group, signed char* kq, float* kd, int* ks,
                                          unsigned char* kp, long long e, bool lead) {

@@ -843,10 +843,10 @@ impl Device {
                 .alloc_zeros::<i8>((nk * 256).max(1))
                 .map_err(err())?,
             kd: self.stream.alloc_zeros::<f32>(nk.max(1)).map_err(err())?,
-            // 8 int sums a K8 block, then its 16 bytes of packed sums.
+            // 8 int sums a K8 block, then (B16_PACKED_SUMS) its 16 bytes of packed sums.
             ks: self
                 .stream
-                .alloc_zeros::<i32>((nk * 12).max(1))
+                .alloc_zeros::<i32>((nk * if self.b16_packed { 12 } else { 8 }).max(1))
                 .map_err(err())?,
             data,
             q8_valid: AtomicUsize::new(0),
