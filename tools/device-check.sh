@@ -104,10 +104,11 @@ if want sanitizer && command -v compute-sanitizer >/dev/null; then
             ${SAN_CONFIG:+--config "$SAN_CONFIG"}
         grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool.log" | tail -n 3 | tee -a "$OUT/summary.txt"
     done
-    # The block-shared K8 kernel's 32-output tile (the self-test's small launches take 16 by default).
+    # The K8 block kernels on the writers' packed code sums (a tuning define, off by default).
     step sanitizer-memcheck-packed env KILN_CUDA_DEFINES=-DB16_PACKED_SUMS=1 timeout 300 compute-sanitizer \
         --tool memcheck --error-exitcode 9 "$KILN" selftest --device cuda --config 1,5
     grep -E "ERROR SUMMARY|all .* passed" "$OUT/sanitizer-memcheck-packed.log" | tail -n 2 | tee -a "$OUT/summary.txt"
+    # The block-shared K8 kernel's 32-output tile (the self-test's small launches take 16 by default).
     for tool in memcheck racecheck; do
         step "sanitizer-$tool-b16s-32" env KILN_CUDA_DEFINES=-DB16S_TILE=32 timeout 300 compute-sanitizer --tool "$tool" \
             --error-exitcode 9 "$KILN" selftest --device cuda --config 1
