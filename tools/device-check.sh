@@ -26,7 +26,7 @@
 # ablate = the 8B's decode step, then its 16-row block, without one kind of launch at a time, not in the default;
 # block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) with
 # the default rule, the 4-warp kernel alone (KILN_NO_CUDA_BLOCK_SHARED) and each block-shared tile forced, then
-# pp16 -b 16 with and without the block-shared kernel, and with each of its tuning defines (B16S_S_PER_SM=1,
+# pp16 -b 16 with and without the block-shared kernel, and with each of its tuning defines (B16S_S_PER_SM=2,
 # B16_PACKED_SUMS=1, B16S_NST_M=3), not in the default;
 # stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
 # kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
@@ -440,6 +440,16 @@ if want ablate; then
         "${ABLATE_BLOCK:-attn_q attn_v attn_output ffn_gate ffn_down output attn_prep attn_split attn_merge rms_norm_q8 swiglu_q8}"
     say "in-place cost of each launch kind (8B Q4_K_M, 16-row block):"
     grep -E "^\|" "$OUT/ablate-block16.log" | tee -a "$OUT/summary.txt"
+    # The four matmul launches in place under each K8 block kernel: which kernel and tile is cheapest for each role
+    # inside the graph (on the H100 the 4-warp kernel's o-proj cost 383 µs a block in place against 495 for the
+    # 16-output block-shared one, where ncu alone timed it 1 µs slower a launch).
+    for spec in 4warp:KILN_NO_CUDA_BLOCK_SHARED=1 t16:KILN_CUDA_DEFINES=-DB16S_TILE=16 \
+        t32:KILN_CUDA_DEFINES=-DB16S_TILE=32; do
+        step "ablate-block16-${spec%%:*}" env "${spec#*:}" "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+            -p 16 -b 16 -n 0 -r 3 --skip-each "attn_q attn_output ffn_gate ffn_down"
+        say "in-place cost of the matmul launches, ${spec#*:} (8B Q4_K_M, 16-row block):"
+        grep -E "^\|" "$OUT/ablate-block16-${spec%%:*}.log" | tee -a "$OUT/summary.txt"
+    done
 fi
 
 # The K8 block kernels by launch (STEPS=block16): which kernel and tile each of a layer's launches takes, and its
@@ -464,9 +474,9 @@ if want block16 && command -v ncu >/dev/null; then
     step block16-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 \
         -r 3 --ab KILN_NO_CUDA_BLOCK_SHARED=1
     grep -E "^\||ratio" "$OUT/block16-ab.log" | tee -a "$OUT/summary.txt"
-    # The rule's other setting (16-output tiles only up to one block a multiprocessor), the code sums packed by
+    # The rule's other setting (16-output tiles up to two blocks a multiprocessor), the code sums packed by
     # the K8 writers, and 3 stages for the 32-output kernel (B = each).
-    for v in s1:-DB16S_S_PER_SM=1 packed:-DB16_PACKED_SUMS=1 nst3:-DB16S_NST_M=3\;-DB16S_SMEM_M=74624; do
+    for v in s2:-DB16S_S_PER_SM=2 packed:-DB16_PACKED_SUMS=1 nst3:-DB16S_NST_M=3\;-DB16S_SMEM_M=74624; do
         step "block16-ab-${v%%:*}" "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
             -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=${v#*:}"
         grep -E "^\||ratio" "$OUT/block16-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"

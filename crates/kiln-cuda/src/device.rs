@@ -3152,7 +3152,8 @@ struct Prep {
 /// The K8 block kernel and its outputs a block for a launch that has `tiles(outs)` blocks at `outs` outputs a
 /// block. Launches of few 32-output tiles (under two a multiprocessor: at 16 rows the 8B's Q/K/V, o-proj and
 /// down, every matmul of the 0.6B) take the block-shared kernel, with 16-output tiles when there are at most
-/// `s_per_sm` of those a multiprocessor, else 32 ([`Options::block_shared`]); or, without it, 16-output tiles
+/// `s_per_sm` of those a multiprocessor (default 1: end to end on the H100 1.011x on the 8B's 16-row block and
+/// 1.033x on the 0.6B's against 2), else 32 ([`Options::block_shared`]); or, without it, 16-output tiles
 /// of the 4-warp kernel ([`Options::block_tile16`]). Larger launches keep the 4-warp kernel's 32-output tiles.
 /// `(forced, s_per_sm)` are tuning defines (B16S_TILE, B16S_S_PER_SM): a forced tile (0: none) takes every launch.
 fn k8_block_kernel(
@@ -3267,16 +3268,18 @@ mod tests {
 
     #[test]
     fn k8_block_launches_pick_their_kernel_by_size() {
-        // A 132-multiprocessor card, 16 rows (one row tile): the 8B's four launches by their outputs.
+        // A 132-multiprocessor card, 16 rows (one row tile): the 8B's four launches by their outputs, under the
+        // default threshold (one 16-output block a multiprocessor).
         let tiles_of = |outputs: usize| move |outs: usize| outputs.div_ceil(outs);
         let pick = |opts: &Options, forced: usize, outputs: usize| {
-            k8_block_kernel(opts, (forced, 2), 132, tiles_of(outputs)).0
+            k8_block_kernel(opts, (forced, 1), 132, tiles_of(outputs)).0
         };
         let on = Options::default();
-        // Q/K/V: 384 blocks of 16 are over a wave of two a multiprocessor, 192 of 32 are not.
+        // Q/K/V (192 blocks of 32), o-proj and down (128): under two a multiprocessor, but over one of 16.
         assert_eq!(pick(&on, 0, 6144), "gemv16_k8s_m");
-        // o-proj and down: 256 blocks of 16 fit one wave.
-        assert_eq!(pick(&on, 0, 4096), "gemv16_k8s_s");
+        assert_eq!(pick(&on, 0, 4096), "gemv16_k8s_m");
+        // A launch of 2,048 outputs (128 blocks of 16, the 0.6B's o-proj at 1,024 too): 16.
+        assert_eq!(pick(&on, 0, 2048), "gemv16_k8s_s");
         // gate/up: 768 tiles of 32, the 4-warp kernel.
         assert_eq!(pick(&on, 0, 24576), "gemv16_k8");
         // Without the block-shared kernel: the 4-warp kernel's 16-output tiles for few tiles, or 32 always.
@@ -3295,16 +3298,16 @@ mod tests {
         assert_eq!(pick(&on, 64, 4096), "gemv16_k8s_w");
         assert_eq!(pick(&on, 16, 24576), "gemv16_k8s_s");
         assert_eq!(pick(&old, 64, 4096), "gemv16_k8_o16");
-        // With 16-output tiles only up to one block a multiprocessor: o-proj and down take 32 outputs, and a
-        // launch of 2,048 outputs (128 blocks of 16) still 16.
-        let one = |outputs: usize| k8_block_kernel(&on, (0, 1), 132, tiles_of(outputs)).0;
-        assert_eq!(one(4096), "gemv16_k8s_m");
-        assert_eq!(one(2048), "gemv16_k8s_s");
-        assert_eq!(one(24576), "gemv16_k8");
+        // With 16-output tiles up to two blocks a multiprocessor: o-proj and down (256 blocks of 16) take 16,
+        // Q/K/V (384) still 32.
+        let two = |outputs: usize| k8_block_kernel(&on, (0, 2), 132, tiles_of(outputs)).0;
+        assert_eq!(two(4096), "gemv16_k8s_s");
+        assert_eq!(two(6144), "gemv16_k8s_m");
+        assert_eq!(two(24576), "gemv16_k8");
         // The tile the launch is laid out in is the kernel's.
         for (k, outs) in B16S_TILES {
             assert_eq!(
-                k8_block_kernel(&on, (outs, 2), 132, tiles_of(4096)),
+                k8_block_kernel(&on, (outs, 1), 132, tiles_of(4096)),
                 (k, outs)
             );
         }
