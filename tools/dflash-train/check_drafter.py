@@ -36,7 +36,7 @@ def main():
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(100, 20000, (1, 120), generator=g)
     batcher = T.Batcher(target, taps, mask_id, bl, 7.0, torch.device("cpu"), False, False)
-    feat, _ = batcher.features([(ids[0].tolist(), 0)])
+    feat = batcher.features([(ids[0].tolist(), 0)])[0]
     emb = target.get_input_embeddings().weight
     worst, same = 0.0, True
     anchors = [5, 40, 87, 104]
@@ -95,6 +95,44 @@ def check_greedy_labels(target, taps, mask_id, bl):
             sys.exit(f"--greedy-labels at anchor {a}: {labels[j]}, expected {want}")
     print(f"greedy labels: the target's argmax continuation at anchors {anchors} "
           f"({sum(l != T.IGNORE for r in labels for l in r)} labels)")
+    check_soft_labels(target, taps, mask_id, bl, seq, anchors)
+
+
+@torch.no_grad()
+def check_soft_labels(target, taps, mask_id, bl, seq, anchors):
+    """--soft-labels K: each labelled block position carries the target's K likeliest tokens after the position
+    before it (the argmax first) with their probabilities; with K = 1 the soft loss is the label's."""
+    probs = target(torch.tensor([seq])).logits[0].float().softmax(-1)  # probs[j]: the target's after j
+    k = 4
+    batcher = T.Batcher(target, taps, mask_id, bl, 7.0, torch.device("cpu"), True, False, greedy_labels=True,
+                        soft_labels=k)
+    batch = batcher.build([(seq, 0)], 0, None, [("train", 0)], fixed=[anchors])
+    labels, sel, (top_ids, top_p) = batch[5], batch[6], batch[7]
+    worst = 0.0
+    for row, flat in enumerate(sel.tolist()):
+        j, pos = divmod(flat, bl - 1)
+        before = anchors[j] + pos  # block position pos + 1 predicts the token after anchor + pos
+        p, ids = probs[before].topk(k)
+        if top_ids[row, 0] != labels[0, j, pos] or set(top_ids[row].tolist()) != set(ids.tolist()):
+            sys.exit(f"--soft-labels at anchor {anchors[j]}, block position {pos + 1}: {top_ids[row].tolist()}, "
+                     f"expected {ids.tolist()} with the label {labels[0, j, pos].item()} first")
+        got = dict(zip(top_ids[row].tolist(), top_p[row].float().tolist()))
+        worst = max(worst, max(abs(got[i] - q) for i, q in zip(ids.tolist(), p.tolist())))
+    if worst > 1e-3:
+        sys.exit(f"--soft-labels: probabilities off by {worst:.3g}")
+    # The same hidden states through both losses: the K = 1 soft loss (the argmax, renormalized to 1) is the label's.
+    one = T.Batcher(target, taps, mask_id, bl, 7.0, torch.device("cpu"), True, False, greedy_labels=True,
+                    soft_labels=1)
+    batch1 = one.build([(seq, 0)], 0, None, [("train", 0)], fixed=[anchors])
+    hid = torch.randn(1, len(anchors) * bl, target.config.hidden_size, generator=torch.Generator().manual_seed(5))
+    head = target.get_output_embeddings().weight
+    hard = T.draft_loss(lambda *_: hid, head, batch1, one.pos_weight, bl, False, 0.0)[0].item()
+    soft = T.draft_loss(lambda *_: hid, head, batch1, one.pos_weight, bl, False, 1.0)[0].item()
+    mixed = T.draft_loss(lambda *_: hid, head, batch, batcher.pos_weight, bl, False, 0.5)[0].item()
+    if abs(hard - soft) > 1e-4 * abs(hard):
+        sys.exit(f"--soft-labels 1 --soft-weight 1: loss {soft}, the label's {hard}")
+    print(f"soft labels: the target's top {k} at {len(sel)} labelled positions (probabilities within {worst:.2g}); "
+          f"K = 1 soft loss {soft:.5f} = label loss {hard:.5f}; K = {k} at weight 0.5: {mixed:.5f}")
 
 
 if __name__ == "__main__":

@@ -49,11 +49,11 @@ def main():
 
         if form != "f32":
             def features(seqs, greedy=False):
-                f, nxt = computed(seqs, greedy)
-                return roundtrip(f), nxt
+                f, nxt, soft = computed(seqs, greedy)
+                return roundtrip(f), nxt, soft
             b.features = features
         with torch.no_grad():
-            f, _ = computed(test[:4])
+            f = computed(test[:4])[0]
             err = 0.0 if form == "f32" else ((roundtrip(f) - f).norm() / f.norm()).item()
         loss, tau = T.evaluate(drafter, head_w, b, test, args, False)
         sim = T.simulate_tau(drafter, head_w, b, test, a.sim_new, False)

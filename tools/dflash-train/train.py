@@ -355,9 +355,10 @@ class Batcher:
     """Turns sequences into one training batch: target features (on the fly or cached), anchors, blocks, masks."""
 
     def __init__(self, target, taps, mask_id, block, gamma, device, cache, bf16, greedy_labels=False,
-                 cache_dtype="f16"):
+                 cache_dtype="f16", soft_labels=0):
         self.target, self.taps, self.mask_id, self.block = target, taps, mask_id, block
         self.device, self.bf16, self.greedy_labels = device, bf16, greedy_labels
+        self.soft_labels = soft_labels  # --soft-labels: the target's K likeliest next tokens kept with the argmax
         self.cache_dtype = cache_dtype
         self.cache = {} if cache else None
         k = torch.arange(1, block, dtype=torch.float32)
@@ -377,7 +378,9 @@ class Batcher:
     @torch.no_grad()
     def features(self, seqs, greedy=False):
         """[B, T, taps*H] float32 target hidden states after the tapped layers (padded with zeros); with `greedy`,
-        also [B, T] the target's argmax next token at each position (for --greedy-labels), else None."""
+        also [B, T] the target's argmax next token at each position (for --greedy-labels), else None; with
+        --soft-labels K also its K likeliest next tokens and their probabilities ([B, T, K] int32 and f16; the
+        argmax is the first), else None."""
         t = max(len(s) for s, _ in seqs)
         ids = torch.zeros(len(seqs), t, dtype=torch.long)
         att = torch.zeros(len(seqs), t, dtype=torch.long)
@@ -390,41 +393,63 @@ class Batcher:
         # hidden_states[0] is the embedding output, [l + 1] the output of layer l.
         feat = torch.cat([out.hidden_states[l + 1] for l in self.taps], dim=-1).float()
         if not greedy:
-            return feat, None
+            return feat, None, None
         last = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])
         # In row chunks: the logits of a whole batch (tokens x 49,152 floats) need not fit at once.
-        nxt = torch.cat([F.linear(last[i:i + 4096].float(), self.head.float()).argmax(-1)
-                         for i in range(0, last.shape[0], 4096)])
-        return feat, nxt.view(ids.shape).to(torch.int32)
+        nxt, top_ids, top_p = [], [], []
+        for i in range(0, last.shape[0], 4096):
+            logits = F.linear(last[i:i + 4096].float(), self.head.float())
+            nxt.append(logits.argmax(-1))
+            if self.soft_labels:
+                p, k = logits.softmax(-1).topk(self.soft_labels, dim=-1)
+                top_ids.append(k.to(torch.int32))
+                top_p.append(p.to(torch.float16))
+        nxt = torch.cat(nxt).view(ids.shape).to(torch.int32)
+        soft = None
+        if self.soft_labels:
+            # The argmax first (topk may order an exact tie otherwise), so a soft label's first token is the label.
+            top_ids = torch.cat(top_ids).view(*ids.shape, -1)
+            top_ids[..., 0] = nxt
+            soft = (top_ids, torch.cat(top_p).view(*ids.shape, -1))
+        return feat, nxt, soft
 
     def cached_features(self, seqs, keys):
-        """(features, greedy next tokens or None) of `seqs`; the greedy tokens only for training sequences with
-        --greedy-labels (held-out labels stay the sequence's own tokens), and in host memory: the labels are
-        built on the host, where the count of labelled positions is known without waiting for the GPU."""
+        """(features, greedy next tokens or None, soft labels or None) of `seqs`; the greedy tokens (and the soft
+        labels) only for training sequences with --greedy-labels (held-out labels stay the sequence's own
+        tokens), and in host memory: the labels are built on the host, where the count of labelled positions is
+        known without waiting for the GPU."""
         greedy = self.greedy_labels and keys[0][0] == "train"
         # Held-out sequences are never cached: evaluations see the features kiln computes (float32).
         if self.cache is None or keys[0][0] != "train":
-            f, nxt = self.features(seqs, greedy)
-            return f, None if nxt is None else nxt.cpu()
+            f, nxt, soft = self.features(seqs, greedy)
+            return (f, None if nxt is None else nxt.cpu(),
+                    None if soft is None else tuple(x.cpu() for x in soft))
         miss = [i for i, k in enumerate(keys) if k not in self.cache]
         if miss:
-            f, nxt = self.features([seqs[i] for i in miss], greedy)
+            f, nxt, soft = self.features([seqs[i] for i in miss], greedy)
             nxt = None if nxt is None else nxt.cpu()
+            soft = None if soft is None else tuple(x.cpu() for x in soft)
             for j, i in enumerate(miss):
                 # Features on the batch's device: in RAM on a CPU, in GPU memory on a GPU (no transfer per step).
                 n = len(seqs[i][0])
                 self.cache[keys[i]] = (pack_features(f[j, :n], len(self.taps), self.cache_dtype),
-                                       None if nxt is None else nxt[j, :n].clone())
+                                       None if nxt is None else nxt[j, :n].clone(),
+                                       None if soft is None else tuple(x[j, :n].clone() for x in soft))
         t = max(len(s) for s, _ in seqs)
         out = torch.zeros(len(seqs), t, len(self.taps) * self.embed.shape[1], device=self.device)
         nxt = torch.full((len(seqs), t), IGNORE, dtype=torch.int32) if greedy else None
+        k_soft = self.soft_labels if greedy else 0
+        soft = (torch.zeros(len(seqs), t, k_soft, dtype=torch.int32),
+                torch.zeros(len(seqs), t, k_soft, dtype=torch.float16)) if k_soft else None
         for i, k in enumerate(keys):
-            c, g = self.cache[k]
+            c, g, sl = self.cache[k]
             c = unpack_features(c)
             out[i, :c.shape[0]] = c
             if greedy:
                 nxt[i, :g.shape[0]] = g
-        return out, nxt
+            if soft is not None:
+                soft[0][i, :g.shape[0]], soft[1][i, :g.shape[0]] = sl
+        return out, nxt, soft
 
     def precompute(self, train, max_tokens):
         """Fills the cache with every training sequence's features before the first step: batches of similar
@@ -446,7 +471,7 @@ class Batcher:
     def build(self, seqs, anchors_per_seq, rng, keys, all_anchors=False, fixed=None):
         """One batch: random anchors (evenly spaced with all_anchors, or the lists in `fixed`)."""
         bl, d = self.block, self.device
-        feat, nxt = self.cached_features(seqs, keys)
+        feat, nxt, soft = self.cached_features(seqs, keys)
         b, t = feat.shape[:2]
         anchors = [] if fixed is None else fixed
         for ids, p_len in seqs if fixed is None else []:
@@ -471,6 +496,7 @@ class Batcher:
         blk_tok = toks.gather(1, blk_pos.view(b, n)).view(b, na, bl)  # IGNORE past the sequence's end
         blk_ids = torch.full((b, na, bl), self.mask_id, dtype=torch.long)
         blk_ids[..., 0] = torch.where(real, blk_tok[..., 0], self.mask_id)
+        soft_sel = None
         if nxt is None:
             labels = torch.where(real[..., None], blk_tok[..., 1:], IGNORE)
         else:
@@ -485,6 +511,13 @@ class Batcher:
         # The labelled block positions (flat over [b, na, bl-1]): only they go through the LM head. On sampled
         # data most positions past the first few have no greedy label.
         sel = (labels != IGNORE).view(-1).nonzero().squeeze(-1)
+        if soft is not None:
+            # --soft-labels: the target's K likeliest tokens after position a+k-1 for each labelled block position.
+            at = blk_pos[..., :-1].reshape(b, -1).clamp_max(t - 1)
+            soft_sel = tuple(x.gather(1, at[..., None].expand(-1, -1, x.shape[-1])).view(-1, x.shape[-1])
+                             .index_select(0, sel) for x in soft)
+            soft_sel = tuple(x.pin_memory().to(d, non_blocking=True) if d.type == "cuda" else x.to(d)
+                             for x in soft_sel)
         # On a GPU through pinned memory, so the copies do not wait for the GPU's queue.
         a0, real, blk_pos, blk_ids, labels, sel = (
             x.pin_memory().to(d, non_blocking=True) if d.type == "cuda" else x.to(d)
@@ -494,11 +527,15 @@ class Batcher:
         sees_blk = (qb[:, None] == qb[None, :]).expand(b, n, n)  # its own block, in both directions
         mask = torch.cat([sees_ctx, sees_blk], dim=-1).unsqueeze(1)
         ctx_pos = torch.arange(t, device=d).expand(b, t)
-        return (feat, ctx_pos, F.embedding(blk_ids.view(b, n), self.embed), blk_pos.view(b, n), mask, labels, sel)
+        return (feat, ctx_pos, F.embedding(blk_ids.view(b, n), self.embed), blk_pos.view(b, n), mask, labels, sel,
+                soft_sel)
 
 
-def draft_loss(drafter, head_w, batch, pos_weight, block, amp):
-    feat, ctx_pos, emb, blk_pos, mask, labels, sel = batch
+def draft_loss(drafter, head_w, batch, pos_weight, block, amp, soft_weight=0.0):
+    """The γ-weighted loss of a batch; with soft labels in it (--soft-labels), each labelled position's cross-
+    entropy mixes the label's ((1 - soft_weight) of it) with the target's top-K distribution's (renormalized over
+    the K; soft_weight of it)."""
+    feat, ctx_pos, emb, blk_pos, mask, labels, sel, soft = batch
     lab = labels.view(-1).index_select(0, sel)
     with torch.autocast(device_type=feat.device.type, dtype=torch.bfloat16, enabled=amp):
         hid = drafter(feat, ctx_pos, emb, blk_pos, mask)
@@ -506,6 +543,12 @@ def draft_loss(drafter, head_w, batch, pos_weight, block, amp):
         hid = hid.view(b, n // block, block, h)[:, :, 1:]  # positions 1..B-1 predict tokens a+1..a+B-1
         logits = F.linear(hid.reshape(-1, h).index_select(0, sel), head_w)  # the labelled positions only
     ce = F.cross_entropy(logits.float(), lab, reduction="none")
+    if soft is not None and soft_weight > 0:
+        top_ids, top_p = soft
+        p = top_p.float()
+        p = p / p.sum(-1, keepdim=True).clamp_min(1e-12)
+        soft_ce = -(p * logits.float().log_softmax(-1).gather(1, top_ids.long())).sum(-1)
+        ce = (1.0 - soft_weight) * ce + soft_weight * soft_ce
     w = pos_weight[sel % (block - 1)]
     loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
     # Accepted length under greedy verification: drafts accepted while each equals the target's token.
@@ -600,7 +643,7 @@ def simulate_tau(drafter, head_w, batcher, test, max_new, amp):
     tokens = rounds = 0
     for ids, p in test:
         ids = ids[:p + max_new]
-        feat, _ = batcher.features([(ids, p)])
+        feat = batcher.features([(ids, p)])[0]
         a = p
         while a < len(ids) - 1:
             blk = torch.full((1, bl), batcher.mask_id, dtype=torch.long, device=d)
@@ -659,6 +702,13 @@ def main():
                     help="label the training blocks with the target's argmax next tokens (what greedy verification "
                          "accepts) instead of the sequence's own, possibly sampled, tokens; block positions past a "
                          "sampled token that is not the argmax get no label. Held-out labels are unchanged")
+    ap.add_argument("--soft-labels", type=int, default=0, metavar="K",
+                    help="with --greedy-labels: also keep the target's K likeliest next tokens and their "
+                         "probabilities at every training position (host memory, 6 K bytes a token) for "
+                         "--soft-weight")
+    ap.add_argument("--soft-weight", type=float, default=0.5,
+                    help="with --soft-labels: the share of each labelled position's loss that is the cross-entropy "
+                         "against the target's top-K distribution (renormalized), the rest against its argmax")
     ap.add_argument("--init", default="",
                     help="start from this drafter (z-lab directory or `kiln convert-draft` GGUF) instead of random "
                          "weights; a new schedule (warm-up, cosine decay) runs over --minutes")
@@ -801,7 +851,7 @@ def main():
           f"{len(train)} train / {len(test)} test sequences", flush=True)
 
     batcher = Batcher(target, taps, args.mask_id, args.block, args.gamma, dev, args.cache_features,
-                      args.target_bf16, args.greedy_labels, args.cache_dtype)
+                      args.target_bf16, args.greedy_labels, args.cache_dtype, args.soft_labels)
     if args.precompute_features:
         if not args.cache_features:
             sys.exit("--precompute-features needs --cache-features")
@@ -845,7 +895,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         loss, accepted, blocks, next_round = draft_loss(drafter, head_w, batch, batcher.pos_weight, args.block,
-                                                        amp)
+                                                        amp, args.soft_weight)
         if args.round_anchors > 0 and step % ROUND_ANCHOR_EVERY == 0:
             record_round_starts(round_starts, seqs, idx, batcher.last_anchors, next_round.cpu())
         marks.append(timer(timed, dev))
