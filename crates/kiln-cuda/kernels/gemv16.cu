@@ -842,6 +842,13 @@ extern "C" __global__ void __launch_bounds__(32 * B16_WARPS, 12 / B16_WARPS) gem
 #ifndef B16S_S_PER_SM
 #define B16S_S_PER_SM 1
 #endif
+// Matmul roles whose K8 block launches take the 4-warp kernel whatever their size (a tuning define read by the
+// host; a bit mask: 1 Q/K/V, 2 o-proj, 4 gate/up, 8 down, 16 the output head; 0: the size rule alone). Inside a
+// graph the 4-warp kernel costs less than ncu times it alone and the block-shared one does not (H100, 8B: the
+// o-proj 383 against 495 µs a 16-row block in place), so a role's better kernel is an end-to-end question.
+#ifndef B16_4WARP_ROLES
+#define B16_4WARP_ROLES 0
+#endif
 #define B16S_SLOT_HEAD (16 * MP_LDA + 16 * 32 + 16 * 4) // codes [16][MP_LDA], code sums [16][8], row scales [16]
 #define B16S_SCRATCH 640 // bytes a warp: Q4_K sc [8 j][8 o], mins [8 o][8 j] bytes, packed sums [16][4], d, dmin
 template <int NT, int KS, int NST> struct B16S {

@@ -261,6 +261,9 @@ pub struct Device {
     /// 16-output blocks a multiprocessor up to which a launch of few tiles takes the 16-output block-shared
     /// kernel rather than the 32-output one (`B16S_S_PER_SM`, a tuning define read once).
     b16s_s_per_sm: usize,
+    /// Roles whose K8 block launches keep the 4-warp kernel (`B16_4WARP_ROLES`, a tuning define read once: a bit
+    /// mask over [`block_role_bit`]).
+    b16_4warp_roles: u32,
     /// The K8 block kernels read code sums packed by the K8 writers (`B16_PACKED_SUMS`, a tuning define read
     /// once); the writers then write them too.
     b16_packed: bool,
@@ -664,6 +667,7 @@ impl Device {
             sm_count,
             b16s_tile: crate::compile::tuned_define("B16S_TILE") as usize,
             b16s_s_per_sm: crate::compile::tuned_define("B16S_S_PER_SM") as usize,
+            b16_4warp_roles: crate::compile::tuned_define("B16_4WARP_ROLES"),
             b16_packed: crate::compile::tuned_define("B16_PACKED_SUMS") != 0,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
@@ -2055,7 +2059,7 @@ impl Device {
             if takes_jobs(kernel) {
                 let job = (ty, o, wp, w.rows);
                 return self.launch_jobs(
-                    kernel,
+                    (kernel, weight_role(&w.name)),
                     &[job],
                     (x, (qp, dp, sp)),
                     w.cols,
@@ -2259,7 +2263,8 @@ impl Device {
                     )
                 })
                 .collect();
-            self.launch_jobs(kernel, &jobs, (x, act), cols, n_rows, false, tile)?;
+            let role = weight_role(&ws[i].name);
+            self.launch_jobs((kernel, role), &jobs, (x, act), cols, n_rows, false, tile)?;
         }
         Ok(())
     }
@@ -2279,11 +2284,11 @@ impl Device {
     /// that read the same activations (`x` and its shadow pointers): each weight's tiles of `tile.1` outputs, one
     /// after the other along grid x (its first tile at `b1` / `b2`), activation rows in tiles of `tile.0` along
     /// grid y. The K8 block kernel takes 16-output tiles instead for launches of few tiles
-    /// ([`Options::block_tile16`]).
+    /// ([`Options::block_tile16`]). `role` is the first weight's ([`weight_role`]).
     #[allow(clippy::too_many_arguments)]
     fn launch_jobs(
         &self,
-        kernel: &'static str,
+        (kernel, role): (&'static str, &str),
         jobs: &[(i32, u64, u64, usize)],
         (x, (qp, dp, sp)): (&DBuf, (u64, u64, u64)),
         cols: usize,
@@ -2296,7 +2301,12 @@ impl Device {
         };
         let (kernel, tile_outs) = if kernel == "gemv16_k8" {
             let tile = (self.b16s_tile, self.b16s_s_per_sm);
-            k8_block_kernel(&self.opts, tile, self.sm_count, tiles)
+            let four_warp = self.b16_4warp_roles & block_role_bit(role) != 0;
+            let opts = Options {
+                block_shared: self.opts.block_shared && !four_warp,
+                ..self.opts
+            };
+            k8_block_kernel(&opts, tile, self.sm_count, tiles)
         } else {
             (kernel, tile_outs)
         };
@@ -3178,6 +3188,19 @@ fn k8_block_kernel(
     }
 }
 
+/// The bit of a matmul role in `B16_4WARP_ROLES` (gemv16.cu): Q/K/V 1 (their job launch is named by `attn_q`),
+/// o-proj 2, gate/up 4 (by `ffn_gate`), down 8, the output head 16; other roles none.
+fn block_role_bit(role: &str) -> u32 {
+    match role {
+        "attn_q" | "attn_k" | "attn_v" | "attn_qkv" => 1,
+        "attn_output" => 2,
+        "ffn_gate" | "ffn_up" => 4,
+        "ffn_down" => 8,
+        "output" => 16,
+        _ => 0,
+    }
+}
+
 /// The block-shared K8 block kernels (gemv16.cu) by tile, widest first: (kernel, outputs a block).
 const B16S_TILES: [(&str, usize); 3] = [
     ("gemv16_k8s_w", 64),
@@ -3311,6 +3334,19 @@ mod tests {
                 (k, outs)
             );
         }
+    }
+
+    #[test]
+    fn block_roles_have_their_4warp_bits() {
+        let bit = |name: &str| block_role_bit(weight_role(name));
+        assert_eq!(bit("blk.0.attn_q.weight"), 1);
+        assert_eq!(bit("blk.35.attn_output.weight"), 2);
+        assert_eq!(bit("blk.7.ffn_gate.weight"), 4);
+        assert_eq!(bit("blk.7.ffn_down.weight"), 8);
+        assert_eq!(bit("output.weight"), 16);
+        assert_eq!(bit("token_embd.weight"), 0);
+        // The define's default leaves every launch to the size rule.
+        assert_eq!(crate::compile::tuned_define("B16_4WARP_ROLES"), 0);
     }
 
     #[test]
