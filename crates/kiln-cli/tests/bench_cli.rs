@@ -264,7 +264,18 @@ fn ab_runs_both_arms_and_prints_the_ratio() {
             r["a_median_ts"].as_f64().unwrap(),
             r["b_median_ts"].as_f64().unwrap(),
         );
-        assert!((r["ratio_b_over_a"].as_f64().unwrap() - b / a).abs() < 1e-9);
+        let ratio = r["ratio_b_over_a"].as_f64().unwrap();
+        assert!((ratio - b / a).abs() < 1e-9);
+        // Two repetitions: the ratio of the medians (the means) is a weighted mean of the two runs' ratios.
+        let (lo, hi) = (
+            r["pair_ratio_min"].as_f64().unwrap(),
+            r["pair_ratio_max"].as_f64().unwrap(),
+        );
+        assert!(0.0 < lo && lo <= hi && hi.is_finite(), "{lo} {hi}");
+        assert!(
+            lo * (1.0 - 1e-9) <= ratio && ratio <= hi * (1.0 + 1e-9),
+            "{lo} {ratio} {hi}"
+        );
         let delta = r["us_per_token_b_minus_a"].as_f64().unwrap();
         assert!((delta - (1e6 / b - 1e6 / a)).abs() < 1e-6 * delta.abs().max(1.0));
     }

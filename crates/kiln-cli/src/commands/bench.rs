@@ -693,22 +693,35 @@ fn run_ab(args: &Args, spec: &str) -> Result<()> {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(" ");
-    let rows: Vec<(String, f64, f64)> = table
+    // Each metric's medians and the range of its repetitions' B/A (a run's B against the A just before it): a ratio
+    // of medians inside a narrow range is an effect, one inside a range that straddles 1 may be noise.
+    let rows: Vec<(String, f64, f64, (f64, f64))> = table
         .iter()
-        .map(|(n, a, b)| (n.clone(), Stats::of(a).median, Stats::of(b).median))
+        .map(|(n, a, b)| {
+            let pairs: Vec<f64> = a.iter().zip(b).map(|(a, b)| b / a).collect();
+            let p = Stats::of(&pairs);
+            (
+                n.clone(),
+                Stats::of(a).median,
+                Stats::of(b).median,
+                (p.min, p.max),
+            )
+        })
         .collect();
     match args.output {
         Format::Json => {
             use kiln_engine::bench::{json_num, json_str};
             let objs: Vec<String> = rows
                 .iter()
-                .map(|(n, a, b)| {
+                .map(|(n, a, b, (lo, hi))| {
                     format!(
-                        "{{\"metric\": {}, \"a_median_ts\": {}, \"b_median_ts\": {}, \"ratio_b_over_a\": {}, \"us_per_token_b_minus_a\": {}, \"runs\": {}}}",
+                        "{{\"metric\": {}, \"a_median_ts\": {}, \"b_median_ts\": {}, \"ratio_b_over_a\": {}, \"pair_ratio_min\": {}, \"pair_ratio_max\": {}, \"us_per_token_b_minus_a\": {}, \"runs\": {}}}",
                         json_str(n),
                         json_num(*a),
                         json_num(*b),
                         json_num(b / a),
+                        json_num(*lo),
+                        json_num(*hi),
                         json_num(us_per_token_delta(*a, *b)),
                         args.reps
                     )
@@ -722,23 +735,24 @@ fn run_ab(args: &Args, spec: &str) -> Result<()> {
         }
         Format::Md | Format::Csv => {
             println!(
-                "A = baseline (without {}), B = {variant}; {} runs of each, interleaved A B A B …, one process per run; medians in t/s",
+                "A = baseline (without {}), B = {variant}; {} runs of each, interleaved A B A B …, one process per run; medians in t/s; pairs: the lowest and highest B/A of one repetition",
                 vars.iter().map(|v| v.0.as_str()).collect::<Vec<_>>().join(", "),
                 args.reps
             );
             let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(6).max(6);
             println!(
-                "| {:<w$} | {:>10} | {:>10} | {:>7} | {:>10} |",
-                "metric", "A t/s", "B t/s", "B/A", "B−A µs/t"
+                "| {:<w$} | {:>10} | {:>10} | {:>7} | {:>13} | {:>10} |",
+                "metric", "A t/s", "B t/s", "B/A", "pairs B/A", "B−A µs/t"
             );
             println!(
-                "| {:-<w$} | {:->10}: | {:->9}: | {:->6}: | {:->9}: |",
-                "", "", "", "", ""
+                "| {:-<w$} | {:->10}: | {:->9}: | {:->6}: | {:->12}: | {:->9}: |",
+                "", "", "", "", "", ""
             );
-            for (n, a, b) in rows {
+            for (n, a, b, (lo, hi)) in rows {
                 println!(
-                    "| {n:<w$} | {a:>10.2} | {b:>10.2} | {:>7.3} | {:>10.2} |",
+                    "| {n:<w$} | {a:>10.2} | {b:>10.2} | {:>7.3} | {:>13} | {:>10.2} |",
                     b / a,
+                    format!("{lo:.3}–{hi:.3}"),
                     us_per_token_delta(a, b)
                 );
             }
