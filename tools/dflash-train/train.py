@@ -738,6 +738,9 @@ def main():
     ap.add_argument("--stop-after", type=float, default=0,
                     help="end this run after this many minutes of training (state saved in OUT/state.pt), although "
                          "the schedule runs over --minutes; --resume continues it (for runs longer than one job)")
+    ap.add_argument("--extra-data", default="",
+                    help="train on these rows too (a generated.jsonl another run wrote) instead of generating any: "
+                         "two runs on the same data differ only in their arguments")
     ap.add_argument("--resume", action="store_true",
                     help="continue from OUT/state.pt when it exists, with OUT/generated.jsonl as the extra data")
     ap.add_argument("--eval-every", type=float, default=5.0, help="minutes between held-out evaluations + saves")
@@ -793,6 +796,12 @@ def main():
     if state is not None and os.path.exists(gen_path):
         extra, _ = load_data(gen_path, args.max_len)
         print(f"resuming at step {state['step']}: {len(extra)} generated rows from {gen_path}", flush=True)
+        train += extra
+        args.gen_samples = args.gen_prompts = 0
+        args.gen_prompt_ids = ""
+    elif args.extra_data:
+        extra, _ = load_data(args.extra_data, args.max_len)
+        print(f"{len(extra)} extra training rows from {args.extra_data}; no data generated", flush=True)
         train += extra
         args.gen_samples = args.gen_prompts = 0
         args.gen_prompt_ids = ""
