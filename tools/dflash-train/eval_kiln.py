@@ -93,6 +93,12 @@ def main():
           f"plain {summary['plain_tok_s']:.1f} tok/s, dflash {summary['draft_tok_s']:.1f} tok/s, "
           f"speed-up {summary['speedup']:.2f}x; identical outputs {summary['identical']}/{len(rows)}; "
           f"accepted-drafts histogram {hist}")
+    # Draft k's acceptance given drafts 1..k-1 were (from the histogram: rounds that reached draft k over those
+    # that reached k - 1; a round cut short by the token limit counts as a rejection).
+    reach = [sum(hist[k:]) for k in range(len(hist))]
+    summary["accept_given_prev"] = [reach[k] / reach[k - 1] for k in range(1, len(reach)) if reach[k - 1]]
+    print("draft k accepted given drafts 1..k-1: "
+          + ", ".join(f"{k + 1}: {p:.3f}" for k, p in enumerate(summary["accept_given_prev"][:6])))
     if "gen_speedup" in summary:
         print(f"generation alone (prefill and set-up left out of both): speed-up {summary['gen_speedup']:.2f}x")
     if timed:
