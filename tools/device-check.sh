@@ -26,8 +26,8 @@
 # ablate = the 8B's decode step, then its 16-row block, without one kind of launch at a time, not in the default;
 # block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) with
 # the default rule, the 4-warp kernel alone (KILN_NO_CUDA_BLOCK_SHARED) and each block-shared tile forced, then
-# pp16 -b 16 with and without the block-shared kernel, and with each of its tuning defines (B16S_S_PER_SM=2,
-# B16_PACKED_SUMS=1, B16S_NST_M=3, B16_4WARP_ROLES=10), not in the default;
+# pp16 -b 16 with and without the block-shared kernel, and with tuning defines (B16S_S_PER_SM=2,
+# B16_4WARP_ROLES=10; B16_AB picks others), not in the default;
 # stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
 # kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -474,10 +474,11 @@ if want block16 && command -v ncu >/dev/null; then
     step block16-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 \
         -r 3 --ab KILN_NO_CUDA_BLOCK_SHARED=1
     grep -E "^\||ratio" "$OUT/block16-ab.log" | tee -a "$OUT/summary.txt"
-    # The rule's other setting (16-output tiles up to two blocks a multiprocessor), the code sums packed by
-    # the K8 writers, 3 stages for the 32-output kernel, and the o-proj and down on the 4-warp kernel (B = each).
-    for v in s2:-DB16S_S_PER_SM=2 packed:-DB16_PACKED_SUMS=1 nst3:-DB16S_NST_M=3\;-DB16S_SMEM_M=74624 \
-        4warp-od:-DB16_4WARP_ROLES=10; do
+    # The rule's other setting (16-output tiles up to two blocks a multiprocessor) and the o-proj and down on the
+    # 4-warp kernel (B = each). B16_AB replaces the list (tag:defines, defines separated by ';'), e.g. with the
+    # code sums packed by the K8 writers (packed:-DB16_PACKED_SUMS=1) or 3 stages for the 32-output kernel
+    # (nst3:-DB16S_NST_M=3;-DB16S_SMEM_M=74624), both measured on the H100 (docs/PERFORMANCE.md) and off.
+    for v in ${B16_AB:-s2:-DB16S_S_PER_SM=2 4warp-od:-DB16_4WARP_ROLES=10}; do
         step "block16-ab-${v%%:*}" "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
             -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=${v#*:}"
         grep -E "^\||ratio" "$OUT/block16-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"
