@@ -1,8 +1,9 @@
 //! The shared blocks the architectures are built from: weights of an attention block, a dense SwiGLU FFN and a
 //! MoE FFN (each declared with its expected shapes), and the forward code of each block against [`Backend`].
-//! The per-architecture files combine them; every intermediate lives in a named [`Scratch`] buffer.
+//! [`Decoder`] stacks them (its FFN block the architecture's [`Ffn`]); the per-architecture files bind a decoder
+//! with their options. Every intermediate lives in a named [`Scratch`] buffer.
 
-use crate::backend::{AttnParams, AttnRow, Backend, MoeFfn, RopeParams};
+use crate::backend::{AttnParams, AttnRow, Backend, MoeFfn, RopeMode, RopeParams};
 use crate::error::{Error, Result};
 use crate::hparams::Hparams;
 use crate::weights::{require_f32, Binder, Weight};
@@ -225,8 +226,62 @@ pub(crate) struct DenseFfn {
     pub down: Weight,
 }
 
-impl DenseFfn {
-    pub(crate) fn bind(b: &mut Binder, hp: &Hparams, il: usize) -> Result<Self> {
+/// A layer's feed-forward block: what distinguishes the decoders built from [`Decoder`].
+pub(crate) trait Ffn: Sized {
+    /// Layer `il`'s weights.
+    fn bind(b: &mut Binder, hp: &Hparams, il: usize) -> Result<Self>;
+    /// `x += ffn(n(x))` over the pass's rows.
+    fn forward<B: Backend>(&self, p: &mut Pass<B>) -> Result<()>;
+}
+
+/// The decoder every supported architecture is: token embedding, `n_layer` × (attention block, FFN block), final
+/// norm and output head. The architectures differ in the FFN, QK-norm and the RoPE layout only.
+pub(crate) struct Decoder<F> {
+    head: Head,
+    layers: Vec<(AttnWeights, F)>,
+    rope: RopeParams,
+}
+
+impl<F: Ffn> Decoder<F> {
+    pub(crate) fn bind(
+        b: &mut Binder,
+        hp: &Hparams,
+        qk_norm: bool,
+        mode: RopeMode,
+    ) -> Result<Self> {
+        let head = Head::bind(b, hp)?;
+        let layers = (0..hp.n_layer)
+            .map(|il| Ok((AttnWeights::bind(b, hp, il, qk_norm)?, F::bind(b, hp, il)?)))
+            .collect::<Result<_>>()?;
+        Ok(Decoder {
+            head,
+            layers,
+            rope: RopeParams {
+                mode,
+                theta: hp.rope_theta,
+                freq_scale: hp.rope_freq_scale,
+            },
+        })
+    }
+
+    pub(crate) fn forward<B: Backend>(
+        &self,
+        p: &mut Pass<B>,
+        tokens: &[u32],
+        logit_rows: &[usize],
+    ) -> Result<()> {
+        p.be.embed(&mut p.st.x, &self.head.token_embd, tokens)?;
+        for (il, (attn, ffn)) in self.layers.iter().enumerate() {
+            attn.forward(p, il, &self.rope)?;
+            ffn.forward(p)?;
+            p.after_layer(il)?;
+        }
+        head_forward(p, &self.head, logit_rows)
+    }
+}
+
+impl Ffn for DenseFfn {
+    fn bind(b: &mut Binder, hp: &Hparams, il: usize) -> Result<Self> {
         let (d, ff) = (hp.n_embd as u64, hp.n_ff as u64);
         let n = |s: &str| format!("blk.{il}.{s}.weight");
         let norm = b.req(&n("ffn_norm"), &[d])?;
@@ -240,7 +295,7 @@ impl DenseFfn {
     }
 
     /// `x += W_down · (silu(W_gate · n(x)) * (W_up · n(x)))`.
-    pub(crate) fn forward<B: Backend>(&self, p: &mut Pass<B>) -> Result<()> {
+    fn forward<B: Backend>(&self, p: &mut Pass<B>) -> Result<()> {
         let (be, hp, n) = (p.be, p.hp, p.n());
         let st = &mut *p.st;
         be.rms_norm(&mut st.xn, &st.x, &self.norm, n, hp.n_embd, hp.rms_eps)?;
@@ -264,8 +319,8 @@ pub(crate) struct MoeWeights {
     pub down: Weight,
 }
 
-impl MoeWeights {
-    pub(crate) fn bind(b: &mut Binder, hp: &Hparams, il: usize) -> Result<Self> {
+impl Ffn for MoeWeights {
+    fn bind(b: &mut Binder, hp: &Hparams, il: usize) -> Result<Self> {
         let (d, ff, ne) = (hp.n_embd as u64, hp.n_ff_exp as u64, hp.n_expert as u64);
         let n = |s: &str| format!("blk.{il}.{s}.weight");
         let norm = b.req(&n("ffn_norm"), &[d])?;
@@ -280,7 +335,7 @@ impl MoeWeights {
     }
 
     /// `x += Σ_e w_e · expert_e(n(x))` over the routed experts.
-    pub(crate) fn forward<B: Backend>(&self, p: &mut Pass<B>) -> Result<()> {
+    fn forward<B: Backend>(&self, p: &mut Pass<B>) -> Result<()> {
         let (be, hp, n) = (p.be, p.hp, p.n());
         let st = &mut *p.st;
         be.rms_norm(&mut st.xn, &st.x, &self.norm, n, hp.n_embd, hp.rms_eps)?;

@@ -82,9 +82,9 @@ impl Model {
         let hparams = Hparams::from_gguf(arch, meta, embd.shape[1] as usize)?;
         let mut binder = Binder::new(file.clone());
         let net = match arch {
-            Arch::Llama => Net::Llama(llama::Llama::bind(&mut binder, &hparams)?),
-            Arch::Qwen3 => Net::Qwen3(qwen3::Qwen3::bind(&mut binder, &hparams)?),
-            Arch::Qwen3Moe => Net::Qwen3Moe(qwen3moe::Qwen3Moe::bind(&mut binder, &hparams)?),
+            Arch::Llama => Net::Llama(llama::bind(&mut binder, &hparams)?),
+            Arch::Qwen3 => Net::Qwen3(qwen3::bind(&mut binder, &hparams)?),
+            Arch::Qwen3Moe => Net::Qwen3Moe(qwen3moe::bind(&mut binder, &hparams)?),
         };
         let warnings = binder.finish();
         if let Some(cb) = opts.progress.as_mut() {
