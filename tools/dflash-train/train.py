@@ -752,6 +752,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if args.soft_labels and not args.greedy_labels:
+        sys.exit("--soft-labels needs --greedy-labels (the soft labels are the target's at the greedy labels)")
 
     dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                        else ("cpu" if args.device == "auto" else args.device))
