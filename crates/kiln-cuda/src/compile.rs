@@ -91,7 +91,7 @@ fn source_define(name: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 73] = [
+pub const KERNEL_NAMES: [&str; 75] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -129,6 +129,8 @@ pub const KERNEL_NAMES: [&str; 73] = [
     "gemv16_k8s_w",
     "gemv16_k8s_m",
     "gemv16_k8s_s",
+    "gemv16_k8d",
+    "gemv16_k8d_o8",
     "quantize_k8",
     "matmul_deq",
     "dequant_bf16",
@@ -557,7 +559,8 @@ mod tests {
                 first == "wait_prior_kernel()"
                     || first.starts_with("gemv_block<")
                     || first.starts_with("b16_k8<")
-                    || first.starts_with("b16s_k8<"),
+                    || first.starts_with("b16s_k8<")
+                    || first.starts_with("b16d_k8<"),
                 "{name}: {first}"
             );
             kernels += 1;
