@@ -487,34 +487,27 @@ if want block16 && command -v ncu >/dev/null; then
 fi
 
 # The direct-fragment K8 block kernel (STEPS=direct; B16_DIRECT, a tuning define, off by default): the self-test's
-# bit equality with every K8 block launch sent to it, at 8 and 16 outputs a block and on packed code sums, then
-# compute-sanitizer memcheck and racecheck, then the end-to-end A/B (B = direct) at 16 rows and tg128 in one
-# table, so the block's cost against a step reads off it (block µs = 16e6 / pp16 t/s, step µs = 1e6 / tg t/s).
+# bit equality with every K8 block launch sent to it, on the int code sums and on packed ones; the end-to-end A/B
+# (B = direct) at 16 rows and tg128 in one table, so the block's cost against a step reads off it (block µs =
+# 16e6 / pp16 t/s, step µs = 1e6 / tg t/s); then compute-sanitizer memcheck and racecheck.
 if want direct; then
-    for v in direct:-DB16_DIRECT=1 direct-o8:-DB16_DIRECT=1\;-DB16D_TILE=8 direct-o16:-DB16_DIRECT=1\;-DB16D_TILE=16 \
-        direct-packed:-DB16_DIRECT=1\;-DB16_PACKED_SUMS=1; do
+    for v in direct:-DB16_DIRECT=1 direct-packed:-DB16_DIRECT=1\;-DB16_PACKED_SUMS=1; do
         step "selftest-${v%%:*}" env KILN_CUDA_DEFINES="${v#*:}" "$KILN" selftest --device cuda --config 1
         grep -E "^(FAIL|all)" "$OUT/selftest-${v%%:*}.log" | tee -a "$OUT/summary.txt"
     done
-    if command -v compute-sanitizer >/dev/null; then
-        for v in memcheck:-DB16D_TILE=8 memcheck:-DB16D_TILE=16 racecheck:-DB16D_TILE=16; do
-            tag=${v%%:*}-direct${v#*=}
-            step "sanitizer-$tag" env KILN_CUDA_DEFINES="-DB16_DIRECT=1;${v#*:}" timeout 300 compute-sanitizer \
-                --tool "${v%%:*}" --error-exitcode 9 "$KILN" selftest --device cuda --config 1
-            grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tag.log" | tail -n 3 | tee -a "$OUT/summary.txt"
-        done
-    fi
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
     step direct-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 128 \
         -r 3 --ab KILN_CUDA_DEFINES=-DB16_DIRECT=1
     grep -E "^\||ratio" "$OUT/direct-ab.log" | tee -a "$OUT/summary.txt"
-    # The tile rule's alternatives (A: the direct kernel's default rule, set for the whole run; B: each).
-    for v in ${DIRECT_AB:-o8:-DB16D_TILE=8 o16:-DB16D_TILE=16}; do
-        step "direct-ab-${v%%:*}" env KILN_CUDA_DEFINES=-DB16_DIRECT=1 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
-            -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=-DB16_DIRECT=1;${v#*:}"
-        grep -E "^\||ratio" "$OUT/direct-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"
-    done
+    if command -v compute-sanitizer >/dev/null; then
+        for tool in memcheck racecheck; do
+            tag=$tool-direct
+            step "sanitizer-$tag" env KILN_CUDA_DEFINES=-DB16_DIRECT=1 timeout 300 compute-sanitizer \
+                --tool "$tool" --error-exitcode 9 "$KILN" selftest --device cuda --config 1
+            grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tag.log" | tail -n 3 | tee -a "$OUT/summary.txt"
+        done
+    fi
 fi
 
 # Why a kernel takes its time: one layer's four K8 block-kernel launches at 16 rows (Q/K/V, o-proj, gate/up, down:

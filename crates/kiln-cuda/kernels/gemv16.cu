@@ -1170,143 +1170,164 @@ extern "C" __global__ void __launch_bounds__(256, B16S_MINB) gemv16_k8s_s(const 
                      w2, n2);
 }
 
-// ---- The K8 block kernel on direct fragments (gemv16_k8d*: B16_DIRECT) ----
+// ---- The K8 block kernel on direct fragments (gemv16_k8d: B16_DIRECT) ----
 // The same integers and float steps as b16_q4k8 / b16_q6k8 (so every row keeps the one-row GEMV's bits), with no
 // shared-memory stages: every lane loads its own mma fragments from global memory into registers, the weights
-// of the GEMV layout as they are, the K8 activations from L2. The other block kernels spend each stage's time on
+// in the GEMV layout as they are, the K8 activations from L2. The other block kernels spend each stage's time on
 // copies, ldmatrix and a barrier chain (their instruction count, not their bytes, sets their time); here the only
-// barrier is the one where the groups' sums meet. A block is 4 warps over OUT = 8 NT outputs and 16 rows: warp
-// a replays the GEMV's Q4_K group a (super-blocks a, a + 4, ..) or Q6_K groups 2a and 2a + 1 (super-blocks G,
-// G + 8, ..), each in ascending order, with the next super-block's fragments loading while this one multiplies.
-// Fragments: an m16n8k32 may take its 32 k in any order that A and B share, so lane t takes elements 8t .. 8t + 7
-// of a 32-element sub-block, one 8-byte load of activations a row and of Q4_K quant bytes an output (whose low
+// barrier is the one where the groups' sums meet.
+// The mma computes C^T = W X^T: its 16 A rows are 16 outputs, its 8 columns 8 activation rows (two n8 tiles for
+// 16 rows). So the weights, which need unpacking anyway, are unpacked straight into the A registers, the
+// activations are B fragments as loaded, and a lane's C rows are the outputs whose weights it loaded: their
+// scales, mins and d need no exchange. A block is 4 warps over 16 outputs and 16 rows; warp a replays the GEMV's
+// Q4_K group a (super-blocks a, a + 4, ..) or Q6_K groups 2a and 2a + 1 (super-blocks G, G + 8, ..), each in
+// ascending order, the next super-block's fragments loading while this one multiplies.
+// Fragments: an m16n8k32 may take its 32 k in any order A and B share, so lane t takes elements 8t .. 8t + 7 of
+// a 32-element sub-block: one 8-byte load of an activation row, and of an output's Q4_K quant bytes (whose low
 // and high nibbles are the sub-block pair 2i, 2i + 1). Q6_K has a scale per 16 elements: one m16n8k16 a half,
-// lane t on elements 4t .. 4t + 3 of it. Rows past n_rows and outputs past n_out read the last ones (a C row
+// lane t on elements 4t .. 4t + 3 of it. Outputs past n_out and rows past n_rows read the last ones (a C row
 // depends only on its A row, a C column only on its B column) and are not stored.
 // A tuning define read by the host: 1 sends every K8 block launch here (0: the other kernels, by size).
 #ifndef B16_DIRECT
 #define B16_DIRECT 0
 #endif
-// Outputs a block of the direct kernel (a tuning define read by the host): 8 or 16 forced; 0 by size (16 when a
-// launch has at least B16D_O16_PER_SM 16-output blocks a multiprocessor, else 8).
-#ifndef B16D_TILE
-#define B16D_TILE 0
-#endif
-#ifndef B16D_O16_PER_SM
-#define B16D_O16_PER_SM 4
-#endif
 
-// One Q4_K super-block's activation fragments: codes of rows g, g + 8 (bytes 32 j + 8 t .. + 7 of sub-block j),
-// the packed code-sum word t of each row (the min-term mma's A, as k8_pack_sum / mp_pack_sums pack it) and
-// each row's scale.
-struct B16DActs4 {
+// The groups' sums meet: ex holds [group][n8 tile][C element][lane]; warp w stores (tile, element) pairs 2w and
+// 2w + 1 (pair = 4 tile + e), adding the NG groups in the GEMV's xor-tree pairing. C element e of lane (g, t) in
+// tile nt is output o0 + g + 8 (e / 2), row r0 + 8 nt + 2t + e % 2.
+template <int NG>
+__device__ __forceinline__ void b16d_store(const float* ex, float* out, int o0, int r0, int n_out, int n_rows,
+                                           int accumulate) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = threadIdx.x >> 5;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        int pe = 2 * w + k, nt = pe >> 2, e = pe & 3;
+        float v[NG];
+#pragma unroll
+        for (int gr = 0; gr < NG; gr++) v[gr] = ex[(gr * 8 + pe) * 32 + lane];
+        b16_tree_store<NG>(v, out, r0 + 8 * nt + 2 * t + (e & 1), o0 + g + 8 * (e >> 1), n_out, n_rows, accumulate);
+    }
+}
+
+// One Q4_K super-block of outputs g and g + 8 (oh = 0, 1): the 16-byte header (d, dmin, 12 scale bytes) and the
+// quant bytes 32 i + 8 t .. + 7 of each sub-block pair i.
+struct B16DW4 {
+    int4 h[2];
+    int2 q[2][4];
+};
+// One Q4_K super-block's activations for rows g and 8 + g (tile nt): codes 32 j + 8 t .. + 7 of sub-block j, the
+// packed code-sum word t (the min-term mma's B, as k8_pack_sum / mp_pack_sums pack it); the scales of rows
+// 8 nt + 2 t + c (the lane's C columns).
+struct B16DX4 {
     int2 x[2][8];
     u32 s[2];
-    float dx[2];
-};
-// One Q4_K super-block of output o0 + 8 ni + g (the lane's B column) for each of NT tiles: the 16-byte header
-// (d, dmin, 12 scale bytes) and the quant bytes 32 i + 8 t .. + 7 of each sub-block pair i.
-template <int NT> struct B16DW4 {
-    int4 h[NT];
-    int2 q[NT][4];
+    float dx[2][2];
 };
 
-template <int NT>
 __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
                                          const int* ks, int width, int n_out, int n_rows, int accumulate,
                                          float* ex) {
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, a = threadIdx.x >> 5;
-    int o0 = bx * 8 * NT, r0 = blockIdx.y * 16;
+    int o0 = bx * 16, r0 = blockIdx.y * 16;
     int nsb = width / 256, nb = width / 32;
     int n_it = a < nsb ? (nsb - a + 3) / 4 : 0; // the group's super-blocks a, a + 4, ..
-    const u8* wrow[NT];
-#pragma unroll
-    for (int ni = 0; ni < NT; ni++) wrow[ni] = w + (long long)min(o0 + 8 * ni + g, n_out - 1) * nsb * 144;
-    auto load_w = [&](B16DW4<NT>& b, int it) {
+    const u8* wrow[2] = {w + (long long)min(o0 + g, n_out - 1) * nsb * 144,
+                         w + (long long)min(o0 + 8 + g, n_out - 1) * nsb * 144};
+    auto load_w = [&](B16DW4& b, int it) {
         int sb = a + 4 * it;
 #pragma unroll
-        for (int ni = 0; ni < NT; ni++) {
-            const u8* rec = wrow[ni] + (long long)sb * 144;
-            b.h[ni] = ldg16(rec);
+        for (int oh = 0; oh < 2; oh++) {
+            const u8* rec = wrow[oh] + (long long)sb * 144;
+            b.h[oh] = ldg16(rec);
 #pragma unroll
-            for (int i = 0; i < 4; i++) b.q[ni][i] = __ldg((const int2*)(rec + 16 + 32 * i + 8 * t));
+            for (int i = 0; i < 4; i++) b.q[oh][i] = __ldg((const int2*)(rec + 16 + 32 * i + 8 * t));
         }
     };
-    int rr[2] = {min(r0 + g, n_rows - 1), min(r0 + g + 8, n_rows - 1)};
-    auto load_x = [&](B16DActs4& x, int it) {
+    int rb[2] = {min(r0 + g, n_rows - 1), min(r0 + 8 + g, n_rows - 1)}; // B columns g of the two tiles
+    int rc[2][2];                                                        // C columns 2t, 2t + 1 of each tile
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) rc[nt][c] = min(r0 + 8 * nt + 2 * t + c, n_rows - 1);
+    auto load_x = [&](B16DX4& x, int it) {
         int sb = a + 4 * it;
 #pragma unroll
-        for (int rh = 0; rh < 2; rh++) {
-            const signed char* xr = kq + (long long)rr[rh] * width + sb * 256 + 8 * t;
+        for (int nt = 0; nt < 2; nt++) {
+            const signed char* xr = kq + (long long)rb[nt] * width + sb * 256 + 8 * t;
 #pragma unroll
-            for (int j = 0; j < 8; j++) x.x[rh][j] = __ldg((const int2*)(xr + 32 * j));
+            for (int j = 0; j < 8; j++) x.x[nt][j] = __ldg((const int2*)(xr + 32 * j));
             if (B16_PACKED_SUMS) {
-                x.s[rh] = __ldg((const u32*)(ks + ((long long)rr[rh] * nsb + sb) * 4 + t));
+                x.s[nt] = __ldg((const u32*)(ks + ((long long)rb[nt] * nsb + sb) * 4 + t));
             } else {
-                int4 v = __ldg((const int4*)(ks + (long long)rr[rh] * nb + sb * 8 + 4 * (t & 1)));
+                int4 v = __ldg((const int4*)(ks + (long long)rb[nt] * nb + sb * 8 + 4 * (t & 1)));
                 int e[4] = {v.x, v.y, v.z, v.w};
                 u32 p = 0;
 #pragma unroll
                 for (int i = 0; i < 4; i++) p |= (u32)(t >= 2 ? (e[i] >> 6) & 0xFF : e[i] & 63) << (8 * i);
-                x.s[rh] = p;
+                x.s[nt] = p;
             }
-            x.dx[rh] = kd[(long long)rr[rh] * nsb + sb];
+#pragma unroll
+            for (int c = 0; c < 2; c++) x.dx[nt][c] = kd[(long long)rc[nt][c] * nsb + sb];
         }
     };
-    float acc[NT][4];
+    float acc[2][4];
 #pragma unroll
-    for (int ni = 0; ni < NT; ni++)
+    for (int nt = 0; nt < 2; nt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc[ni][e] = 0.0f;
-    auto step = [&](const B16DW4<NT>& b, const B16DActs4& x) {
+        for (int e = 0; e < 4; e++) acc[nt][e] = 0.0f;
+    auto step = [&](const B16DW4& b, const B16DX4& x) {
+        // Outputs g, g + 8: scales and mins of sub-blocks 0..3 and 4..7 as bytes (k4_sm, four at a time).
+        u32 sc[2][2], mn[2];
 #pragma unroll
-        for (int ni = 0; ni < NT; ni++) {
-            // Output g's scales and mins of sub-blocks 0..3 and 4..7 as bytes (k4_sm, four at a time).
-            u32 s0 = (u32)b.h[ni].y, s1 = (u32)b.h[ni].z, s2 = (u32)b.h[ni].w;
-            u32 sc03 = s0 & 0x3F3F3F3Fu, sc47 = (s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u);
-            u32 m03 = s1 & 0x3F3F3F3Fu, m47 = ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u);
-            // The C columns 2t, 2t + 1: their scales and d / dmin from the lanes whose B column they are.
-            u32 csc[2][2], cdm[2];
+        for (int oh = 0; oh < 2; oh++) {
+            u32 s0 = (u32)b.h[oh].y, s1 = (u32)b.h[oh].z, s2 = (u32)b.h[oh].w;
+            sc[oh][0] = s0 & 0x3F3F3F3Fu;
+            sc[oh][1] = (s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u);
+            // The min-term mma's A word t: mins 0..3 (t = 0, 2) or 4..7 (t = 1, 3).
+            mn[oh] = (t & 1) ? ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u) : s1 & 0x3F3F3F3Fu;
+        }
+        int is[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
-            for (int cc = 0; cc < 2; cc++) {
-                int src = 4 * (2 * t + cc);
-                csc[cc][0] = __shfl_sync(0xffffffffu, sc03, src);
-                csc[cc][1] = __shfl_sync(0xffffffffu, sc47, src);
-                cdm[cc] = __shfl_sync(0xffffffffu, (u32)b.h[ni].x, src);
-            }
-            int is[4] = {0, 0, 0, 0};
+        for (int j = 0; j < 8; j++) {
+            int sh = 4 * (j & 1);
+            int a4[4] = {(b.q[0][j >> 1].x >> sh) & 0x0F0F0F0F, (b.q[1][j >> 1].x >> sh) & 0x0F0F0F0F,
+                         (b.q[0][j >> 1].y >> sh) & 0x0F0F0F0F, (b.q[1][j >> 1].y >> sh) & 0x0F0F0F0F};
+            int s0 = byte_of(sc[0][j >> 2], j & 3), s1 = byte_of(sc[1][j >> 2], j & 3);
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                int2 q = b.q[ni][j >> 1];
-                int sh = 4 * (j & 1);
-                int b0 = (q.x >> sh) & 0x0F0F0F0F, b1 = (q.y >> sh) & 0x0F0F0F0F;
-                int a4[4] = {x.x[0][j].x, x.x[1][j].x, x.x[0][j].y, x.x[1][j].y};
+            for (int nt = 0; nt < 2; nt++) {
                 int dot[4] = {0, 0, 0, 0};
-                mma_s8_16832(dot, a4, b0, b1);
-                int sc0 = byte_of(csc[0][j >> 2], j & 3), sc1 = byte_of(csc[1][j >> 2], j & 3);
-                is[0] += sc0 * dot[0];
-                is[1] += sc1 * dot[1];
-                is[2] += sc0 * dot[2];
-                is[3] += sc1 * dot[3];
+                mma_s8_16832(dot, a4, x.x[nt][j].x, x.x[nt][j].y);
+                is[nt][0] += s0 * dot[0];
+                is[nt][1] += s0 * dot[1];
+                is[nt][2] += s1 * dot[2];
+                is[nt][3] += s1 * dot[3];
             }
-            // The min term: k 0..7 of A are the rows' low code-sum bytes, 8..15 the high ones (sum = lo + 64 hi).
-            int mw = (int)((t & 1) ? m47 : m03);
+        }
+        // The min term: k 0..7 of B are the rows' low code-sum bytes, 8..15 the high ones (sum = lo + 64 hi).
+        int lo0 = t < 2 ? (int)mn[0] : 0, lo1 = t < 2 ? (int)mn[1] : 0;
+        int hi0 = t < 2 ? 0 : (int)mn[0], hi1 = t < 2 ? 0 : (int)mn[1];
+        float d[2], dmin[2];
+#pragma unroll
+        for (int oh = 0; oh < 2; oh++) {
+            d[oh] = h2f((u16)((u32)b.h[oh].x & 0xFFFF));
+            dmin[oh] = h2f((u16)((u32)b.h[oh].x >> 16));
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
             int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
-            mma_s8_16816_acc(c_lo, (int)x.s[0], (int)x.s[1], t < 2 ? mw : 0);
-            mma_s8_16816_acc(c_hi, (int)x.s[0], (int)x.s[1], t < 2 ? 0 : mw);
+            mma_s8_16816_acc(c_lo, lo0, lo1, (int)x.s[nt]);
+            mma_s8_16816_acc(c_hi, hi0, hi1, (int)x.s[nt]);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                u32 dm = cdm[e & 1];
-                float f = k8_step(h2f((u16)(dm & 0xFFFF)), h2f((u16)(dm >> 16)), x.dx[e >> 1], is[e],
-                                  c_lo[e] + 64 * c_hi[e]);
-                acc[ni][e] = __fadd_rn(acc[ni][e], f);
+                float f = k8_step(d[e >> 1], dmin[e >> 1], x.dx[nt][e & 1], is[nt][e], c_lo[e] + 64 * c_hi[e]);
+                acc[nt][e] = __fadd_rn(acc[nt][e], f);
             }
         }
     };
     // Two buffers in turn: super-block it + 1 loads while it multiplies. The first weights load before the wait
     // for the kernel before this one (weights never change while kernels run), the activations after it.
-    B16DW4<NT> wa, wb;
-    B16DActs4 xa, xb;
+    B16DW4 wa, wb;
+    B16DX4 xa, xb;
     if (n_it > 0) load_w(wa, 0);
     wait_prior_kernel();
     if (n_it > 0) load_x(xa, 0);
@@ -1325,33 +1346,32 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
         }
     }
 #pragma unroll
-    for (int ni = 0; ni < NT; ni++)
+    for (int nt = 0; nt < 2; nt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) ex[((a * NT + ni) * 4 + e) * 32 + lane] = acc[ni][e];
+        for (int e = 0; e < 4; e++) ex[((a * 2 + nt) * 4 + e) * 32 + lane] = acc[nt][e];
     __syncthreads();
-    b16_store_groups<8 * NT, 4>(ex, a, out, o0, r0, n_out, n_rows, accumulate);
+    b16d_store<4>(ex, out, o0, r0, n_out, n_rows, accumulate);
 }
 
-// One Q6_K super-block's activation fragments: rows g, g + 8, sub-block j, words at elements 4t and 16 + 4t
-// (the two halves' m16n8k16 A), and each row's scale.
-struct B16DActs6 {
-    int2 x[2][8];
-    float dx[2];
+// One Q6_K super-block of outputs g and g + 8 (oh): low-nibble words ql[oh][h][kk][c] (bytes 64 h + 32 kk + 16 c
+// + 4 t ..), high-bit words qh[oh][h][c] (128 + 32 h + 16 c + 4 t ..), the 16 scales and the f16 d (stored after
+// all rows).
+struct B16DW6 {
+    u32 ql[2][2][2][2], qh[2][2][2];
+    int4 sc[2];
+    u16 d[2];
 };
-// One Q6_K super-block for each of NT tiles: the lane's B column's low-nibble words ql[h][kk][c] (bytes 64 h + 32
-// kk + 16 c + 4 t ..) and high-bit words qh[h][c] (128 + 32 h + 16 c + 4 t ..); the C columns' 16 scales and f16
-// d (stored after all rows).
-template <int NT> struct B16DW6 {
-    u32 ql[NT][2][2][2], qh[NT][2][2];
-    int4 sc[NT][2];
-    u16 d[NT][2];
+// One Q6_K super-block's activations for rows g and 8 + g: words at elements 4t (x) and 16 + 4t (y) of each
+// sub-block (the two halves' B), and the scales of the lane's C columns.
+struct B16DX6 {
+    int2 x[2][8];
+    float dx[2][2];
 };
 
-template <int NT>
 __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
                                          int width, int n_out, int n_rows, int accumulate, float* ex) {
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
-    int o0 = bx * 8 * NT, r0 = blockIdx.y * 16;
+    int o0 = bx * 16, r0 = blockIdx.y * 16;
     int nsb = width / 256;
     const u16* dw = (const u16*)(w + (long long)n_out * nsb * MP_Q6);
     // Groups G0 = 2 warp (super-blocks G0, G0 + 8, ..: n0 of them), then G0 + 1 (n1).
@@ -1359,89 +1379,89 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
     int n0 = G0 < nsb ? (nsb - G0 + 7) / 8 : 0, n1 = G0 + 1 < nsb ? (nsb - G0 + 6) / 8 : 0;
     int n_it = n0 + n1;
     auto sb_of = [&](int it) { return it < n0 ? G0 + 8 * it : G0 + 1 + 8 * (it - n0); };
-    int ob[NT], oc[NT][2];
-#pragma unroll
-    for (int ni = 0; ni < NT; ni++) {
-        ob[ni] = min(o0 + 8 * ni + g, n_out - 1);
-        oc[ni][0] = min(o0 + 8 * ni + 2 * t, n_out - 1);
-        oc[ni][1] = min(o0 + 8 * ni + 2 * t + 1, n_out - 1);
-    }
-    auto load_w = [&](B16DW6<NT>& b, int it) {
+    int ob[2] = {min(o0 + g, n_out - 1), min(o0 + 8 + g, n_out - 1)};
+    auto load_w = [&](B16DW6& b, int it) {
         int sb = sb_of(it);
 #pragma unroll
-        for (int ni = 0; ni < NT; ni++) {
-            const u8* rec = w + ((long long)ob[ni] * nsb + sb) * MP_Q6;
+        for (int oh = 0; oh < 2; oh++) {
+            const u8* rec = w + ((long long)ob[oh] * nsb + sb) * MP_Q6;
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
 #pragma unroll
                     for (int kk = 0; kk < 2; kk++)
-                        b.ql[ni][h][kk][c] = __ldg((const u32*)(rec + 64 * h + 32 * kk + 16 * c + 4 * t));
-                    b.qh[ni][h][c] = __ldg((const u32*)(rec + 128 + 32 * h + 16 * c + 4 * t));
+                        b.ql[oh][h][kk][c] = __ldg((const u32*)(rec + 64 * h + 32 * kk + 16 * c + 4 * t));
+                    b.qh[oh][h][c] = __ldg((const u32*)(rec + 128 + 32 * h + 16 * c + 4 * t));
                 }
-#pragma unroll
-            for (int cc = 0; cc < 2; cc++) {
-                b.sc[ni][cc] = ldg16(w + ((long long)oc[ni][cc] * nsb + sb) * MP_Q6 + 192);
-                b.d[ni][cc] = dw[(long long)oc[ni][cc] * nsb + sb];
-            }
+            b.sc[oh] = ldg16(rec + 192);
+            b.d[oh] = dw[(long long)ob[oh] * nsb + sb];
         }
     };
-    int rr[2] = {min(r0 + g, n_rows - 1), min(r0 + g + 8, n_rows - 1)};
-    auto load_x = [&](B16DActs6& x, int it) {
+    int rb[2] = {min(r0 + g, n_rows - 1), min(r0 + 8 + g, n_rows - 1)};
+    int rc[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) rc[nt][c] = min(r0 + 8 * nt + 2 * t + c, n_rows - 1);
+    auto load_x = [&](B16DX6& x, int it) {
         int sb = sb_of(it);
 #pragma unroll
-        for (int rh = 0; rh < 2; rh++) {
-            const signed char* xr = kq + (long long)rr[rh] * width + sb * 256 + 4 * t;
+        for (int nt = 0; nt < 2; nt++) {
+            const signed char* xr = kq + (long long)rb[nt] * width + sb * 256 + 4 * t;
 #pragma unroll
             for (int j = 0; j < 8; j++)
-                x.x[rh][j] = make_int2(__ldg((const int*)(xr + 32 * j)), __ldg((const int*)(xr + 32 * j + 16)));
-            x.dx[rh] = kd[(long long)rr[rh] * nsb + sb];
+                x.x[nt][j] = make_int2(__ldg((const int*)(xr + 32 * j)), __ldg((const int*)(xr + 32 * j + 16)));
+#pragma unroll
+            for (int c = 0; c < 2; c++) x.dx[nt][c] = kd[(long long)rc[nt][c] * nsb + sb];
         }
     };
-    float acc0[NT][4], acc1[NT][4]; // groups G0 and G0 + 1
+    float acc0[2][4], acc1[2][4]; // groups G0 and G0 + 1
 #pragma unroll
-    for (int ni = 0; ni < NT; ni++)
+    for (int nt = 0; nt < 2; nt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc0[ni][e] = acc1[ni][e] = 0.0f;
-    auto step = [&](const B16DW6<NT>& b, const B16DActs6& x, int it) {
+        for (int e = 0; e < 4; e++) acc0[nt][e] = acc1[nt][e] = 0.0f;
+    auto step = [&](const B16DW6& b, const B16DX6& x, int it) {
+        int is[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
-        for (int ni = 0; ni < NT; ni++) {
-            int is[4] = {0, 0, 0, 0};
+        for (int j = 0; j < 8; j++) {
+            int h = j >> 2, k = j & 3;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                int h = j >> 2, k = j & 3;
+            for (int c = 0; c < 2; c++) {
+                int aw[2];
 #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    u32 v = ((b.ql[ni][h][k & 1][c] >> (4 * (k >> 1))) & 0x0F0F0F0Fu) |
-                            (((b.qh[ni][h][c] >> (2 * k)) & 0x03030303u) << 4);
-                    int bq = (int)__vsub4(v, 0x20202020u);
+                for (int oh = 0; oh < 2; oh++) {
+                    u32 v = ((b.ql[oh][h][k & 1][c] >> (4 * (k >> 1))) & 0x0F0F0F0Fu) |
+                            (((b.qh[oh][h][c] >> (2 * k)) & 0x03030303u) << 4);
+                    aw[oh] = (int)__vsub4(v, 0x20202020u);
+                }
+                int i = 8 * h + 2 * k + c; // the scale of elements 16 c .. of sub-block j
+                int sw0 = (i >> 2) == 0 ? b.sc[0].x : (i >> 2) == 1 ? b.sc[0].y : (i >> 2) == 2 ? b.sc[0].z : b.sc[0].w;
+                int sw1 = (i >> 2) == 0 ? b.sc[1].x : (i >> 2) == 1 ? b.sc[1].y : (i >> 2) == 2 ? b.sc[1].z : b.sc[1].w;
+                int s0 = (signed char)byte_of((u32)sw0, i & 3), s1 = (signed char)byte_of((u32)sw1, i & 3);
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
                     int dot[4];
-                    mma_s8_16816(dot, c ? x.x[0][j].y : x.x[0][j].x, c ? x.x[1][j].y : x.x[1][j].x, bq);
-                    int i = 8 * h + 2 * k + c; // the scale of elements 16 c .. of sub-block j
-                    const int4& s0 = b.sc[ni][0];
-                    const int4& s1 = b.sc[ni][1];
-                    int w0 = (i >> 2) == 0 ? s0.x : (i >> 2) == 1 ? s0.y : (i >> 2) == 2 ? s0.z : s0.w;
-                    int w1 = (i >> 2) == 0 ? s1.x : (i >> 2) == 1 ? s1.y : (i >> 2) == 2 ? s1.z : s1.w;
-                    int sc0 = (signed char)byte_of((u32)w0, i & 3), sc1 = (signed char)byte_of((u32)w1, i & 3);
-                    is[0] += sc0 * dot[0];
-                    is[1] += sc1 * dot[1];
-                    is[2] += sc0 * dot[2];
-                    is[3] += sc1 * dot[3];
+                    mma_s8_16816(dot, aw[0], aw[1], c ? x.x[nt][j].y : x.x[nt][j].x);
+                    is[nt][0] += s0 * dot[0];
+                    is[nt][1] += s0 * dot[1];
+                    is[nt][2] += s1 * dot[2];
+                    is[nt][3] += s1 * dot[3];
                 }
             }
-            float d0 = o0 + 8 * ni + 2 * t < n_out ? h2f(b.d[ni][0]) : 0.0f;
-            float d1 = o0 + 8 * ni + 2 * t + 1 < n_out ? h2f(b.d[ni][1]) : 0.0f;
+        }
+        float d[2] = {h2f(b.d[0]), h2f(b.d[1])};
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                float f = k8_step((e & 1) ? d1 : d0, 0.0f, x.dx[e >> 1], is[e], 0);
-                if (it < n0) acc0[ni][e] = __fadd_rn(acc0[ni][e], f);
-                else acc1[ni][e] = __fadd_rn(acc1[ni][e], f);
+                float f = k8_step(d[e >> 1], 0.0f, x.dx[nt][e & 1], is[nt][e], 0);
+                if (it < n0) acc0[nt][e] = __fadd_rn(acc0[nt][e], f);
+                else acc1[nt][e] = __fadd_rn(acc1[nt][e], f);
             }
-        }
     };
-    B16DW6<NT> wa, wb;
-    B16DActs6 xa, xb;
+    B16DW6 wa, wb;
+    B16DX6 xa, xb;
     if (n_it > 0) load_w(wa, 0);
     wait_prior_kernel();
     if (n_it > 0) load_x(xa, 0);
@@ -1460,34 +1480,32 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
         }
     }
 #pragma unroll
-    for (int ni = 0; ni < NT; ni++)
+    for (int nt = 0; nt < 2; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            ex[((G0 * NT + ni) * 4 + e) * 32 + lane] = acc0[ni][e];
-            ex[(((G0 + 1) * NT + ni) * 4 + e) * 32 + lane] = acc1[ni][e];
+            ex[((G0 * 2 + nt) * 4 + e) * 32 + lane] = acc0[nt][e];
+            ex[(((G0 + 1) * 2 + nt) * 4 + e) * 32 + lane] = acc1[nt][e];
         }
     __syncthreads();
-    b16_store_groups<8 * NT, 8>(ex, warp, out, o0, r0, n_out, n_rows, accumulate);
+    b16d_store<8>(ex, out, o0, r0, n_out, n_rows, accumulate);
 }
 
-template <int NT>
+// The direct kernel over up to three weights (JOB_ARGS), 16 outputs a block.
 __device__ __forceinline__ void b16d_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows,
                                         int accumulate, JOB_ARGS) {
-    __shared__ float ex[8 * NT * 4 * 32]; // the groups' sums, [group][tile][e][lane]
+    __shared__ float ex[8 * 2 * 4 * 32]; // the groups' sums, [group][n8 tile][C element][lane]
     Job j = JOB_PICK;
-    if (j.ty == K8_Q4_K) b16d_q4k<NT>(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate, ex);
-    else if (j.ty == K8_Q6_K) b16d_q6k<NT>(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate, ex);
+    if (j.ty == K8_Q4_K) b16d_q4k(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate, ex);
+    else if (j.ty == K8_Q6_K) b16d_q6k(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate, ex);
     else wait_prior_kernel(); // (no other type comes here; the wait keeps the launch chain whole)
 }
-// grid = (total tiles, ceil(n_rows / 16)), block = 128; no dynamic shared memory.
-extern "C" __global__ void __launch_bounds__(128) gemv16_k8d(const signed char* kq, const float* kd, const int* ks,
+// Blocks a multiprocessor the registers must allow (a tuning define: 1 leaves the compiler free, ~230 registers,
+// 2 blocks; 3 caps them at 168).
+#ifndef B16D_MINB
+#define B16D_MINB 1
+#endif
+// grid = (total tiles of 16 outputs, ceil(n_rows / 16)), block = 128; no dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(128, B16D_MINB) gemv16_k8d(const signed char* kq, const float* kd, const int* ks,
                                                              int width, int n_rows, int accumulate, JOB_ARGS) {
-    b16d_k8<2>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2,
-               n2);
-}
-extern "C" __global__ void __launch_bounds__(128) gemv16_k8d_o8(const signed char* kq, const float* kd,
-                                                                const int* ks, int width, int n_rows,
-                                                                int accumulate, JOB_ARGS) {
-    b16d_k8<1>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2,
-               n2);
+    b16d_k8(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2);
 }

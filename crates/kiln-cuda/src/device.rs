@@ -264,9 +264,9 @@ pub struct Device {
     /// Roles whose K8 block launches keep the 4-warp kernel (`B16_4WARP_ROLES`, a tuning define read once: a bit
     /// mask over [`block_role_bit`]).
     b16_4warp_roles: u32,
-    /// K8 block launches take the direct-fragment kernel (`B16_DIRECT`), with `B16D_TILE` outputs a block (0:
-    /// by size, 16 from `B16D_O16_PER_SM` blocks a multiprocessor up); tuning defines read once.
-    b16_direct: (bool, usize, usize),
+    /// K8 block launches take the direct-fragment kernel (`gemv16_k8d`, 16 outputs a block; `B16_DIRECT`, a
+    /// tuning define read once).
+    b16_direct: bool,
     /// The K8 block kernels read code sums packed by the K8 writers (`B16_PACKED_SUMS`, a tuning define read
     /// once); the writers then write them too.
     b16_packed: bool,
@@ -671,11 +671,7 @@ impl Device {
             b16s_tile: crate::compile::tuned_define("B16S_TILE") as usize,
             b16s_s_per_sm: crate::compile::tuned_define("B16S_S_PER_SM") as usize,
             b16_4warp_roles: crate::compile::tuned_define("B16_4WARP_ROLES"),
-            b16_direct: (
-                crate::compile::tuned_define("B16_DIRECT") != 0,
-                crate::compile::tuned_define("B16D_TILE") as usize,
-                crate::compile::tuned_define("B16D_O16_PER_SM") as usize,
-            ),
+            b16_direct: crate::compile::tuned_define("B16_DIRECT") != 0,
             b16_packed: crate::compile::tuned_define("B16_PACKED_SUMS") != 0,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
@@ -2307,9 +2303,8 @@ impl Device {
         let tiles = |outs: usize| -> usize {
             jobs.iter().map(|j| j.3.div_ceil(outs)).sum::<usize>() * n_rows.div_ceil(tile_rows)
         };
-        let (kernel, tile_outs) = if kernel == "gemv16_k8" && self.b16_direct.0 {
-            let (_, forced, per_sm) = self.b16_direct;
-            k8_direct_kernel((forced, per_sm), self.sm_count, tiles)
+        let (kernel, tile_outs) = if kernel == "gemv16_k8" && self.b16_direct {
+            ("gemv16_k8d", 16)
         } else if kernel == "gemv16_k8" {
             let tile = (self.b16s_tile, self.b16s_s_per_sm);
             let four_warp = self.b16_4warp_roles & block_role_bit(role) != 0;
@@ -2342,7 +2337,7 @@ impl Device {
         let threads = match kernel {
             "gemv16_k8" | "gemv16_k8_o16" => 32 * crate::compile::b16_warps(),
             "gemv16_k8s_w" | "gemv16_k8s_m" | "gemv16_k8s_s" => 256,
-            _ => 128, // the direct kernels (gemv16_k8d*) among them
+            _ => 128, // gemv16_k8d among them
         };
         self.launch(
             kernel,
@@ -3199,27 +3194,6 @@ fn k8_block_kernel(
     }
 }
 
-/// The direct-fragment K8 block kernel (`gemv16_k8d*` in gemv16.cu, `B16_DIRECT`) and its outputs a block for a
-/// launch of `tiles(outs)` blocks: `forced` outputs (8 or 16; 0: by size), else 16 when there are at least
-/// `o16_per_sm` 16-output blocks a multiprocessor (each warp then has two n8 tiles' loads in flight a
-/// super-block), else 8 (twice the warps for launches of few outputs: the 8B's Q/K/V, o-proj and down at 16 rows).
-fn k8_direct_kernel(
-    (forced, o16_per_sm): (usize, usize),
-    sm_count: usize,
-    tiles: impl Fn(usize) -> usize,
-) -> (&'static str, usize) {
-    let wide = match forced {
-        8 => false,
-        16 => true,
-        _ => tiles(16) >= o16_per_sm * sm_count,
-    };
-    if wide {
-        ("gemv16_k8d", 16)
-    } else {
-        ("gemv16_k8d_o8", 8)
-    }
-}
-
 /// The bit of a matmul role in `B16_4WARP_ROLES` (gemv16.cu): Q/K/V 1 (their job launch is named by `attn_q`),
 /// o-proj 2, gate/up 4 (by `ffn_gate`), down 8, the output head 16; other roles none.
 fn block_role_bit(role: &str) -> u32 {
@@ -3366,24 +3340,6 @@ mod tests {
                 (k, outs)
             );
         }
-    }
-
-    #[test]
-    fn direct_k8_block_launches_pick_their_tile_by_size() {
-        // 132 multiprocessors, 16 rows, the default threshold (four 16-output blocks a multiprocessor): the 8B's
-        // gate/up (1,536 blocks of 16) take 16 outputs a block; Q/K/V (384), o-proj and down (256) take 8.
-        let tiles_of = |outputs: usize| move |outs: usize| outputs.div_ceil(outs);
-        let pick =
-            |forced: usize, outputs: usize| k8_direct_kernel((forced, 4), 132, tiles_of(outputs));
-        assert_eq!(pick(0, 24576), ("gemv16_k8d", 16));
-        assert_eq!(pick(0, 6144), ("gemv16_k8d_o8", 8));
-        assert_eq!(pick(0, 4096), ("gemv16_k8d_o8", 8));
-        // At the threshold exactly: 16.
-        assert_eq!(pick(0, 16 * 4 * 132), ("gemv16_k8d", 16));
-        assert_eq!(pick(0, 16 * 4 * 132 - 16), ("gemv16_k8d_o8", 8));
-        // A forced tile takes every launch.
-        assert_eq!(pick(16, 64), ("gemv16_k8d", 16));
-        assert_eq!(pick(8, 24576), ("gemv16_k8d_o8", 8));
     }
 
     #[test]
