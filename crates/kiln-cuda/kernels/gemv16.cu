@@ -1292,7 +1292,8 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
             int sh = 4 * (j & 1);
             int a4[4] = {(b.q[0][j >> 1].x >> sh) & 0x0F0F0F0F, (b.q[1][j >> 1].x >> sh) & 0x0F0F0F0F,
                          (b.q[0][j >> 1].y >> sh) & 0x0F0F0F0F, (b.q[1][j >> 1].y >> sh) & 0x0F0F0F0F};
-            int s0 = byte_of(sc[0][j >> 2], j & 3), s1 = byte_of(sc[1][j >> 2], j & 3);
+            int s0 = (int)__byte_perm(sc[0][j >> 2], 0, 0x4440 | (j & 3)); // one PRMT: byte j % 4, zero-extended
+            int s1 = (int)__byte_perm(sc[1][j >> 2], 0, 0x4440 | (j & 3));
 #pragma unroll
             for (int nt = 0; nt < 2; nt++) {
                 int dot[4] = {0, 0, 0, 0};
@@ -1351,6 +1352,13 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
         for (int e = 0; e < 4; e++) ex[((a * 2 + nt) * 4 + e) * 32 + lane] = acc[nt][e];
     __syncthreads();
     b16d_store<4>(ex, out, o0, r0, n_out, n_rows, accumulate);
+}
+
+// Byte n of w as a signed int in one PRMT (n a constant after unrolling, so the selector is an immediate): selector nibble n copies the byte, 8 | n repeats its sign.
+__device__ __forceinline__ int sbyte_of(u32 w, int n) {
+    int r;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "r"(n | (8 | n) << 4 | (8 | n) << 8 | (8 | n) << 12));
+    return r;
 }
 
 // One Q6_K super-block of outputs g and g + 8 (oh): low-nibble words ql[oh][h][kk][c] (bytes 64 h + 32 kk + 16 c
@@ -1438,7 +1446,7 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
                 int i = 8 * h + 2 * k + c; // the scale of elements 16 c .. of sub-block j
                 int sw0 = (i >> 2) == 0 ? b.sc[0].x : (i >> 2) == 1 ? b.sc[0].y : (i >> 2) == 2 ? b.sc[0].z : b.sc[0].w;
                 int sw1 = (i >> 2) == 0 ? b.sc[1].x : (i >> 2) == 1 ? b.sc[1].y : (i >> 2) == 2 ? b.sc[1].z : b.sc[1].w;
-                int s0 = (signed char)byte_of((u32)sw0, i & 3), s1 = (signed char)byte_of((u32)sw1, i & 3);
+                int s0 = sbyte_of((u32)sw0, i & 3), s1 = sbyte_of((u32)sw1, i & 3);
 #pragma unroll
                 for (int nt = 0; nt < 2; nt++) {
                     int dot[4];
