@@ -54,6 +54,6 @@ for cubin in "$cubins"/*.cubin; do
 done
 # The block kernels' tuning variants that tools/device-check.sh self-tests and times must compile too (their
 # static_asserts tie the stage sizes to the shared memory the host reads).
-KILN_CUDA_DEFINES="-DB16_PACKED_SUMS=1;-DB16S_NST_M=3;-DB16S_SMEM_M=74624;-DB16_DIRECT=1" \
+KILN_CUDA_DEFINES="-DB16_PACKED_SUMS=1;-DB16S_NST_M=3;-DB16S_SMEM_M=74624;-DB16_DIRECT=1;-DB16D_PREFETCH=1" \
     cargo run --quiet -p kiln-cuda --example check_kernels -- "${@:-sm_90a}" >/dev/null
-echo "  tuning variants (B16_PACKED_SUMS=1, B16S_NST_M=3, B16_DIRECT=1): compiled"
+echo "  tuning variants (B16_PACKED_SUMS=1, B16S_NST_M=3, B16_DIRECT=1, B16D_PREFETCH=1): compiled"

@@ -500,6 +500,13 @@ if want direct; then
     step direct-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 128 \
         -r 3 --ab KILN_CUDA_DEFINES=-DB16_DIRECT=1
     grep -E "^\||ratio" "$OUT/direct-ab.log" | tee -a "$OUT/summary.txt"
+    # Its tuning defines (A: the direct kernel as it is, set for the whole run; B: with each). DIRECT_AB replaces
+    # the list (tag:defines, separated by ';').
+    for v in ${DIRECT_AB:-prefetch:-DB16D_PREFETCH=1 packed:-DB16_PACKED_SUMS=1}; do
+        step "direct-ab-${v%%:*}" env KILN_CUDA_DEFINES=-DB16_DIRECT=1 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
+            -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=-DB16_DIRECT=1;${v#*:}"
+        grep -E "^\||ratio" "$OUT/direct-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"
+    done
     if command -v compute-sanitizer >/dev/null; then
         for tool in memcheck racecheck; do
             tag=$tool-direct

@@ -1192,6 +1192,19 @@ extern "C" __global__ void __launch_bounds__(256, B16S_MINB) gemv16_k8s_s(const 
 #define B16_DIRECT 0
 #endif
 
+// The direct kernel also asks L2 for the records of the super-block two ahead of the one it loads (a tuning
+// define, off by default: 1 on): the register buffers cover one super-block's latency, L2 then holds the next.
+#ifndef B16D_PREFETCH
+#define B16D_PREFETCH 0
+#endif
+// An L2 prefetch of the lines of a record of `bytes` (144 or 208, 16-byte aligned) at rec: the lines of its
+// 16-byte chunks 0, 8 and 12 (a record of at most 13 chunks meets at most three 128-byte lines, and those chunks
+// lie one in each), one a lane of the output's four.
+__device__ __forceinline__ void b16d_prefetch(const u8* rec, int bytes) {
+    int t = threadIdx.x & 3, at = t == 0 ? 0 : t == 1 ? 128 : 192;
+    if (at < bytes && t < 3) asm volatile("prefetch.global.L2 [%0];" ::"l"((const void*)(rec + at)));
+}
+
 // The groups' sums meet: ex holds [group][n8 tile][C element][lane]; warp w stores (tile, element) pairs 2w and
 // 2w + 1 (pair = 4 tile + e), adding the NG groups in the GEMV's xor-tree pairing. C element e of lane (g, t) in
 // tile nt is output o0 + g + 8 (e / 2), row r0 + 8 nt + 2t + e % 2.
@@ -1241,6 +1254,7 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
             b.h[oh] = ldg16(rec);
 #pragma unroll
             for (int i = 0; i < 4; i++) b.q[oh][i] = __ldg((const int2*)(rec + 16 + 32 * i + 8 * t));
+            if (B16D_PREFETCH && it + 2 < n_it) b16d_prefetch(rec + 8 * 144, 144);
         }
     };
     int rb[2] = {min(r0 + g, n_rows - 1), min(r0 + 8 + g, n_rows - 1)}; // B columns g of the two tiles
@@ -1404,6 +1418,7 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
                 }
             b.sc[oh] = ldg16(rec + 192);
             b.d[oh] = dw[(long long)ob[oh] * nsb + sb];
+            if (B16D_PREFETCH && it + 2 < n_it) b16d_prefetch(w + ((long long)ob[oh] * nsb + sb_of(it + 2)) * MP_Q6, MP_Q6);
         }
     };
     int rb[2] = {min(r0 + g, n_rows - 1), min(r0 + 8 + g, n_rows - 1)};
