@@ -502,7 +502,7 @@ if want direct; then
     grep -E "^\||ratio" "$OUT/direct-ab.log" | tee -a "$OUT/summary.txt"
     # Its tuning defines (A: the direct kernel as it is, set for the whole run; B: with each). DIRECT_AB replaces
     # the list (tag:defines, separated by ';').
-    for v in ${DIRECT_AB:-prefetch:-DB16D_PREFETCH=1 packed:-DB16_PACKED_SUMS=1}; do
+    for v in ${DIRECT_AB:-prefetch:-DB16D_PREFETCH=1 packed:-DB16_PACKED_SUMS=1 minb3:-DB16D_MINB=3}; do
         step "direct-ab-${v%%:*}" env KILN_CUDA_DEFINES=-DB16_DIRECT=1 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
             -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=-DB16_DIRECT=1;${v#*:}"
         grep -E "^\||ratio" "$OUT/direct-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"
