@@ -489,7 +489,7 @@ fi
 # The direct-fragment K8 block kernel (STEPS=direct; B16_DIRECT, a tuning define, off by default): the self-test's
 # bit equality with every K8 block launch sent to it, on the int code sums and on packed ones; the end-to-end A/B
 # (B = direct) at 16 rows and tg128 in one table, so the block's cost against a step reads off it (block µs =
-# 16e6 / pp16 t/s, step µs = 1e6 / tg t/s); then compute-sanitizer memcheck and racecheck.
+# 16e6 / pp16 t/s, step µs = 1e6 / tg t/s); compute-sanitizer memcheck; its tuning defines' A/Bs; racecheck.
 if want direct; then
     for v in direct:-DB16_DIRECT=1 direct-packed:-DB16_DIRECT=1\;-DB16_PACKED_SUMS=1; do
         step "selftest-${v%%:*}" env KILN_CUDA_DEFINES="${v#*:}" "$KILN" selftest --device cuda --config 1
@@ -500,6 +500,14 @@ if want direct; then
     step direct-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 128 \
         -r 3 --ab KILN_CUDA_DEFINES=-DB16_DIRECT=1
     grep -E "^\||ratio" "$OUT/direct-ab.log" | tee -a "$OUT/summary.txt"
+    # sanitize TOOL: compute-sanitizer over configuration 1 with every K8 block launch on the direct kernel.
+    sanitize() {
+        command -v compute-sanitizer >/dev/null || return 0
+        step "sanitizer-$1-direct" env KILN_CUDA_DEFINES=-DB16_DIRECT=1 timeout 300 compute-sanitizer --tool "$1" \
+            --error-exitcode 9 "$KILN" selftest --device cuda --config 1
+        grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$1-direct.log" | tail -n 3 | tee -a "$OUT/summary.txt"
+    }
+    sanitize memcheck
     # Its tuning defines (A: the direct kernel as it is, set for the whole run; B: with each). DIRECT_AB replaces
     # the list (tag:defines, separated by ';').
     for v in ${DIRECT_AB:-prefetch:-DB16D_PREFETCH=1 packed:-DB16_PACKED_SUMS=1 minb3:-DB16D_MINB=3}; do
@@ -507,14 +515,7 @@ if want direct; then
             -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=-DB16_DIRECT=1;${v#*:}"
         grep -E "^\||ratio" "$OUT/direct-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"
     done
-    if command -v compute-sanitizer >/dev/null; then
-        for tool in memcheck racecheck; do
-            tag=$tool-direct
-            step "sanitizer-$tag" env KILN_CUDA_DEFINES=-DB16_DIRECT=1 timeout 300 compute-sanitizer \
-                --tool "$tool" --error-exitcode 9 "$KILN" selftest --device cuda --config 1
-            grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tag.log" | tail -n 3 | tee -a "$OUT/summary.txt"
-        done
-    fi
+    sanitize racecheck
 fi
 
 # Why a kernel takes its time: one layer's four K8 block-kernel launches at 16 rows (Q/K/V, o-proj, gate/up, down:
