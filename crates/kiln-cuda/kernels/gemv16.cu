@@ -1222,6 +1222,33 @@ __device__ __forceinline__ void b16d_store(const float* ex, float* out, int o0, 
     }
 }
 
+// A warp's n_it super-blocks through two register buffers in turn (W: weights, X: activations): super-block
+// it + 1 loads while step(it) multiplies. The first weights load before the wait for the kernel before this one
+// (weights never change while kernels run), the activations after it.
+template <class W, class X, class LoadW, class LoadX, class Step>
+__device__ __forceinline__ void b16d_pipeline(int n_it, const LoadW& load_w, const LoadX& load_x,
+                                              const Step& step) {
+    W wa, wb;
+    X xa, xb;
+    if (n_it > 0) load_w(wa, 0);
+    wait_prior_kernel();
+    if (n_it > 0) load_x(xa, 0);
+    for (int it = 0; it < n_it; it += 2) {
+        if (it + 1 < n_it) {
+            load_w(wb, it + 1);
+            load_x(xb, it + 1);
+        }
+        step(wa, xa, it);
+        if (it + 1 < n_it) {
+            if (it + 2 < n_it) {
+                load_w(wa, it + 2);
+                load_x(xa, it + 2);
+            }
+            step(wb, xb, it + 1);
+        }
+    }
+}
+
 // One Q4_K super-block of outputs g and g + 8 (oh = 0, 1): the 16-byte header (d, dmin, 12 scale bytes) and the
 // quant bytes 32 i + 8 t .. + 7 of each sub-block pair i.
 struct B16DW4 {
@@ -1289,7 +1316,7 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
     for (int nt = 0; nt < 2; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[nt][e] = 0.0f;
-    auto step = [&](const B16DW4& b, const B16DX4& x) {
+    auto step = [&](const B16DW4& b, const B16DX4& x, int) {
         // Outputs g, g + 8: scales and mins of sub-blocks 0..3 and 4..7 as bytes (k4_sm, four at a time).
         u32 sc[2][2], mn[2];
 #pragma unroll
@@ -1339,27 +1366,7 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
             }
         }
     };
-    // Two buffers in turn: super-block it + 1 loads while it multiplies. The first weights load before the wait
-    // for the kernel before this one (weights never change while kernels run), the activations after it.
-    B16DW4 wa, wb;
-    B16DX4 xa, xb;
-    if (n_it > 0) load_w(wa, 0);
-    wait_prior_kernel();
-    if (n_it > 0) load_x(xa, 0);
-    for (int it = 0; it < n_it; it += 2) {
-        if (it + 1 < n_it) {
-            load_w(wb, it + 1);
-            load_x(xb, it + 1);
-        }
-        step(wa, xa);
-        if (it + 1 < n_it) {
-            if (it + 2 < n_it) {
-                load_w(wa, it + 2);
-                load_x(xa, it + 2);
-            }
-            step(wb, xb);
-        }
-    }
+    b16d_pipeline<B16DW4, B16DX4>(n_it, load_w, load_x, step);
 #pragma unroll
     for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -1368,7 +1375,8 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
     b16d_store<4>(ex, out, o0, r0, n_out, n_rows, accumulate);
 }
 
-// Byte n of w as a signed int in one PRMT (n a constant after unrolling, so the selector is an immediate): selector nibble n copies the byte, 8 | n repeats its sign.
+// Byte n of w as a signed int in one PRMT (n is a constant after unrolling, so the selector is an immediate):
+// selector nibble n copies the byte, 8 | n repeats its sign.
 __device__ __forceinline__ int sbyte_of(u32 w, int n) {
     int r;
     asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "r"(n | (8 | n) << 4 | (8 | n) << 8 | (8 | n) << 12));
@@ -1418,7 +1426,8 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
                 }
             b.sc[oh] = ldg16(rec + 192);
             b.d[oh] = dw[(long long)ob[oh] * nsb + sb];
-            if (B16D_PREFETCH && it + 2 < n_it) b16d_prefetch(w + ((long long)ob[oh] * nsb + sb_of(it + 2)) * MP_Q6, MP_Q6);
+            if (B16D_PREFETCH && it + 2 < n_it)
+                b16d_prefetch(w + ((long long)ob[oh] * nsb + sb_of(it + 2)) * MP_Q6, MP_Q6);
         }
     };
     int rb[2] = {min(r0 + g, n_rows - 1), min(r0 + 8 + g, n_rows - 1)};
@@ -1483,25 +1492,7 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
                 else acc1[nt][e] = __fadd_rn(acc1[nt][e], f);
             }
     };
-    B16DW6 wa, wb;
-    B16DX6 xa, xb;
-    if (n_it > 0) load_w(wa, 0);
-    wait_prior_kernel();
-    if (n_it > 0) load_x(xa, 0);
-    for (int it = 0; it < n_it; it += 2) {
-        if (it + 1 < n_it) {
-            load_w(wb, it + 1);
-            load_x(xb, it + 1);
-        }
-        step(wa, xa, it);
-        if (it + 1 < n_it) {
-            if (it + 2 < n_it) {
-                load_w(wa, it + 2);
-                load_x(xa, it + 2);
-            }
-            step(wb, xb, it + 1);
-        }
-    }
+    b16d_pipeline<B16DW6, B16DX6>(n_it, load_w, load_x, step);
 #pragma unroll
     for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -1528,7 +1519,8 @@ __device__ __forceinline__ void b16d_k8(const signed char* kq, const float* kd, 
 #define B16D_MINB 1
 #endif
 // grid = (total tiles of 16 outputs, ceil(n_rows / 16)), block = 128; no dynamic shared memory.
-extern "C" __global__ void __launch_bounds__(128, B16D_MINB) gemv16_k8d(const signed char* kq, const float* kd, const int* ks,
-                                                             int width, int n_rows, int accumulate, JOB_ARGS) {
+extern "C" __global__ void __launch_bounds__(128, B16D_MINB) gemv16_k8d(const signed char* kq, const float* kd,
+                                                                         const int* ks, int width, int n_rows,
+                                                                         int accumulate, JOB_ARGS) {
     b16d_k8(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2);
 }
