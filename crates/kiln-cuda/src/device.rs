@@ -3353,6 +3353,8 @@ mod tests {
         assert_eq!(bit("token_embd.weight"), 0);
         // The define's default leaves every launch to the size rule.
         assert_eq!(crate::compile::tuned_define("B16_4WARP_ROLES"), 0);
+        // The direct kernel stays off until a GPU has passed its self-test and timed it.
+        assert_eq!(crate::compile::tuned_define("B16_DIRECT"), 0);
     }
 
     #[test]
