@@ -28,7 +28,7 @@ cubins=$(mktemp -d)
 trap 'rm -rf "$cubins"' EXIT
 KILN_CUBIN_DIR="$cubins" cargo run --quiet -p kiln-cuda --example check_kernels -- "${@:-sm_90a}"
 # Kernels whose main loads must be 16-byte vectors.
-wide="mmq_q4_k8 mmq_q6_k8 mmq_q8_0 gemv16_k8 gemv16_k8_o16 gemv16_k8s_w gemv16_k8s_m gemv16_k8s_s gemv16_k8d gemv_r1 gemv_r8 gemv3_r1 gemv3_r8 gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 attn_flash_h64 attn_flash_h128 attn_split_g1_h64 attn_split_g2_h64 attn_split_g3_h64 attn_split_g4_h64 attn_split_g8_h64 attn_split_g1_h128 attn_split_g2_h128 attn_split_g3_h128 attn_split_g4_h128 attn_split_g8_h128"
+wide="mmq_q4_k8 mmq_q6_k8 mmq_q8_0 gemv16_k8 gemv16_k8_o16 gemv16_k8d gemv_r1 gemv_r8 gemv3_r1 gemv3_r8 gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 attn_flash_h64 attn_flash_h128 attn_split_g1_h64 attn_split_g2_h64 attn_split_g3_h64 attn_split_g4_h64 attn_split_g8_h64 attn_split_g1_h128 attn_split_g2_h128 attn_split_g3_h128 attn_split_g4_h128 attn_split_g8_h128"
 for cubin in "$cubins"/*.cubin; do
     PATH="$bin:$PATH" cuobjdump -sass "$cubin" >"$cubins/sass.txt"
     for k in $wide; do
@@ -41,9 +41,8 @@ for cubin in "$cubins"/*.cubin; do
     done
     # The decode GEMVs issue their first weight loads before the wait for the previous kernel (GV_FIRST_WEIGHTS in
     # gemv.cu): on sm_90+ (where the wait is ACQBULK) every wait must follow a 16-byte load of its path.
-    # The block-shared K8 kernels copy their first stages' weights (LDGSTS) before it the same way, and the direct one
-    # loads its first super-block's (gemv16_k8d).
-    for k in gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 gemv16_k8s_w gemv16_k8s_m gemv16_k8s_s gemv16_k8d; do
+    # The direct K8 block kernel (gemv16_k8d) loads its first super-block's the same way.
+    for k in gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 gemv16_k8d; do
         bad=$(awk -v k="$k" '/Function :/ { f = $3; n = 0 } f == k && /LDG\.E\.128|LDGSTS\.E\.BYPASS\.128/ { n++ }
             f == k && /ACQBULK/ { if (n == 0) bad++; n = 0 } END { print bad + 0 }' "$cubins/sass.txt")
         if [ "$bad" -ne 0 ]; then
@@ -52,8 +51,7 @@ for cubin in "$cubins"/*.cubin; do
         fi
     done
 done
-# The block kernels' tuning variants that tools/device-check.sh self-tests and times must compile too (their
-# static_asserts tie the stage sizes to the shared memory the host reads).
-KILN_CUDA_DEFINES="-DB16_PACKED_SUMS=1;-DB16S_NST_M=3;-DB16S_SMEM_M=74624;-DB16_DIRECT=1;-DB16D_PREFETCH=1" \
+# The block kernels' tuning variants that tools/device-check.sh self-tests and times must compile too.
+KILN_CUDA_DEFINES="-DB16_PACKED_SUMS=1;-DB16D_PREFETCH=1;-DB16D_MINB=3" \
     cargo run --quiet -p kiln-cuda --example check_kernels -- "${@:-sm_90a}" >/dev/null
-echo "  tuning variants (B16_PACKED_SUMS=1, B16S_NST_M=3, B16_DIRECT=1, B16D_PREFETCH=1): compiled"
+echo "  tuning variants (B16_PACKED_SUMS=1, B16D_PREFETCH=1, B16D_MINB=3): compiled"

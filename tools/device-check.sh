@@ -14,7 +14,6 @@
 # frontier = prefill to 2k/8k/32k and its logits against the int8 kernels' and the decode path's; serve = kiln serve
 # under concurrent load against each request alone;
 # bits = logits bit-equal to another build's, REF_KILN=path, not in the default;
-# direct = the direct-fragment K8 block kernel's self-tests, sanitizer passes and A/Bs, not in the default;
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
 # dflash = greedy output with a drafter equal to plain decoding on a tiny target (a drafter on the GPU, and one with a
 # sliding-window layer on the CPU), then a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M
@@ -25,10 +24,10 @@
 # when named);
 # tune = kernel constants from TUNE tried against the defaults, not in the default;
 # ablate = the 8B's decode step, then its 16-row block, without one kind of launch at a time, not in the default;
-# block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) with
-# the default rule, the 4-warp kernel alone (KILN_NO_CUDA_BLOCK_SHARED) and each block-shared tile forced, then
-# pp16 -b 16 with and without the block-shared kernel, and with tuning defines (B16S_S_PER_SM=2,
-# B16_4WARP_ROLES=10; B16_AB picks others), not in the default;
+# block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) on
+# the direct kernel (the default), the 4-warp kernel by size (KILN_NO_CUDA_BLOCK_DIRECT) and its 32-output tiles
+# alone, then pp16 -b 16 with and without the direct kernel, and with its tuning defines (B16_PACKED_SUMS=1,
+# B16D_PREFETCH=1, B16D_MINB=3; B16_AB picks others), not in the default;
 # stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
 # kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -88,14 +87,14 @@ if want selftest; then
     grep -E "^(FAIL|device|all)" "$OUT/selftest.log" | tee -a "$OUT/summary.txt"
     step selftest-cached "$KILN" selftest --device cuda
     grep -E "^device" "$OUT/selftest-cached.log" | tee -a "$OUT/summary.txt"
-    # The block-shared K8 kernel's wider tiles (the self-test's small launches take 16 outputs a block by size),
-    # and the K8 block kernels on code sums packed by the K8 writers (a tuning define, off by default): the
-    # block-shared kernel at tiles 16 and 32, the 4-warp kernel in configuration 5. tag:configuration:defines.
-    for v in t64:1:-DB16S_TILE=64 t32:1:-DB16S_TILE=32 packed:1:-DB16_PACKED_SUMS=1 \
-        packed-t32:1:-DB16_PACKED_SUMS=1\;-DB16S_TILE=32 packed-4warp:5:-DB16_PACKED_SUMS=1; do
+    # The K8 block kernels' tuning defines (off by default): code sums packed by the K8 writers on the direct
+    # kernel (configuration 1) and the 4-warp one (configuration 5), the direct kernel's L2 prefetch and its
+    # register cap. tag:configuration:defines.
+    for v in packed:1:-DB16_PACKED_SUMS=1 packed-4warp:5:-DB16_PACKED_SUMS=1 prefetch:1:-DB16D_PREFETCH=1 \
+        minb3:1:-DB16D_MINB=3; do
         tag=${v%%:*} rest=${v#*:}
-        step "selftest-b16s-$tag" env KILN_CUDA_DEFINES="${rest#*:}" "$KILN" selftest --device cuda --config "${rest%%:*}"
-        grep -E "^(FAIL|all)" "$OUT/selftest-b16s-$tag.log" | tee -a "$OUT/summary.txt"
+        step "selftest-b16-$tag" env KILN_CUDA_DEFINES="${rest#*:}" "$KILN" selftest --device cuda --config "${rest%%:*}"
+        grep -E "^(FAIL|all)" "$OUT/selftest-b16-$tag.log" | tee -a "$OUT/summary.txt"
     done
 fi
 if want sanitizer && command -v compute-sanitizer >/dev/null; then
@@ -109,13 +108,6 @@ if want sanitizer && command -v compute-sanitizer >/dev/null; then
     step sanitizer-memcheck-packed env KILN_CUDA_DEFINES=-DB16_PACKED_SUMS=1 timeout 300 compute-sanitizer \
         --tool memcheck --error-exitcode 9 "$KILN" selftest --device cuda --config 1,5
     grep -E "ERROR SUMMARY|all .* passed" "$OUT/sanitizer-memcheck-packed.log" | tail -n 2 | tee -a "$OUT/summary.txt"
-    # The block-shared K8 kernel's 32-output tile (the self-test's small launches take 16 by default).
-    for tool in memcheck racecheck; do
-        step "sanitizer-$tool-b16s-32" env KILN_CUDA_DEFINES=-DB16S_TILE=32 timeout 300 compute-sanitizer --tool "$tool" \
-            --error-exitcode 9 "$KILN" selftest --device cuda --config 1
-        grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool-b16s-32.log" | tail -n 3 |
-            tee -a "$OUT/summary.txt"
-    done
 fi
 
 if want kernels; then
@@ -236,9 +228,9 @@ if want bench; then
         --ab KILN_NO_CUDA_PREFILL_K8=1
     step ab-KILN_NO_CUDA_BLOCK_MMA "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 \
         --ab KILN_NO_CUDA_BLOCK_MMA=1
-    step ab-KILN_NO_CUDA_BLOCK_SHARED "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
-        -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_SHARED=1
-    step ab-KILN_NO_CUDA_BLOCK_TILE16 env KILN_NO_CUDA_BLOCK_SHARED=1 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
+    step ab-KILN_NO_CUDA_BLOCK_DIRECT "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
+        -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_DIRECT=1
+    step ab-KILN_NO_CUDA_BLOCK_TILE16 env KILN_NO_CUDA_BLOCK_DIRECT=1 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
         -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_TILE16=1
     step ab-KILN_NO_CUDA_K8 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 128 -r 2 \
         --ab KILN_NO_CUDA_K8=1
@@ -249,7 +241,7 @@ if want bench; then
         ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_ATTN_HEAD_SPLIT ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
         ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_GEMV_STAGE ab-KILN_NO_CUDA_EARLY_WEIGHTS \
         ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_PREFILL_K8 \
-        ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_SHARED ab-KILN_NO_CUDA_BLOCK_TILE16 \
+        ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_DIRECT ab-KILN_NO_CUDA_BLOCK_TILE16 \
         ab-KILN_NO_CUDA_K8 ab-KILN_NO_CUDA_FLASH_ATTN; do
         grep -E "^\||ratio|median" "$OUT/$f.log" 2>/dev/null | tee -a "$OUT/summary.txt"
     done
@@ -441,12 +433,12 @@ if want ablate; then
         "${ABLATE_BLOCK:-attn_q attn_v attn_output ffn_gate ffn_down output attn_prep attn_split attn_merge rms_norm_q8 swiglu_q8}"
     say "in-place cost of each launch kind (8B Q4_K_M, 16-row block):"
     grep -E "^\|" "$OUT/ablate-block16.log" | tee -a "$OUT/summary.txt"
-    # The four matmul launches in place under each K8 block kernel: which kernel and tile is cheapest for each role
-    # inside the graph (on the H100 the 4-warp kernel's o-proj cost 383 µs a block in place against 495 for the
-    # 16-output block-shared one, where ncu alone timed it 1 µs slower a launch).
-    for spec in 4warp:KILN_NO_CUDA_BLOCK_SHARED=1 t16:KILN_CUDA_DEFINES=-DB16S_TILE=16 \
-        t32:KILN_CUDA_DEFINES=-DB16S_TILE=32; do
-        step "ablate-block16-${spec%%:*}" env "${spec#*:}" "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+    # The four matmul launches in place on the 4-warp K8 block kernel (by size, and its 32-output tiles alone), to
+    # set against the direct kernel's in the table above (in place, a kernel's cost can differ from ncu's time of
+    # it alone: its launches overlap their neighbours or not).
+    for spec in 4warp:KILN_NO_CUDA_BLOCK_DIRECT=1 4warp32:KILN_NO_CUDA_BLOCK_DIRECT=1,KILN_NO_CUDA_BLOCK_TILE16=1; do
+        vars=${spec#*:}
+        step "ablate-block16-${spec%%:*}" env ${vars//,/ } "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
             -p 16 -b 16 -n 0 -r 3 --skip-each "attn_q attn_output ffn_gate ffn_down"
         say "in-place cost of the matmul launches, ${spec#*:} (8B Q4_K_M, 16-row block):"
         grep -E "^\|" "$OUT/ablate-block16-${spec%%:*}.log" | tee -a "$OUT/summary.txt"
@@ -459,12 +451,11 @@ if want block16 && command -v ncu >/dev/null; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
     for m in q8b-q4km q06-q4km; do
-        # tag:environment (the default rule's environment is a no-op assignment).
-        for spec in default:KILN_BLOCK16_RULE=default 4warp:KILN_NO_CUDA_BLOCK_SHARED=1 \
-            t16:KILN_CUDA_DEFINES=-DB16S_TILE=16 t32:KILN_CUDA_DEFINES=-DB16S_TILE=32 \
-            t64:KILN_CUDA_DEFINES=-DB16S_TILE=64; do
-            tag=${spec%%:*}
-            step "block16-$m-$tag" env "${spec#*:}" KILN_NO_CUDA_GRAPH=1 timeout 120 ncu --clock-control none \
+        # tag:environment, variables separated by ',' (the default's is a no-op assignment).
+        for spec in direct:KILN_BLOCK16_RULE=default 4warp:KILN_NO_CUDA_BLOCK_DIRECT=1 \
+            4warp32:KILN_NO_CUDA_BLOCK_DIRECT=1,KILN_NO_CUDA_BLOCK_TILE16=1; do
+            tag=${spec%%:*} vars=${spec#*:}
+            step "block16-$m-$tag" env ${vars//,/ } KILN_NO_CUDA_GRAPH=1 timeout 120 ncu --clock-control none \
                 -k "regex:^gemv16_k8" --launch-skip 8 --launch-count 4 --section SpeedOfLight \
                 "$KILN" bench -m "$WORK/$m.gguf" --device cuda -p 16 -b 16 -n 0 -r 1
             say "block16 $m $tag (kernel, grid, µs of Q/K/V, o-proj, gate/up, down):"
@@ -472,50 +463,19 @@ if want block16 && command -v ncu >/dev/null; then
                 tee -a "$OUT/summary.txt"
         done
     done
-    step block16-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 \
-        -r 3 --ab KILN_NO_CUDA_BLOCK_SHARED=1
+    # The 16-row block with and without the direct kernel, and tg128 beside it, so the block's cost against a step
+    # reads off one table (block µs = 16e6 / pp16 t/s, step µs = 1e6 / tg t/s).
+    step block16-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 \
+        -n 128 -r 3 --ab KILN_NO_CUDA_BLOCK_DIRECT=1
     grep -E "^\||ratio" "$OUT/block16-ab.log" | tee -a "$OUT/summary.txt"
-    # The rule's other setting (16-output tiles up to two blocks a multiprocessor) and the o-proj and down on the
-    # 4-warp kernel (B = each). B16_AB replaces the list (tag:defines, defines separated by ';'), e.g. with the
-    # code sums packed by the K8 writers (packed:-DB16_PACKED_SUMS=1) or 3 stages for the 32-output kernel
-    # (nst3:-DB16S_NST_M=3;-DB16S_SMEM_M=74624), both measured on the H100 (docs/PERFORMANCE.md) and off.
-    for v in ${B16_AB:-s2:-DB16S_S_PER_SM=2 4warp-od:-DB16_4WARP_ROLES=10}; do
+    # The direct kernel's tuning defines (B = each; off by default; measured on the H100, docs/PERFORMANCE.md):
+    # code sums packed by the K8 writers, an L2 prefetch of the super-block two ahead, 3 blocks a multiprocessor
+    # (168 registers, spills). B16_AB replaces the list (tag:defines, defines separated by ';').
+    for v in ${B16_AB:-packed:-DB16_PACKED_SUMS=1 prefetch:-DB16D_PREFETCH=1 minb3:-DB16D_MINB=3}; do
         step "block16-ab-${v%%:*}" "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
             -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=${v#*:}"
         grep -E "^\||ratio" "$OUT/block16-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"
     done
-fi
-
-# The direct-fragment K8 block kernel (STEPS=direct; B16_DIRECT, a tuning define, off by default): the self-test's
-# bit equality with every K8 block launch sent to it, on the int code sums and on packed ones; the end-to-end A/B
-# (B = direct) at 16 rows and tg128 in one table, so the block's cost against a step reads off it (block µs =
-# 16e6 / pp16 t/s, step µs = 1e6 / tg t/s); compute-sanitizer memcheck; its tuning defines' A/Bs; racecheck.
-if want direct; then
-    for v in direct:-DB16_DIRECT=1 direct-packed:-DB16_DIRECT=1\;-DB16_PACKED_SUMS=1; do
-        step "selftest-${v%%:*}" env KILN_CUDA_DEFINES="${v#*:}" "$KILN" selftest --device cuda --config 1
-        grep -E "^(FAIL|all)" "$OUT/selftest-${v%%:*}.log" | tee -a "$OUT/summary.txt"
-    done
-    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
-    synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
-    step direct-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 128 \
-        -r 3 --ab KILN_CUDA_DEFINES=-DB16_DIRECT=1
-    grep -E "^\||ratio" "$OUT/direct-ab.log" | tee -a "$OUT/summary.txt"
-    # sanitize TOOL: compute-sanitizer over configuration 1 with every K8 block launch on the direct kernel.
-    sanitize() {
-        command -v compute-sanitizer >/dev/null || return 0
-        step "sanitizer-$1-direct" env KILN_CUDA_DEFINES=-DB16_DIRECT=1 timeout 300 compute-sanitizer --tool "$1" \
-            --error-exitcode 9 "$KILN" selftest --device cuda --config 1
-        grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$1-direct.log" | tail -n 3 | tee -a "$OUT/summary.txt"
-    }
-    sanitize memcheck
-    # Its tuning defines (A: the direct kernel as it is, set for the whole run; B: with each). DIRECT_AB replaces
-    # the list (tag:defines, separated by ';').
-    for v in ${DIRECT_AB:-prefetch:-DB16D_PREFETCH=1 packed:-DB16_PACKED_SUMS=1 minb3:-DB16D_MINB=3}; do
-        step "direct-ab-${v%%:*}" env KILN_CUDA_DEFINES=-DB16_DIRECT=1 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
-            -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=-DB16_DIRECT=1;${v#*:}"
-        grep -E "^\||ratio" "$OUT/direct-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"
-    done
-    sanitize racecheck
 fi
 
 # Why a kernel takes its time: one layer's four K8 block-kernel launches at 16 rows (Q/K/V, o-proj, gate/up, down:

@@ -38,15 +38,11 @@ pub fn dynamic_smem(kernel: &str) -> u32 {
             let outs = if kernel == "gemv16_k8" { 32 } else { 16 };
             return source_define(&format!("B16_SMEM_K8_W{}_O{outs}", b16_warps()));
         }
-        "gemv16_k8s_w" => "B16S_SMEM_W",
-        "gemv16_k8s_m" => "B16S_SMEM_M",
-        "gemv16_k8s_s" => "B16S_SMEM_S",
         "attn_flash_h64" => "FA_SMEM_H64",
         "attn_flash_h128" => "FA_SMEM_H128",
         _ => return 0,
     };
-    // A tuning run may resize a kernel's stages (B16S_NST_M with B16S_SMEM_M).
-    tuned_define(name)
+    source_define(name)
 }
 
 /// The split-KV kernels' fewest positions a split (`AT_MIN_CHUNK` in attention.cu, or the value
@@ -91,7 +87,7 @@ fn source_define(name: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 74] = [
+pub const KERNEL_NAMES: [&str; 71] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -126,9 +122,6 @@ pub const KERNEL_NAMES: [&str; 74] = [
     "gemv16_q8_0",
     "gemv16_k8",
     "gemv16_k8_o16",
-    "gemv16_k8s_w",
-    "gemv16_k8s_m",
-    "gemv16_k8s_s",
     "gemv16_k8d",
     "quantize_k8",
     "matmul_deq",
@@ -482,8 +475,7 @@ mod tests {
         assert_eq!(dynamic_smem("moe_mmq_q8_0"), 79872);
         assert_eq!(dynamic_smem("gemv16_k8"), 97280);
         assert_eq!(dynamic_smem("gemv16_k8_o16"), 66304);
-        assert_eq!(dynamic_smem("gemv16_k8s_w"), 59840);
-        assert_eq!(dynamic_smem("gemv16_k8s_s"), 71168);
+        assert_eq!(dynamic_smem("gemv16_k8d"), 0);
         assert_eq!(dynamic_smem("attn_flash_h128"), 69632);
         assert_eq!(dynamic_smem("gemv_r1"), 0);
         // Every sized kernel exists and stays within the 227 KB a block may have on sm_90.
@@ -558,7 +550,6 @@ mod tests {
                 first == "wait_prior_kernel()"
                     || first.starts_with("gemv_block<")
                     || first.starts_with("b16_k8<")
-                    || first.starts_with("b16s_k8<")
                     || first.starts_with("b16d_k8("),
                 "{name}: {first}"
             );
@@ -583,25 +574,27 @@ mod tests {
         let b16_k8 = &src[src.find("void b16_k8(").unwrap()..];
         let b16_k8 = &b16_k8[b16_k8.find('{').unwrap() + 1..];
         assert!(b16_k8.trim_start().starts_with("wait_prior_kernel();"));
-        // The block-shared ones copy their first stages' weights before the wait, and nothing else.
-        let body = &src[src.find("void b16s_body(").unwrap()..];
-        let (before, _) = body.split_once("wait_prior_kernel();").unwrap();
-        let (_, calls) = before.split_once("auto issue = [&]").unwrap();
-        let (_, calls) = calls.split_once("\n    };").unwrap();
-        let issued: Vec<&str> = calls
-            .match_indices("issue(")
-            .map(|(i, _)| &calls[i..])
-            .collect();
-        assert_eq!(issued.len(), 1, "{calls}");
-        assert!(issued[0].starts_with("issue(s, true, false, false)"));
-        let words: Vec<&str> = calls
-            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
-            .collect();
-        for name in ["kq", "kd", "ks", "out", "a_src", "s_src", "d_src"] {
-            assert!(
-                !words.contains(&name),
-                "b16s_body reads {name} before the wait"
-            );
+        // The direct one loads its first weights before the wait (b16d_pipeline), and nothing else: its weight
+        // loaders read the weights alone.
+        let pipe = &src[src.find("void b16d_pipeline(").unwrap()..];
+        let (before, _) = pipe.split_once("wait_prior_kernel();").unwrap();
+        let before = &before[before.find('{').unwrap()..];
+        assert_eq!(before.matches("load_").count(), 1, "{before}");
+        assert!(before.contains("load_w(wa, 0)"), "{before}");
+        for body in ["void b16d_q4k(", "void b16d_q6k("] {
+            let text = &src[src.find(body).unwrap()..];
+            let load = &text[text.find("auto load_w = [&]").expect(body)..];
+            let load = &load[..load.find("\n    };").expect(body)];
+            let words: Vec<&str> = load
+                .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                .collect();
+            for name in ["kq", "kd", "ks", "out", "ex"] {
+                assert!(
+                    !words.contains(&name),
+                    "{body} reads {name} before the wait"
+                );
+            }
+            assert!(words.contains(&"__ldg"), "{body}");
         }
     }
 

@@ -101,7 +101,7 @@ pub struct Options {
     /// Int8 tensor cores for other passes' matmuls of [`G16_MIN_ROWS`] rows or more on Q4_K/Q6_K/Q8_0
     /// (gemv16.cu, bit-identical to the GEMV).
     pub block_mma: bool,
-    /// With `block_mma` and without `block_shared`: a K8 block launch that would give the multiprocessors fewer
+    /// With `block_mma` and without `block_direct`: a K8 block launch that would give the multiprocessors fewer
     /// than two 32-output tiles each (at 16 rows: the 8B's Q/K/V, o-proj and down, every matmul of the 0.6B)
     /// takes tiles of 16 outputs
     /// (`gemv16_k8_o16`: twice the blocks, each about half the work, 3 a multiprocessor); else always 32. Same
@@ -109,12 +109,11 @@ pub struct Options {
     /// slower on some short ones (8B o-proj 14.7 -> 15.3); a finer rule fitted to those (16 only for at most one
     /// tile per two multiprocessors, or rows of 8,192+) was no faster on the 8B and 2 % slower on the 0.6B.
     pub block_tile16: bool,
-    /// With `block_mma`: K8 block launches of few tiles (those `block_tile16` names) take the block-shared kernel
-    /// (`gemv16_k8s_*` in gemv16.cu: 8 warps a block share each staged super-block, one n8 tile a warp; 16
-    /// outputs a block when that is one wave of blocks, else 32, [`B16S_TILES`]) instead of `gemv16_k8_o16`.
-    /// Same bits. Per launch (ncu, H100, 8B Q4_K_M at 16 rows) it beat the 4-warp kernel on Q/K/V, o-proj and
-    /// down and lost on gate/up (44.5 µs at 32 outputs, 49.8 at 64, against 40.8), which keeps the 4-warp one.
-    pub block_shared: bool,
+    /// With `block_mma`: every K8 block launch takes the direct-fragment kernel (`gemv16_k8d` in gemv16.cu: each
+    /// lane loads its mma fragments from global memory into registers, no shared-memory stages; 16 outputs a
+    /// block) instead of the 4-warp kernel. Same bits. End to end on the H100 (16-row blocks): 8B Q4_K_M 1.10x,
+    /// 0.6B 1.07x against the kernels it replaced.
+    pub block_direct: bool,
     /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
     /// step per super-block; else per-32 Q8 blocks with a float step per 32 weights.
@@ -166,7 +165,7 @@ impl Default for Options {
             prefill_mma: true,
             block_mma: true,
             block_tile16: true,
-            block_shared: true,
+            block_direct: true,
             k8: true,
             prefill_k8: true,
             flash_attn: true,
@@ -255,18 +254,6 @@ pub struct Device {
     clusters: bool,
     /// Multiprocessors of the GPU.
     sm_count: usize,
-    /// The block-shared K8 tile every block launch is sent to (`B16S_TILE`, a tuning define; 0: by size), read
-    /// once at start-up.
-    b16s_tile: usize,
-    /// 16-output blocks a multiprocessor up to which a launch of few tiles takes the 16-output block-shared
-    /// kernel rather than the 32-output one (`B16S_S_PER_SM`, a tuning define read once).
-    b16s_s_per_sm: usize,
-    /// Roles whose K8 block launches keep the 4-warp kernel (`B16_4WARP_ROLES`, a tuning define read once: a bit
-    /// mask over [`block_role_bit`]).
-    b16_4warp_roles: u32,
-    /// K8 block launches take the direct-fragment kernel (`gemv16_k8d`, 16 outputs a block; `B16_DIRECT`, a
-    /// tuning define read once).
-    b16_direct: bool,
     /// The K8 block kernels read code sums packed by the K8 writers (`B16_PACKED_SUMS`, a tuning define read
     /// once); the writers then write them too.
     b16_packed: bool,
@@ -668,10 +655,6 @@ impl Device {
             pdl: opts.pdl && major >= 9,
             clusters: major >= 9,
             sm_count,
-            b16s_tile: crate::compile::tuned_define("B16S_TILE") as usize,
-            b16s_s_per_sm: crate::compile::tuned_define("B16S_S_PER_SM") as usize,
-            b16_4warp_roles: crate::compile::tuned_define("B16_4WARP_ROLES"),
-            b16_direct: crate::compile::tuned_define("B16_DIRECT") != 0,
             b16_packed: crate::compile::tuned_define("B16_PACKED_SUMS") != 0,
             meta: Mutex::new(meta),
             ws: Mutex::new(ws),
@@ -2063,7 +2046,7 @@ impl Device {
             if takes_jobs(kernel) {
                 let job = (ty, o, wp, w.rows);
                 return self.launch_jobs(
-                    (kernel, weight_role(&w.name)),
+                    kernel,
                     &[job],
                     (x, (qp, dp, sp)),
                     w.cols,
@@ -2267,8 +2250,7 @@ impl Device {
                     )
                 })
                 .collect();
-            let role = weight_role(&ws[i].name);
-            self.launch_jobs((kernel, role), &jobs, (x, act), cols, n_rows, false, tile)?;
+            self.launch_jobs(kernel, &jobs, (x, act), cols, n_rows, false, tile)?;
         }
         Ok(())
     }
@@ -2287,12 +2269,11 @@ impl Device {
     /// Launches a job kernel (`gemv3_*`, [`takes_jobs`]) over up to three weights `(type id, out, weight, rows)`
     /// that read the same activations (`x` and its shadow pointers): each weight's tiles of `tile.1` outputs, one
     /// after the other along grid x (its first tile at `b1` / `b2`), activation rows in tiles of `tile.0` along
-    /// grid y. The K8 block kernel takes 16-output tiles instead for launches of few tiles
-    /// ([`Options::block_tile16`]). `role` is the first weight's ([`weight_role`]).
+    /// grid y. The K8 block launches take their kernel and tile from [`k8_block_kernel`].
     #[allow(clippy::too_many_arguments)]
     fn launch_jobs(
         &self,
-        (kernel, role): (&'static str, &str),
+        kernel: &'static str,
         jobs: &[(i32, u64, u64, usize)],
         (x, (qp, dp, sp)): (&DBuf, (u64, u64, u64)),
         cols: usize,
@@ -2303,16 +2284,8 @@ impl Device {
         let tiles = |outs: usize| -> usize {
             jobs.iter().map(|j| j.3.div_ceil(outs)).sum::<usize>() * n_rows.div_ceil(tile_rows)
         };
-        let (kernel, tile_outs) = if kernel == "gemv16_k8" && self.b16_direct {
-            ("gemv16_k8d", 16)
-        } else if kernel == "gemv16_k8" {
-            let tile = (self.b16s_tile, self.b16s_s_per_sm);
-            let four_warp = self.b16_4warp_roles & block_role_bit(role) != 0;
-            let opts = Options {
-                block_shared: self.opts.block_shared && !four_warp,
-                ..self.opts
-            };
-            k8_block_kernel(&opts, tile, self.sm_count, tiles)
+        let (kernel, tile_outs) = if kernel == "gemv16_k8" {
+            k8_block_kernel(&self.opts, self.sm_count, tiles)
         } else {
             (kernel, tile_outs)
         };
@@ -2336,7 +2309,6 @@ impl Device {
         let (t2, o2, w2, n2) = job(2);
         let threads = match kernel {
             "gemv16_k8" | "gemv16_k8_o16" => 32 * crate::compile::b16_warps(),
-            "gemv16_k8s_w" | "gemv16_k8s_m" | "gemv16_k8s_s" => 256,
             _ => 128, // gemv16_k8d among them
         };
         self.launch(
@@ -3166,53 +3138,22 @@ struct Prep {
 }
 
 /// The K8 block kernel and its outputs a block for a launch that has `tiles(outs)` blocks at `outs` outputs a
-/// block. Launches of few 32-output tiles (under two a multiprocessor: at 16 rows the 8B's Q/K/V, o-proj and
-/// down, every matmul of the 0.6B) take the block-shared kernel, with 16-output tiles when there are at most
-/// `s_per_sm` of those a multiprocessor (default 1: end to end on the H100 1.011x on the 8B's 16-row block and
-/// 1.033x on the 0.6B's against 2), else 32 ([`Options::block_shared`]); or, without it, 16-output tiles
-/// of the 4-warp kernel ([`Options::block_tile16`]). Larger launches keep the 4-warp kernel's 32-output tiles.
-/// `(forced, s_per_sm)` are tuning defines (B16S_TILE, B16S_S_PER_SM): a forced tile (0: none) takes every launch.
+/// block: the direct-fragment kernel ([`Options::block_direct`]); or, without it, the 4-warp kernel, on 16-output
+/// tiles for launches of few 32-output tiles (under two a multiprocessor: at 16 rows the 8B's Q/K/V, o-proj and
+/// down, every matmul of the 0.6B; [`Options::block_tile16`]) and 32-output tiles otherwise.
 fn k8_block_kernel(
     opts: &Options,
-    (forced, s_per_sm): (usize, usize),
     sm_count: usize,
     tiles: impl Fn(usize) -> usize,
 ) -> (&'static str, usize) {
-    let few = tiles(32) < 2 * sm_count;
-    if opts.block_shared && forced != 0 {
-        B16S_TILES
-            .into_iter()
-            .find(|&(_, outs)| outs == forced)
-            .unwrap_or(B16S_TILES[1])
-    } else if opts.block_shared && few {
-        let narrow = tiles(16) <= s_per_sm * sm_count;
-        B16S_TILES[if narrow { 2 } else { 1 }]
-    } else if opts.block_tile16 && few {
+    if opts.block_direct {
+        ("gemv16_k8d", 16)
+    } else if opts.block_tile16 && tiles(32) < 2 * sm_count {
         ("gemv16_k8_o16", 16)
     } else {
         ("gemv16_k8", 32)
     }
 }
-
-/// The bit of a matmul role in `B16_4WARP_ROLES` (gemv16.cu): Q/K/V 1 (their job launch is named by `attn_q`),
-/// o-proj 2, gate/up 4 (by `ffn_gate`), down 8, the output head 16; other roles none.
-fn block_role_bit(role: &str) -> u32 {
-    match role {
-        "attn_q" | "attn_k" | "attn_v" | "attn_qkv" => 1,
-        "attn_output" => 2,
-        "ffn_gate" | "ffn_up" => 4,
-        "ffn_down" => 8,
-        "output" => 16,
-        _ => 0,
-    }
-}
-
-/// The block-shared K8 block kernels (gemv16.cu) by tile, widest first: (kernel, outputs a block).
-const B16S_TILES: [(&str, usize); 3] = [
-    ("gemv16_k8s_w", 64),
-    ("gemv16_k8s_m", 32),
-    ("gemv16_k8s_s", 16),
-];
 
 /// Tensor-core kernels that take up to three weights a launch (JOB_ARGS in common.cu).
 fn takes_jobs(kernel: &str) -> bool {
@@ -3296,65 +3237,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn k8_block_launches_pick_their_kernel_by_size() {
-        // A 132-multiprocessor card, 16 rows (one row tile): the 8B's four launches by their outputs, under the
-        // default threshold (one 16-output block a multiprocessor).
+    fn k8_block_launches_pick_their_kernel() {
+        // A 132-multiprocessor card, 16 rows (one row tile): the 8B's launches by their outputs.
         let tiles_of = |outputs: usize| move |outs: usize| outputs.div_ceil(outs);
-        let pick = |opts: &Options, forced: usize, outputs: usize| {
-            k8_block_kernel(opts, (forced, 1), 132, tiles_of(outputs)).0
-        };
+        let pick = |opts: &Options, outputs: usize| k8_block_kernel(opts, 132, tiles_of(outputs));
         let on = Options::default();
-        // Q/K/V (192 blocks of 32), o-proj and down (128): under two a multiprocessor, but over one of 16.
-        assert_eq!(pick(&on, 0, 6144), "gemv16_k8s_m");
-        assert_eq!(pick(&on, 0, 4096), "gemv16_k8s_m");
-        // A launch of 2,048 outputs (128 blocks of 16, the 0.6B's o-proj at 1,024 too): 16.
-        assert_eq!(pick(&on, 0, 2048), "gemv16_k8s_s");
-        // gate/up: 768 tiles of 32, the 4-warp kernel.
-        assert_eq!(pick(&on, 0, 24576), "gemv16_k8");
-        // Without the block-shared kernel: the 4-warp kernel's 16-output tiles for few tiles, or 32 always.
-        let old = Options {
-            block_shared: false,
+        // The direct kernel takes every launch, in 16-output blocks.
+        for outputs in [2048, 4096, 6144, 24576] {
+            assert_eq!(pick(&on, outputs), ("gemv16_k8d", 16));
+        }
+        // Without it: the 4-warp kernel, 16-output tiles for launches under two 32-output tiles a
+        // multiprocessor (o-proj and down: 128 blocks of 32), 32 for gate/up (768).
+        let four = Options {
+            block_direct: false,
             ..Options::default()
         };
-        assert_eq!(pick(&old, 0, 4096), "gemv16_k8_o16");
-        assert_eq!(pick(&old, 0, 24576), "gemv16_k8");
+        assert_eq!(pick(&four, 4096), ("gemv16_k8_o16", 16));
+        assert_eq!(pick(&four, 24576), ("gemv16_k8", 32));
         let plain = Options {
             block_tile16: false,
-            ..old
+            ..four
         };
-        assert_eq!(pick(&plain, 0, 4096), "gemv16_k8");
-        // A forced tile takes every launch, large ones too; the define means nothing with the kernel off.
-        assert_eq!(pick(&on, 64, 4096), "gemv16_k8s_w");
-        assert_eq!(pick(&on, 16, 24576), "gemv16_k8s_s");
-        assert_eq!(pick(&old, 64, 4096), "gemv16_k8_o16");
-        // With 16-output tiles up to two blocks a multiprocessor: o-proj and down (256 blocks of 16) take 16,
-        // Q/K/V (384) still 32.
-        let two = |outputs: usize| k8_block_kernel(&on, (0, 2), 132, tiles_of(outputs)).0;
-        assert_eq!(two(4096), "gemv16_k8s_s");
-        assert_eq!(two(6144), "gemv16_k8s_m");
-        assert_eq!(two(24576), "gemv16_k8");
-        // The tile the launch is laid out in is the kernel's.
-        for (k, outs) in B16S_TILES {
-            assert_eq!(
-                k8_block_kernel(&on, (outs, 1), 132, tiles_of(4096)),
-                (k, outs)
-            );
-        }
-    }
-
-    #[test]
-    fn block_roles_have_their_4warp_bits() {
-        let bit = |name: &str| block_role_bit(weight_role(name));
-        assert_eq!(bit("blk.0.attn_q.weight"), 1);
-        assert_eq!(bit("blk.35.attn_output.weight"), 2);
-        assert_eq!(bit("blk.7.ffn_gate.weight"), 4);
-        assert_eq!(bit("blk.7.ffn_down.weight"), 8);
-        assert_eq!(bit("output.weight"), 16);
-        assert_eq!(bit("token_embd.weight"), 0);
-        // The define's default leaves every launch to the size rule.
-        assert_eq!(crate::compile::tuned_define("B16_4WARP_ROLES"), 0);
-        // The direct kernel stays off until a GPU has passed its self-test and timed it.
-        assert_eq!(crate::compile::tuned_define("B16_DIRECT"), 0);
+        assert_eq!(pick(&plain, 4096), ("gemv16_k8", 32));
     }
 
     #[test]

@@ -91,7 +91,7 @@ impl CudaBackend {
             prefill_mma: flags.cuda_prefill_mma,
             block_mma: flags.cuda_block_mma,
             block_tile16: flags.cuda_block_tile16,
-            block_shared: flags.cuda_block_shared,
+            block_direct: flags.cuda_block_direct,
             flash_attn: flags.cuda_flash_attn,
             k8: flags.cuda_k8,
             prefill_k8: flags.cuda_prefill_k8,

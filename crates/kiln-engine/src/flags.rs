@@ -154,14 +154,15 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
-        env: "KILN_NO_CUDA_BLOCK_SHARED",
-        disables: "CUDA: K8 block launches of few tiles on the block-shared kernel (8 warps share each staged \
-                   super-block, one n8 tile a warp; same bits); the 4-warp kernel of one GEMV group a warp",
+        env: "KILN_NO_CUDA_BLOCK_DIRECT",
+        disables: "CUDA: K8 block launches on the direct-fragment kernel (each lane loads its mma fragments from \
+                   global memory into registers, no shared-memory stages; same bits); the 4-warp kernel that \
+                   stages them",
         default_on: true,
     },
     FlagInfo {
         env: "KILN_NO_CUDA_BLOCK_TILE16",
-        disables: "CUDA: with KILN_NO_CUDA_BLOCK_SHARED, 16-output tiles of the 4-warp kernel for K8 block \
+        disables: "CUDA: with KILN_NO_CUDA_BLOCK_DIRECT, 16-output tiles of the 4-warp kernel for K8 block \
                    launches that would give the multiprocessors fewer than two 32-output tiles each (same bits); \
                    32-output tiles always",
         default_on: true,
@@ -270,8 +271,8 @@ pub struct Flags {
     pub cuda_prefill_mma: bool,
     /// CUDA: int8 tensor-core kernel for blocks of decode/verify rows.
     pub cuda_block_mma: bool,
-    /// CUDA: the block-shared K8 block kernel.
-    pub cuda_block_shared: bool,
+    /// CUDA: the direct-fragment K8 block kernel.
+    pub cuda_block_direct: bool,
     /// CUDA: 16-output tiles for K8 block launches of few 32-output tiles.
     pub cuda_block_tile16: bool,
     /// CUDA: flash attention for prefill passes.
@@ -322,7 +323,7 @@ impl Default for Flags {
             cuda_pdl: true,
             cuda_prefill_mma: true,
             cuda_block_mma: true,
-            cuda_block_shared: true,
+            cuda_block_direct: true,
             cuda_block_tile16: true,
             cuda_flash_attn: true,
             cuda_k8: true,
@@ -363,7 +364,7 @@ impl Flags {
             cuda_pdl: false,
             cuda_prefill_mma: false,
             cuda_block_mma: false,
-            cuda_block_shared: false,
+            cuda_block_direct: false,
             cuda_block_tile16: false,
             cuda_flash_attn: false,
             cuda_k8: false,
@@ -432,7 +433,7 @@ impl Flags {
                 "KILN_NO_CUDA_PDL" => flags.cuda_pdl = !disabled,
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
-                "KILN_NO_CUDA_BLOCK_SHARED" => flags.cuda_block_shared = !disabled,
+                "KILN_NO_CUDA_BLOCK_DIRECT" => flags.cuda_block_direct = !disabled,
                 "KILN_NO_CUDA_BLOCK_TILE16" => flags.cuda_block_tile16 = !disabled,
                 "KILN_NO_CUDA_FLASH_ATTN" => flags.cuda_flash_attn = !disabled,
                 "KILN_NO_CUDA_K8" => flags.cuda_k8 = !disabled,

@@ -47,7 +47,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         prefill_mma: false,
         block_mma: false,
         block_tile16: false,
-        block_shared: false,
+        block_direct: false,
         flash_attn: false,
         k8: false,
         prefill_k8: false,
@@ -72,10 +72,10 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
     // The K8 GEMVs of 4 outputs a block with their in-kernel switches off
     // (KILN_NO_CUDA_GEMV_STAGE, KILN_NO_CUDA_EARLY_WEIGHTS: kernels compiled with other defines), a split-KV attention block per KV head (KILN_NO_CUDA_ATTN_HEAD_SPLIT: no
     // 2-block clusters either), the MoE grouping's f32 gather (KILN_NO_CUDA_MOE_GATHER_QUANT), and the K8 block
-    // kernel's 4-warp 32-output tiles for every launch (KILN_NO_CUDA_BLOCK_SHARED and KILN_NO_CUDA_BLOCK_TILE16;
-    // the self-test's launches are small, so with the default they all take the block-shared 16-output tile).
+    // kernel's 4-warp 32-output tiles for every launch (KILN_NO_CUDA_BLOCK_DIRECT and KILN_NO_CUDA_BLOCK_TILE16;
+    // the self-test's launches are small, so without the direct kernel they all take 16-output tiles).
     let k8_plain = kiln_cuda::Options {
-        block_shared: false,
+        block_direct: false,
         block_tile16: false,
         gemv_stage: false,
         early_weights: false,
@@ -97,7 +97,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         (
             "fast paths, the 4-warp K8 block kernel on 16-output tiles",
             kiln_cuda::Options {
-                block_shared: false,
+                block_direct: false,
                 ..kiln_cuda::Options::default()
             },
         ),
