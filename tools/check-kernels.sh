@@ -52,6 +52,6 @@ for cubin in "$cubins"/*.cubin; do
     done
 done
 # The block kernels' tuning variants that tools/device-check.sh self-tests and times must compile too.
-KILN_CUDA_DEFINES="-DB16_PACKED_SUMS=1;-DB16D_PREFETCH=1;-DB16D_MINB=3" \
+KILN_CUDA_DEFINES="-DB16_PACKED_SUMS=1;-DB16D_PREFETCH=1;-DB16D_MINB=3;-DB16D_XAHEAD=0" \
     cargo run --quiet -p kiln-cuda --example check_kernels -- "${@:-sm_90a}" >/dev/null
-echo "  tuning variants (B16_PACKED_SUMS=1, B16D_PREFETCH=1, B16D_MINB=3): compiled"
+echo "  tuning variants (B16_PACKED_SUMS=1, B16D_PREFETCH=1, B16D_MINB=3, B16D_XAHEAD=0): compiled"

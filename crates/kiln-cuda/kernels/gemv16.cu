@@ -865,13 +865,32 @@ __device__ __forceinline__ void b16d_store(const float* ex, float* out, int o0, 
 // A warp's n_it super-blocks through two register buffers in turn (W: weights, X: activations): super-block
 // it + 1 loads while step(it) multiplies. The first weights load before the wait for the kernel before this one
 // (weights never change while kernels run), the activations after it.
+// With B16D_XAHEAD 0 (a tuning define) the activations load at their own step instead, from L2, one register
+// buffer fewer (~40 registers) for more warps a multiprocessor with B16D_MINB 3.
+#ifndef B16D_XAHEAD
+#define B16D_XAHEAD 1
+#endif
 template <class W, class X, class LoadW, class LoadX, class Step>
 __device__ __forceinline__ void b16d_pipeline(int n_it, const LoadW& load_w, const LoadX& load_x,
                                               const Step& step) {
     W wa, wb;
-    X xa, xb;
     if (n_it > 0) load_w(wa, 0);
     wait_prior_kernel();
+    if (!B16D_XAHEAD) {
+        X x;
+        for (int it = 0; it < n_it; it += 2) {
+            if (it + 1 < n_it) load_w(wb, it + 1);
+            load_x(x, it);
+            step(wa, x, it);
+            if (it + 1 < n_it) {
+                if (it + 2 < n_it) load_w(wa, it + 2);
+                load_x(x, it + 1);
+                step(wb, x, it + 1);
+            }
+        }
+        return;
+    }
+    X xa, xb;
     if (n_it > 0) load_x(xa, 0);
     for (int it = 0; it < n_it; it += 2) {
         if (it + 1 < n_it) {
