@@ -27,7 +27,7 @@
 # block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) on
 # the direct kernel (the default), the 4-warp kernel by size (KILN_NO_CUDA_BLOCK_DIRECT) and its 32-output tiles
 # alone, then pp16 -b 16 with and without the direct kernel, and with its tuning defines (B16_PACKED_SUMS=1,
-# B16D_PREFETCH=1, B16D_MINB=3; B16_AB picks others), not in the default;
+# B16D_PREFETCH=1, B16D_XAHEAD=0 with B16D_MINB=3 or 4; B16_AB picks others), not in the default;
 # stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
 # kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -88,10 +88,10 @@ if want selftest; then
     step selftest-cached "$KILN" selftest --device cuda
     grep -E "^device" "$OUT/selftest-cached.log" | tee -a "$OUT/summary.txt"
     # The K8 block kernels' tuning defines (off by default): code sums packed by the K8 writers on the direct
-    # kernel (configuration 1) and the 4-warp one (configuration 5), the direct kernel's L2 prefetch and its
-    # register cap. tag:configuration:defines.
+    # kernel (configuration 1) and the 4-warp one (configuration 5), the direct kernel's L2 prefetch, its
+    # activations loaded at their step and its register caps. tag:configuration:defines.
     for v in packed:1:-DB16_PACKED_SUMS=1 packed-4warp:5:-DB16_PACKED_SUMS=1 prefetch:1:-DB16D_PREFETCH=1 \
-        minb3:1:-DB16D_MINB=3; do
+        x0m3:1:-DB16D_XAHEAD=0\;-DB16D_MINB=3 x0m4:1:-DB16D_XAHEAD=0\;-DB16D_MINB=4; do
         tag=${v%%:*} rest=${v#*:}
         step "selftest-b16-$tag" env KILN_CUDA_DEFINES="${rest#*:}" "$KILN" selftest --device cuda --config "${rest%%:*}"
         grep -E "^(FAIL|all)" "$OUT/selftest-b16-$tag.log" | tee -a "$OUT/summary.txt"
@@ -468,10 +468,13 @@ if want block16 && command -v ncu >/dev/null; then
     step block16-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 \
         -n 128 -r 3 --ab KILN_NO_CUDA_BLOCK_DIRECT=1
     grep -E "^\||ratio" "$OUT/block16-ab.log" | tee -a "$OUT/summary.txt"
-    # The direct kernel's tuning defines (B = each; off by default; measured on the H100, docs/PERFORMANCE.md):
-    # code sums packed by the K8 writers, an L2 prefetch of the super-block two ahead, 3 blocks a multiprocessor
-    # (168 registers, spills). B16_AB replaces the list (tag:defines, defines separated by ';').
-    for v in ${B16_AB:-packed:-DB16_PACKED_SUMS=1 prefetch:-DB16D_PREFETCH=1 minb3:-DB16D_MINB=3}; do
+    # The direct kernel's tuning defines (B = each; off by default): code sums packed by the K8 writers and an L2
+    # prefetch of the super-block two ahead (both measured on the H100 against the kernels before, and lost on
+    # the 8B, docs/PERFORMANCE.md), then more warps a multiprocessor: the activations loaded at their step (one
+    # register buffer fewer) at 3 blocks (168 registers, no spills) and 4 (128, 16 bytes spilled), and 3 blocks
+    # with both buffers (spills). B16_AB replaces the list (tag:defines, defines separated by ';').
+    for v in ${B16_AB:-x0m3:-DB16D_XAHEAD=0;-DB16D_MINB=3 x0m4:-DB16D_XAHEAD=0;-DB16D_MINB=4 minb3:-DB16D_MINB=3 \
+        packed:-DB16_PACKED_SUMS=1 prefetch:-DB16D_PREFETCH=1}; do
         step "block16-ab-${v%%:*}" "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
             -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=${v#*:}"
         grep -E "^\||ratio" "$OUT/block16-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"
