@@ -201,8 +201,8 @@ def save_drafter(model, out):
 def load_init(path, drafter, keep_layers=None):
     """Loads drafter weights to start from: a z-lab directory (model.safetensors) or a `kiln convert-draft` GGUF
     (tensors under the safetensors names, matrices dequantized). Its config must equal the drafter's, except that
-    `keep_layers` (indices into the init's layers, in order) starts a shallower drafter from some of its layers, and
-    a wider FFN (--ff) starts from a narrower one."""
+    `keep_layers` (indices into the init's layers, in order) starts a shallower drafter from some of its layers, a
+    wider FFN (--ff) starts from a narrower one, and more taps (--taps) from some of them."""
     if os.path.isdir(path):
         from safetensors.torch import load_file
 
@@ -241,6 +241,19 @@ def load_init(path, drafter, keep_layers=None):
             elif k.endswith("mlp.down_proj.weight"):
                 state[k] = torch.cat([v, torch.zeros(v.shape[0], wide - ff)], 1)
         cfg = dict(cfg, intermediate_size=wide)
+    taps, mine = cfg["dflash_config"]["target_layer_ids"], drafter.c["dflash_config"]["target_layer_ids"]
+    if taps != mine and set(taps) < set(mine):
+        # More taps (--taps) from an init with some of them: each of the init's taps keeps its fc columns, moved to
+        # its place in the new order, and the new taps' columns start at zero, so the drafter starts as the init's
+        # function and learns what the new layers add.
+        h = cfg["hidden_size"]
+        old = state["fc.weight"]
+        fc = torch.zeros(old.shape[0], len(mine) * h)
+        for i, l in enumerate(taps):
+            j = mine.index(l)
+            fc[:, j * h:(j + 1) * h] = old[:, i * h:(i + 1) * h]
+        state["fc.weight"] = fc
+        cfg = dict(cfg, dflash_config=dict(cfg["dflash_config"], target_layer_ids=mine))
     if cfg != drafter.c:
         diff = sorted(k for k in set(cfg) | set(drafter.c) if cfg.get(k) != drafter.c.get(k))
         sys.exit(f"--init {path}: its config differs from this run's drafter in {diff}")
