@@ -27,7 +27,7 @@
 # block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) on
 # the direct kernel (the default), the 4-warp kernel by size (KILN_NO_CUDA_BLOCK_DIRECT) and its 32-output tiles
 # alone, then pp16 -b 16 with and without the direct kernel, and with its tuning defines (B16_PACKED_SUMS=1,
-# B16D_PREFETCH=1, B16D_XAHEAD=0 with B16D_MINB=3 or 4; B16_AB picks others), not in the default;
+# B16D_PREFETCH=1, B16D_XAHEAD=0 with B16D_MINB=3 or 4, B16D_RING=1; B16_AB picks others), not in the default;
 # stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
 # kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -91,7 +91,8 @@ if want selftest; then
     # kernel (configuration 1) and the 4-warp one (configuration 5), the direct kernel's L2 prefetch, its
     # activations loaded at their step and its register caps. tag:configuration:defines.
     for v in packed:1:-DB16_PACKED_SUMS=1 packed-4warp:5:-DB16_PACKED_SUMS=1 prefetch:1:-DB16D_PREFETCH=1 \
-        x0m3:1:-DB16D_XAHEAD=0\;-DB16D_MINB=3 x0m4:1:-DB16D_XAHEAD=0\;-DB16D_MINB=4; do
+        x0m3:1:-DB16D_XAHEAD=0\;-DB16D_MINB=3 x0m4:1:-DB16D_XAHEAD=0\;-DB16D_MINB=4 ring:1:-DB16D_RING=1 \
+        ring-x0m4:1:-DB16D_RING=1\;-DB16D_XAHEAD=0\;-DB16D_MINB=4; do
         tag=${v%%:*} rest=${v#*:}
         step "selftest-b16-$tag" env KILN_CUDA_DEFINES="${rest#*:}" "$KILN" selftest --device cuda --config "${rest%%:*}"
         grep -E "^(FAIL|all)" "$OUT/selftest-b16-$tag.log" | tee -a "$OUT/summary.txt"
@@ -103,6 +104,12 @@ if want sanitizer && command -v compute-sanitizer >/dev/null; then
         step "sanitizer-$tool" timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$KILN" selftest --device cuda \
             ${SAN_CONFIG:+--config "$SAN_CONFIG"}
         grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool.log" | tail -n 3 | tee -a "$OUT/summary.txt"
+    done
+    # The direct kernel's weight ring (a tuning define, off by default: each warp's own shared-memory stages).
+    for tool in memcheck racecheck; do
+        step "sanitizer-$tool-ring" env KILN_CUDA_DEFINES="-DB16D_RING=1;-DB16D_XAHEAD=0;-DB16D_MINB=4" timeout 300 \
+            compute-sanitizer --tool "$tool" --error-exitcode 9 "$KILN" selftest --device cuda --config 1
+        grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool-ring.log" | tail -n 3 | tee -a "$OUT/summary.txt"
     done
     # The K8 block kernels on the writers' packed code sums (a tuning define, off by default).
     step sanitizer-memcheck-packed env KILN_CUDA_DEFINES=-DB16_PACKED_SUMS=1 timeout 300 compute-sanitizer \
@@ -472,9 +479,11 @@ if want block16 && command -v ncu >/dev/null; then
     # prefetch of the super-block two ahead (both measured on the H100 against the kernels before, and lost on
     # the 8B, docs/PERFORMANCE.md), then more warps a multiprocessor: the activations loaded at their step (one
     # register buffer fewer) at 3 blocks (168 registers, no spills) and 4 (128, 16 bytes spilled), and 3 blocks
-    # with both buffers (spills). B16_AB replaces the list (tag:defines, defines separated by ';').
-    for v in ${B16_AB:-x0m3:-DB16D_XAHEAD=0;-DB16D_MINB=3 x0m4:-DB16D_XAHEAD=0;-DB16D_MINB=4 minb3:-DB16D_MINB=3 \
-        packed:-DB16_PACKED_SUMS=1 prefetch:-DB16D_PREFETCH=1}; do
+    # with both buffers (spills); the weights through each warp's ring of shared-memory stages (B16D_RING), alone
+    # and at 4 blocks. B16_AB replaces the list (tag:defines, defines separated by ';').
+    for v in ${B16_AB:-x0m3:-DB16D_XAHEAD=0;-DB16D_MINB=3 x0m4:-DB16D_XAHEAD=0;-DB16D_MINB=4 ring:-DB16D_RING=1 \
+        ring-x0m4:-DB16D_RING=1;-DB16D_XAHEAD=0;-DB16D_MINB=4 minb3:-DB16D_MINB=3 packed:-DB16_PACKED_SUMS=1 \
+        prefetch:-DB16D_PREFETCH=1}; do
         step "block16-ab-${v%%:*}" "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
             -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=${v#*:}"
         grep -E "^\||ratio" "$OUT/block16-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"

@@ -908,6 +908,74 @@ __device__ __forceinline__ void b16d_pipeline(int n_it, const LoadW& load_w, con
     }
 }
 
+// With B16D_RING 1 (a tuning define) each warp copies its weights into a ring of shared-memory stages of its own
+// (cp.async, no block barrier: the ring is the warp's alone) several super-blocks ahead, Q4_K 3 and Q6_K 2 (its
+// records are larger), instead of one super-block ahead in registers: more bytes in flight a warp, and no weight
+// registers kept across a step. The ring is static shared memory (so the launch keeps its early start); the
+// groups' sums reuse it at the end.
+#ifndef B16D_RING
+#define B16D_RING 0
+#endif
+#define B16D_RING_BYTES 10176 // a warp's ring: 4 Q4_K stages (16 x 144 bytes) or 3 Q6_K stages (16 x 208 + 16 x 4)
+static_assert(4 * 16 * MP_Q4 <= B16D_RING_BYTES && 3 * (16 * MP_Q6 + 16 * 4) <= B16D_RING_BYTES &&
+                  8 * 2 * 4 * 32 * 4 <= 4 * B16D_RING_BYTES && B16D_RING_BYTES % 16 == 0,
+              "a warp's ring holds its stages, and the block's rings the groups' sums");
+template <int N> __device__ __forceinline__ void cp_wait_n() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// A warp's copies of one super-block's records of the block's 16 outputs (REC bytes each, at record `sb` of
+// their rows) into a stage: chunk c = lane + 32 i of the 16 REC / 16, output c / (REC / 16), piece c % (REC / 16).
+template <int REC> struct B16DRing {
+    static constexpr int PIECES = REC / 16, NI = (16 * PIECES + 31) / 32;
+    const u8* src[NI];
+    int dst[NI];
+    __device__ __forceinline__ B16DRing(const u8* w, int o0, int n_out, int nsb) {
+        int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            int c = min(lane + 32 * i, 16 * PIECES - 1), o = c / PIECES, k = c % PIECES;
+            src[i] = w + (long long)min(o0 + o, n_out - 1) * nsb * REC + 16 * k;
+            dst[i] = lane + 32 * i < 16 * PIECES ? o * REC + 16 * k : -1;
+        }
+    }
+    __device__ __forceinline__ void issue(unsigned char* stage, int sb) const {
+#pragma unroll
+        for (int i = 0; i < NI; i++)
+            if (dst[i] >= 0) cp_async<16>(stage + dst[i], src[i] + (long long)sb * REC, true);
+    }
+};
+// b16d_pipeline with the weights through the warp's ring of S stages: issue(it) copies super-block it's weights
+// into stage it % S (the first S - 1 before the wait for the kernel before this one), load_w reads them from there.
+template <int S, class W, class X, class Issue, class LoadW, class LoadX, class Step>
+__device__ __forceinline__ void b16d_ring(int n_it, const Issue& issue, const LoadW& load_w, const LoadX& load_x,
+                                          const Step& step) {
+#pragma unroll
+    for (int s = 0; s < S - 1; s++) {
+        if (s < n_it) issue(s);
+        cp_commit();
+    }
+    wait_prior_kernel();
+    X xn;
+    if (B16D_XAHEAD && n_it > 0) load_x(xn, 0);
+#pragma unroll 2
+    for (int it = 0; it < n_it; it++) {
+        cp_wait_n<S - 2>(); // this lane's copies of stage it are in
+        __syncwarp();       // and every lane's; every lane is done with stage it - 1, which the next issue refills
+        if (it + S - 1 < n_it) issue(it + S - 1);
+        cp_commit();
+        W b;
+        load_w(b, it);
+        X x;
+        if (B16D_XAHEAD) {
+            x = xn;
+            if (it + 1 < n_it) load_x(xn, it + 1);
+        } else {
+            load_x(x, it);
+        }
+        step(b, x, it);
+    }
+}
+
 // One Q4_K super-block of outputs g and g + 8 (oh = 0, 1): the 16-byte header (d, dmin, 12 scale bytes) and the
 // quant bytes 32 i + 8 t .. + 7 of each sub-block pair i.
 struct B16DW4 {
@@ -1025,7 +1093,24 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
             }
         }
     };
-    b16d_pipeline<B16DW4, B16DX4>(n_it, load_w, load_x, step);
+    if (B16D_RING) {
+        unsigned char* ring = (unsigned char*)ex + a * B16D_RING_BYTES;
+        B16DRing<144> copies(w, o0, n_out, nsb);
+        auto issue = [&](int it) { copies.issue(ring + (it & 3) * 16 * 144, a + 4 * it); };
+        auto load_w_ring = [&](B16DW4& b, int it) {
+#pragma unroll
+            for (int oh = 0; oh < 2; oh++) {
+                const unsigned char* rec = ring + (it & 3) * 16 * 144 + (g + 8 * oh) * 144;
+                b.h[oh] = *(const int4*)rec;
+#pragma unroll
+                for (int i = 0; i < 4; i++) b.q[oh][i] = *(const int2*)(rec + 16 + 32 * i + 8 * t);
+            }
+        };
+        b16d_ring<4, B16DW4, B16DX4>(n_it, issue, load_w_ring, load_x, step);
+        __syncthreads(); // the groups' sums go where the rings were
+    } else {
+        b16d_pipeline<B16DW4, B16DX4>(n_it, load_w, load_x, step);
+    }
 #pragma unroll
     for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -1151,7 +1236,43 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
                 else acc1[nt][e] = __fadd_rn(acc1[nt][e], f);
             }
     };
-    b16d_pipeline<B16DW6, B16DX6>(n_it, load_w, load_x, step);
+    if (B16D_RING) {
+        constexpr int STAGE = 16 * MP_Q6 + 16 * 4; // the records, then each output's d in its aligned 4-byte word
+        unsigned char* ring = (unsigned char*)ex + warp * B16D_RING_BYTES;
+        B16DRing<MP_Q6> copies(w, o0, n_out, nsb);
+        int od = min(o0 + (lane & 15), n_out - 1);
+        auto issue = [&](int it) {
+            unsigned char* st = ring + (it % 3) * STAGE;
+            int sb = sb_of(it);
+            copies.issue(st, sb);
+            if (lane < 16) cp_async<4>(st + 16 * MP_Q6 + 4 * lane, dw + (((long long)od * nsb + sb) & ~1LL), true);
+        };
+        auto load_w_ring = [&](B16DW6& b, int it) {
+            const unsigned char* st = ring + (it % 3) * STAGE;
+            int sb = sb_of(it);
+#pragma unroll
+            for (int oh = 0; oh < 2; oh++) {
+                int o = g + 8 * oh;
+                const unsigned char* rec = st + o * MP_Q6;
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+#pragma unroll
+                        for (int kk = 0; kk < 2; kk++)
+                            b.ql[oh][h][kk][c] = *(const u32*)(rec + 64 * h + 32 * kk + 16 * c + 4 * t);
+                        b.qh[oh][h][c] = *(const u32*)(rec + 128 + 32 * h + 16 * c + 4 * t);
+                    }
+                b.sc[oh] = *(const int4*)(rec + 192);
+                u32 dword = *(const u32*)(st + 16 * MP_Q6 + 4 * o);
+                b.d[oh] = (u16)((((long long)ob[oh] * nsb + sb) & 1) ? dword >> 16 : dword & 0xFFFF);
+            }
+        };
+        b16d_ring<3, B16DW6, B16DX6>(n_it, issue, load_w_ring, load_x, step);
+        __syncthreads(); // the groups' sums go where the rings were
+    } else {
+        b16d_pipeline<B16DW6, B16DX6>(n_it, load_w, load_x, step);
+    }
 #pragma unroll
     for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -1166,7 +1287,8 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
 // The direct kernel over up to three weights (JOB_ARGS), 16 outputs a block.
 __device__ __forceinline__ void b16d_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows,
                                         int accumulate, JOB_ARGS) {
-    __shared__ float ex[8 * 2 * 4 * 32]; // the groups' sums, [group][n8 tile][C element][lane]
+    // The groups' sums, [group][n8 tile][C element][lane]; with B16D_RING the space of the warps' rings first.
+    __shared__ __align__(16) float ex[B16D_RING ? 4 * B16D_RING_BYTES / 4 : 8 * 2 * 4 * 32];
     Job j = JOB_PICK;
     if (j.ty == K8_Q4_K) b16d_q4k(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate, ex);
     else if (j.ty == K8_Q6_K) b16d_q6k(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate, ex);

@@ -581,20 +581,33 @@ mod tests {
         let before = &before[before.find('{').unwrap()..];
         assert_eq!(before.matches("load_").count(), 1, "{before}");
         assert!(before.contains("load_w(wa, 0)"), "{before}");
+        // With B16D_RING the ring's copies go first instead (b16d_ring), and they too read the weights alone.
+        let ring = &src[src.find("void b16d_ring(").unwrap()..];
+        let (before, _) = ring.split_once("wait_prior_kernel();").unwrap();
+        let before = &before[before.find('{').unwrap()..];
+        assert!(
+            before.contains("issue(s)") && !before.contains("load_"),
+            "{before}"
+        );
         for body in ["void b16d_q4k(", "void b16d_q6k("] {
             let text = &src[src.find(body).unwrap()..];
-            let load = &text[text.find("auto load_w = [&]").expect(body)..];
-            let load = &load[..load.find("\n    };").expect(body)];
-            let words: Vec<&str> = load
-                .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
-                .collect();
-            for name in ["kq", "kd", "ks", "out", "ex"] {
-                assert!(
-                    !words.contains(&name),
-                    "{body} reads {name} before the wait"
-                );
+            for (lambda, end, load) in [
+                ("auto load_w = [&]", "\n    };", "__ldg"),
+                ("auto issue = [&]", "};", "copies.issue("),
+            ] {
+                let code = &text[text.find(lambda).expect(body)..];
+                let code = &code[..code.find(end).expect(body)];
+                let words: Vec<&str> = code
+                    .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                    .collect();
+                for name in ["kq", "kd", "ks", "out", "ex"] {
+                    assert!(
+                        !words.contains(&name),
+                        "{body}: {lambda} reads {name} before the wait"
+                    );
+                }
+                assert!(code.contains(load), "{body}: {lambda}");
             }
-            assert!(words.contains(&"__ldg"), "{body}");
         }
     }
 
