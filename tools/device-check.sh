@@ -481,8 +481,8 @@ if want block16 && command -v ncu >/dev/null; then
     # register buffer fewer) at 3 blocks (168 registers, no spills) and 4 (128, 16 bytes spilled), and 3 blocks
     # with both buffers (spills); the weights through each warp's ring of shared-memory stages (B16D_RING), alone
     # and at 4 blocks. B16_AB replaces the list (tag:defines, defines separated by ';').
-    for v in ${B16_AB:-x0m3:-DB16D_XAHEAD=0;-DB16D_MINB=3 x0m4:-DB16D_XAHEAD=0;-DB16D_MINB=4 ring:-DB16D_RING=1 \
-        ring-x0m4:-DB16D_RING=1;-DB16D_XAHEAD=0;-DB16D_MINB=4 minb3:-DB16D_MINB=3 packed:-DB16_PACKED_SUMS=1 \
+    for v in ${B16_AB:-ring-x0m4:-DB16D_RING=1;-DB16D_XAHEAD=0;-DB16D_MINB=4 x0m4:-DB16D_XAHEAD=0;-DB16D_MINB=4 \
+        x0m3:-DB16D_XAHEAD=0;-DB16D_MINB=3 ring:-DB16D_RING=1 minb3:-DB16D_MINB=3 packed:-DB16_PACKED_SUMS=1 \
         prefetch:-DB16D_PREFETCH=1}; do
         step "block16-ab-${v%%:*}" "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
             -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=${v#*:}"
