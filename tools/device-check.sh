@@ -454,10 +454,13 @@ fi
 
 # The K8 block kernels by launch (STEPS=block16): which kernel and tile each of a layer's launches takes, and its
 # time alone (ncu, graphs off, the first two layers skipped), under each launch rule; then the end-to-end A/B.
-if want block16 && command -v ncu >/dev/null; then
+# BLOCK16_NCU=0 leaves out the ncu tables (a call of the device's 10 minutes then holds the A/Bs).
+if want block16; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
-    for m in q8b-q4km q06-q4km; do
+    ncu_models=()
+    [ "${BLOCK16_NCU:-1}" != 0 ] && command -v ncu >/dev/null && ncu_models=(q8b-q4km q06-q4km)
+    for m in "${ncu_models[@]}"; do
         # tag:environment, variables separated by ',' (the default's is a no-op assignment).
         for spec in direct:KILN_BLOCK16_RULE=default 4warp:KILN_NO_CUDA_BLOCK_DIRECT=1 \
             4warp32:KILN_NO_CUDA_BLOCK_DIRECT=1,KILN_NO_CUDA_BLOCK_TILE16=1; do
