@@ -1247,6 +1247,8 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
             copies.issue(st, sb);
             if (lane < 16) cp_async<4>(st + 16 * MP_Q6 + 4 * lane, dw + (((long long)od * nsb + sb) & ~1LL), true);
         };
+        // The same words as load_w, from the stage: a template shared by both added 144 SASS instructions to the
+        // default kernel, so the two stay written out.
         auto load_w_ring = [&](B16DW6& b, int it) {
             const unsigned char* st = ring + (it % 3) * STAGE;
             int sb = sb_of(it);
