@@ -529,12 +529,17 @@ fn moe_max_tiles(n: usize, n_exp: usize, tile: usize) -> usize {
 }
 
 /// [`repack`] of each of `parts` equal matrices stacked in `bytes` (MoE experts): every expert's scales follow its
-/// own quants, so a GEMV over one expert finds them where it would for a 2-D matrix.
+/// own quants, so a GEMV over one expert finds them where it would for a 2-D matrix. A Q6_K buffer is padded to a
+/// whole 4-byte word: the block kernel's weight ring (`B16D_RING`) copies the f16 d values as aligned words.
 fn repack_parts(ty: GgmlType, bytes: &[u8], parts: usize) -> Vec<u8> {
-    bytes
+    let mut out: Vec<u8> = bytes
         .chunks((bytes.len() / parts.max(1)).max(1))
         .flat_map(|m| repack(ty, m))
-        .collect()
+        .collect();
+    if ty == GgmlType::Q6_K {
+        out.resize(out.len().next_multiple_of(4), 0);
+    }
+    out
 }
 
 /// Most splits of one row's positions in the split-KV attention: at long spans 128 splits × the KV heads fill
@@ -3307,6 +3312,16 @@ mod tests {
             repack_parts(GgmlType::Q8_0, &bytes, 1),
             repack(GgmlType::Q8_0, &bytes)
         );
+    }
+
+    #[test]
+    fn q6_k_buffers_end_on_a_whole_word() {
+        // Three Q6_K blocks: 630 bytes, and the last d's aligned word needs two more.
+        let q6: Vec<u8> = (0..630u32).map(|i| (i % 251) as u8).collect();
+        let r = repack_parts(GgmlType::Q6_K, &q6, 1);
+        assert_eq!(r.len(), 632);
+        assert_eq!(&r[..630], &repack(GgmlType::Q6_K, &q6)[..]);
+        assert_eq!(repack_parts(GgmlType::Q6_K, &q6[..420], 1).len(), 420);
     }
 
     #[test]
