@@ -475,9 +475,12 @@ if want block16; then
     done
     # The 16-row block with and without the direct kernel, and tg128 beside it, so the block's cost against a step
     # reads off one table (block µs = 16e6 / pp16 t/s, step µs = 1e6 / tg t/s).
-    step block16-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 \
-        -n 128 -r 3 --ab KILN_NO_CUDA_BLOCK_DIRECT=1
-    grep -E "^\||ratio" "$OUT/block16-ab.log" | tee -a "$OUT/summary.txt"
+    # BLOCK16_BASE=0 leaves it out, for a short call that only A/Bs the tuning defines below.
+    if [ "${BLOCK16_BASE:-1}" != 0 ]; then
+        step block16-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 \
+            -n 128 -r 3 --ab KILN_NO_CUDA_BLOCK_DIRECT=1
+        grep -E "^\||ratio" "$OUT/block16-ab.log" | tee -a "$OUT/summary.txt"
+    fi
     # The direct kernel's tuning defines (B = each; off by default): code sums packed by the K8 writers and an L2
     # prefetch of the super-block two ahead (both measured on the H100 against the kernels before, and lost on
     # the 8B, docs/PERFORMANCE.md), then more warps a multiprocessor: the activations loaded at their step (one
