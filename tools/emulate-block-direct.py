@@ -3,7 +3,8 @@
 # for one super-block of 16 outputs and 16 activation rows: every lane's loads, nibble / 6-bit unpacking, scale
 # bytes and code-sum words, fed through the PTX fragment layouts of mma.m16n8k32 and m16n8k16 (s8), against a
 # plain integer dot of the dequantized codes. Checks the kernel's integers (the float steps are the GEMV's
-# k8_step, shared code) without a GPU; the GPU self-test (tools/device-check.sh STEPS=direct) checks the bits.
+# k8_step, shared code) without a GPU; the GPU self-test (tools/device-check.sh STEPS=selftest) checks the bits.
+# Also the B16D_RING copies' placement in a warp's stages and the ring's wait/refill schedule.
 # Needs numpy:  python3 tools/emulate-block-direct.py   (prints the mismatches; exits 1 on any)
 import sys
 
@@ -172,4 +173,56 @@ for lane in range(32):
         for e in range(4):
             bad += is6[lane][nt][e] != ref6[g + 8*(e >> 1), 8*nt + 2*t + (e & 1)]
 print("Q6_K mismatches:", bad)
-sys.exit(1 if bad or bad4 else 0)
+bad6 = bad
+
+# ---- B16D_RING: where each warp's cp.async copies put a super-block's records and d words, and the ring's
+# schedule (b16d_ring, B16DRing). Matrices with an odd count of super-blocks and a partial last tile.
+def ring_stage(W, REC, o0, n_out, nsb, sb):
+    """The stage B16DRing<REC>::issue fills: chunk c = lane + 32 i -> output c / PIECES, piece c % PIECES."""
+    pieces = REC // 16; ni = (16*pieces + 31) // 32
+    st = np.full(16*REC, -1, np.int64)
+    for lane in range(32):
+        for i in range(ni):
+            c = min(lane + 32*i, 16*pieces - 1); o, k = c // pieces, c % pieces
+            if lane + 32*i < 16*pieces:
+                row = min(o0 + o, n_out - 1)
+                st[o*REC + 16*k:o*REC + 16*k + 16] = W[row, sb*REC + 16*k:sb*REC + 16*k + 16]
+    return st
+bad = 0
+for REC in (144, 208):
+    for n_out, nsb in ((37, 3), (16, 16), (21, 5)):
+        W = rng.integers(0, 256, (n_out, nsb*REC), dtype=np.int64)
+        dw = rng.integers(0, 65536, n_out*nsb, dtype=np.int64)
+        dpad = np.concatenate([dw, np.zeros(len(dw) % 2, np.int64)])  # repack_parts' whole-word pad
+        for o0 in range(0, n_out, 16):
+            for sb in range(nsb):
+                st = ring_stage(W, REC, o0, n_out, nsb, sb)
+                for o in range(16):  # every byte load_w_ring reads is the record load_w would read
+                    bad += int((st[o*REC:(o + 1)*REC] != W[min(o0 + o, n_out - 1), sb*REC:(sb + 1)*REC]).sum())
+                if REC == 208:  # lane < 16 copies the aligned word holding output o0 + lane's d
+                    for o in range(16):
+                        ob = min(o0 + o, n_out - 1); idx = ob*nsb + sb; w0 = idx & ~1
+                        bad += w0 + 1 >= len(dpad)
+                        lo, hi = dpad[w0], dpad[min(w0 + 1, len(dpad) - 1)]
+                        bad += (hi if idx & 1 else lo) != dw[idx]
+# The schedule: S stages, S - 1 commit groups before the loop, one a step; wait_group S - 2 at step it, then the
+# refill of stage (it + S - 1) % S, the stage step it - 1 read.
+for S in (3, 4):
+    for n_it in range(0, 14):
+        stage_sb = [None]*S; stage_group = [None]*S; groups = 0; read_done = set()
+        def issue(it):
+            global bad
+            s = it % S
+            if stage_sb[s] is not None and stage_sb[s] not in read_done: bad += 1  # refilled before its read
+            stage_sb[s], stage_group[s] = it, groups
+        for s in range(S - 1):
+            if s < n_it: issue(s)
+            groups += 1
+        for it in range(n_it):
+            complete = groups - (S - 2)           # groups 0 .. complete - 1 are in after wait_group S - 2
+            if stage_sb[it % S] != it or stage_group[it % S] >= complete: bad += 1
+            if it + S - 1 < n_it: issue(it + S - 1)
+            groups += 1
+            read_done.add(it)                     # load_w_ring reads stage it % S
+print("ring mismatches:", bad)
+sys.exit(1 if bad or bad4 or bad6 else 0)
