@@ -454,7 +454,8 @@ fi
 
 # The K8 block kernels by launch (STEPS=block16): which kernel and tile each of a layer's launches takes, and its
 # time alone (ncu, graphs off, the first two layers skipped), under each launch rule; then the end-to-end A/B.
-# BLOCK16_NCU=0 leaves out the ncu tables (a call of the device's 10 minutes then holds the A/Bs).
+# BLOCK16_NCU=0 leaves out the ncu tables and BLOCK16_BASE=0 the direct-vs-4-warp A/B (a short call then holds the
+# tuning defines' A/Bs alone).
 if want block16; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
