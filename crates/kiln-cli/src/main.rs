@@ -62,7 +62,24 @@ fn main() {
         }) {
             std::process::exit(0);
         }
-        eprintln!("kiln: error: {e:#}");
+        eprintln!("kiln: error: {}", error_chain(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause whose text the message before it already ends
+/// with (an error that shows its source in its own text, e.g. a GGUF error wrapped by the engine's).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if out.ends_with(&s) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&s);
+    }
+    out
 }

@@ -141,6 +141,40 @@ fn missing_model_is_one_error_line() {
     assert!(out.stdout.is_empty());
 }
 
+/// A truncated model is one error line that says where the file ends, once (the engine's error shows the GGUF
+/// reader's text, which is also its source).
+#[test]
+fn truncated_model_is_one_error_line_said_once() {
+    let bytes = std::fs::read(smollm2()).unwrap();
+    let path = std::env::temp_dir().join(format!("kiln-run-cli-cut-{}.gguf", std::process::id()));
+    std::fs::write(&path, &bytes[..bytes.len() - 1000]).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("run")
+        .arg("-m")
+        .arg(&path)
+        .args(["-p", "hi"])
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("kiln: error:"))
+        .unwrap_or_else(|| panic!("no error line: {err}"));
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.starts_with("kiln: error:"))
+            .count(),
+        1,
+        "{err}"
+    );
+    let tail = line.rsplit(": ").next().unwrap();
+    assert_eq!(line.matches(tail).count(), 1, "{line}");
+    assert!(line.contains("file"), "{line}");
+}
+
 /// `kiln synth --arch dflash` writes a drafter of a target's shape that `kiln run --draft` loads, and greedy
 /// speculative output equals plain output (a random drafter: almost every draft rejected, rollback every round).
 #[test]
