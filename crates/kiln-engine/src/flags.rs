@@ -204,6 +204,13 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_DRAFT_HEAD_Q4",
+        disables: "DFlash on a host drafter whose target head is 8 bits or wider: its proposals from a Q4_0 copy of \
+                   the head (half the bytes a round), each draft row's 8 likeliest tokens scored again with the head \
+                   itself (same output); the head itself over the whole vocabulary instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_DRAFTER",
         disables: "CUDA: a DFlash drafter runs on its target's GPU; it runs on the host instead (the drafts the GPU \
                    gives with KILN_NO_CUDA_DRAFTER_BLAS)",
@@ -293,6 +300,8 @@ pub struct Flags {
     pub device_argmax: bool,
     /// DFlash auto drafts: a host drafter's rounds cut by its drafts' margins.
     pub draft_margins: bool,
+    /// DFlash: a host drafter proposes from a Q4_0 copy of a wide head, its candidates scored again exactly.
+    pub draft_head_q4: bool,
     /// CUDA: a DFlash drafter on its target's GPU.
     pub cuda_drafter: bool,
     /// CUDA: the drafter's matmuls on cuBLAS at every row count.
@@ -334,6 +343,7 @@ impl Default for Flags {
             cuda_prefill_blas_float: true,
             device_argmax: true,
             draft_margins: true,
+            draft_head_q4: true,
             cuda_drafter: true,
             cuda_drafter_blas: true,
         }
@@ -375,6 +385,7 @@ impl Flags {
             cuda_prefill_blas_float: false,
             device_argmax: false,
             draft_margins: false,
+            draft_head_q4: false,
             cuda_drafter: false,
             cuda_drafter_blas: false,
         }
@@ -444,6 +455,7 @@ impl Flags {
                 "KILN_NO_CUDA_PREFILL_BLAS_FLOAT" => flags.cuda_prefill_blas_float = !disabled,
                 "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,
                 "KILN_NO_DRAFT_MARGINS" => flags.draft_margins = !disabled,
+                "KILN_NO_DRAFT_HEAD_Q4" => flags.draft_head_q4 = !disabled,
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
                 "KILN_NO_CUDA_DRAFTER_BLAS" => flags.cuda_drafter_blas = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),

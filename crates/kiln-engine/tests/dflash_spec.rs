@@ -422,6 +422,46 @@ fn auto_proposals_on_the_host_carry_their_margins() {
     assert!(st.margins().is_empty(), "margins with the switch off");
 }
 
+/// A host drafter whose head is Q8_0 proposes from a Q4_0 copy of it and scores the copy's 8 likeliest tokens a
+/// row again with the head: the same drafts and margins as the head itself over the whole vocabulary
+/// (KILN_NO_DRAFT_HEAD_Q4), on made-up context and in real rounds (the same acceptance in every round).
+#[test]
+fn compact_head_proposes_what_the_head_proposes() {
+    let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
+    let mut d = Drafter::load(TRAINED_DRAFTER, &m).unwrap();
+    let opts = LoadOptions {
+        flags: kiln_engine::Flags {
+            draft_head_q4: false,
+            ..kiln_engine::Flags::default()
+        },
+        ..LoadOptions::default()
+    };
+    let m_full = Model::load(common::smollm2(), opts).unwrap();
+    let mut d_full = Drafter::load(TRAINED_DRAFTER, &m_full).unwrap();
+    assert!(d.has_compact_head() && !d_full.has_compact_head());
+    d.set_auto_drafts(true);
+    d_full.set_auto_drafts(true);
+    for anchor in [28, 198, 1000, 7046, 30000] {
+        let mut st = state_with_context(&d, m.backend());
+        let mut st_full = state_with_context(&d_full, m_full.backend());
+        let got = d.propose(m.backend(), &mut st, anchor, 16, 15).unwrap();
+        let want = d_full
+            .propose(m_full.backend(), &mut st_full, anchor, 16, 15)
+            .unwrap();
+        assert_eq!(got, want, "anchor {anchor}");
+        assert_eq!(st.margins(), st_full.margins(), "anchor {anchor}");
+    }
+    d.set_auto_drafts(false);
+    d_full.set_auto_drafts(false);
+    let tok = Tokenizer::from_gguf(m.gguf()).unwrap();
+    let p = params(48, tok.eos_ids().to_vec(), SamplerParams::greedy());
+    for text in ["List three facts about the Moon.", "What is 17 times 23?"] {
+        let got = spec_chat_agrees(&m, &tok, &d, text, &p);
+        let want = spec_chat_agrees(&m_full, &tok, &d_full, text, &p);
+        assert_eq!(got.stats.hist, want.stats.hist, "prompt {text:?}");
+    }
+}
+
 /// Auto drafts a round (`--draft-max auto`): the count changes from round to round (the chooser's probes and
 /// its measured choice; dflash/adaptive.rs tests the choice), the output stays plain greedy output, and a cap
 /// set after it still holds.

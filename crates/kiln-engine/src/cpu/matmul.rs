@@ -59,7 +59,7 @@ impl OutPtr {
     }
 }
 
-fn quant_err(name: &str, e: impl std::fmt::Display) -> Error {
+pub(super) fn quant_err(name: &str, e: impl std::fmt::Display) -> Error {
     Error::Quant {
         name: name.to_string(),
         error: e.to_string(),

@@ -118,6 +118,78 @@ impl CpuBackend {
         self.flags
     }
 
+    /// The values [`Backend::matmul`] gives for the rows `rows` of `w` times the one activation row `x`, without a
+    /// pass over the other rows: the same bits where `w` runs on the repacked kernels (a 2-D Q4_0/Q4_1/Q8_0 or
+    /// K-quant weight on AVX2 and AVX-512), else the one-row kernel's. Quantized activations only.
+    pub(crate) fn matmul_rows_of(&self, w: &Weight, rows: &[usize], x: &[f32]) -> Result<Vec<f32>> {
+        let v = w.view();
+        if !self.flags.quant_act || x.len() < v.cols || rows.iter().any(|&r| r >= v.rows) {
+            return Err(Error::Batch(format!(
+                "rows of '{}': {} values for rows of {}, rows {rows:?} of {} (quantized activations only)",
+                w.name,
+                x.len(),
+                v.cols,
+                v.rows
+            )));
+        }
+        let act_ty = kiln_quant::dot::vec_dot_type(v.ty);
+        let arb = act_ty.row_bytes(v.cols as u64).ok_or_else(|| {
+            matmul::quant_err(
+                &w.name,
+                format!("row of {} is not whole {act_ty} blocks", v.cols),
+            )
+        })?;
+        let mut a = vec![0u8; arb as usize];
+        kiln_quant::dot::quantize_activation_isa(act_ty, self.isa, &x[..v.cols], &mut a)
+            .map_err(|e| matmul::quant_err(&w.name, e))?;
+        if self.repacked(w).is_some() {
+            return Ok(rows
+                .iter()
+                .map(|&r| kiln_quant::dot::repacked_dot_reference(v.ty, v.cols, v.row(r), &a))
+                .collect());
+        }
+        let kernel = kiln_quant::dot::dot_kernel(v.ty, self.isa)
+            .map_err(|e| matmul::quant_err(&w.name, e))?;
+        Ok(rows
+            .iter()
+            .map(|&r| kernel.dot(v.cols, v.row(r), &a))
+            .collect())
+    }
+
+    /// A copy of the 2-D weight `w` in `ty` (dequantized, then quantized on the pool), in a GGUF in memory of its
+    /// own, named `w`'s name with `.{ty}` added.
+    pub(crate) fn requantized(&self, w: &Weight, ty: GgmlType) -> Result<Weight> {
+        use rayon::prelude::*;
+        let v = w.view();
+        let err = |e: String| matmul::quant_err(&w.name, e);
+        let out_row = ty
+            .row_bytes(v.cols as u64)
+            .ok_or_else(|| err(format!("rows of {} are not whole {ty} blocks", v.cols)))?
+            as usize;
+        const CHUNK: usize = 256;
+        let mut bytes = vec![0u8; v.rows * out_row];
+        self.pool.install(|| {
+            bytes
+                .par_chunks_mut(CHUNK * out_row)
+                .enumerate()
+                .try_for_each(|(c, out)| {
+                    let n = out.len() / out_row;
+                    let src = &v.bytes[c * CHUNK * v.row_bytes..(c * CHUNK + n) * v.row_bytes];
+                    let mut f = vec![0f32; n * v.cols];
+                    kiln_quant::dequantize(v.ty, src, &mut f).map_err(|e| err(e.to_string()))?;
+                    kiln_quant::quantize(ty, &f, out).map_err(|e| err(e.to_string()))
+                })
+        })?;
+        let name = format!("{}.{ty}", w.name);
+        let shape = [v.cols as u64, v.rows as u64];
+        let mut gw = kiln_gguf::GgufWriter::new();
+        gw.add_tensor(&name, ty, &shape)?;
+        let mut dw = gw.begin(Vec::new())?;
+        dw.write_tensor_data(&name, &bytes)?;
+        let file = Arc::new(kiln_gguf::GgufFile::from_bytes(dw.finish()?)?);
+        crate::weights::Binder::new(file).req(&name, &shape)
+    }
+
     /// `w` repacked for the interleaved kernel, when it applies (2-D Q4_0/Q4_1/Q8_0 on AVX2 or AVX-512,
     /// [`Flags::cpu_repack`]; Q4_K/Q5_K/Q6_K on AVX2 or AVX-512 VNNI, [`Flags::cpu_repack_k`]; quantized activations);
     /// packed on the pool at first use (for a placed model, its [`crate::Model::warm_up`]) and kept for the

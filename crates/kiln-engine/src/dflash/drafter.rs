@@ -54,6 +54,9 @@ pub struct Drafter {
     layers: Vec<Layer>,
     embd: Weight,
     head: Weight,
+    /// A host drafter's 4-bit copy of `head` for its proposals when `head` is 8 bits or wider ([`CpuBackend::requantized`],
+    /// [`Drafter::rescore`]; `KILN_NO_DRAFT_HEAD_Q4` proposes from `head` itself).
+    draft_head: Option<Weight>,
     /// Drafts proposed per round at most (block size − 1 unless [`Drafter::set_max_drafts`] lowers it): the block
     /// still has all its rows, only the first ones are proposed and verified.
     max_drafts: usize,
@@ -236,6 +239,46 @@ fn map_to_gguf(config_json: &str, map: &TensorMap, matrix_ty: GgmlType) -> Resul
     Ok(GgufFile::from_bytes(dw.finish()?)?)
 }
 
+/// Tokens of a draft row scored again with the exact head after the compact head's pass ([`Drafter::rescore`]).
+const RESCORE: usize = 8;
+
+/// The indices of the `k` largest values of `row` (NaNs never taken), in no particular order. A chunk of 64
+/// values is looked into only when its largest beats the `k`-th largest so far (one vector pass over the rest).
+fn top_k(row: &[f32], k: usize) -> Vec<u32> {
+    let mut top: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
+    let mut floor = f32::NEG_INFINITY;
+    for (ci, chunk) in row.chunks(64).enumerate() {
+        let mut lanes = [f32::NEG_INFINITY; 8];
+        let mut groups = chunk.chunks_exact(8);
+        for g in &mut groups {
+            for (m, &x) in lanes.iter_mut().zip(g) {
+                *m = if x > *m { x } else { *m };
+            }
+        }
+        let most = groups
+            .remainder()
+            .iter()
+            .chain(&lanes)
+            .fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a });
+        // `most` and `floor` are never NaN (NaNs lose every comparison above).
+        if top.len() == k && most <= floor {
+            continue;
+        }
+        for (j, &x) in chunk.iter().enumerate() {
+            if x.is_nan() || top.len() == k && x <= floor {
+                continue;
+            }
+            let at = top.partition_point(|&(y, _)| y >= x);
+            top.insert(at, (x, (ci * 64 + j) as u32));
+            top.truncate(k);
+            if top.len() == k {
+                floor = top[k - 1].0;
+            }
+        }
+    }
+    top.into_iter().map(|(_, i)| i).collect()
+}
+
 /// Binds a drafter tensor, naming it as a draft tensor in errors.
 fn bind(b: &mut Binder, name: &str, shape: &[u64]) -> Result<Weight> {
     b.req(name, shape).map_err(|e| match e {
@@ -365,6 +408,20 @@ impl Drafter {
         let head = tb
             .opt("output.weight", &[d, nv])?
             .unwrap_or_else(|| embd.clone());
+        let compact = target.backend().flags().draft_head_q4
+            && target.backend().flags().quant_act
+            && !gpu_drafter(&cfg, target)
+            && matches!(
+                head.ty,
+                GgmlType::Q8_0 | GgmlType::F16 | GgmlType::BF16 | GgmlType::F32
+            );
+        let draft_head = if compact {
+            // A round reads the whole head for its few rows, about half of the round's draft time with a Q8_0
+            // head; the copy reads half those bytes, and `rescore` keeps the head's own proposals.
+            Some(target.backend().requantized(&head, GgmlType::Q4_0)?)
+        } else {
+            None
+        };
         #[cfg(feature = "cuda")]
         let gpu = match target.cuda() {
             Some(t) if gpu_drafter(&cfg, target) => {
@@ -407,11 +464,18 @@ impl Drafter {
             layers,
             embd,
             head,
+            draft_head,
             #[cfg(feature = "cuda")]
             gpu,
             #[cfg(feature = "cuda")]
             gpu_blas,
         })
+    }
+
+    /// Whether a host drafter proposes from a Q4_0 copy of its head, the copy's likeliest tokens scored again with
+    /// the head (`KILN_NO_DRAFT_HEAD_Q4` turns it off; only for heads of 8 bits or more).
+    pub fn has_compact_head(&self) -> bool {
+        self.draft_head.is_some()
     }
 
     /// The GPU backend of a state that lives on the GPU.
@@ -752,12 +816,22 @@ impl Drafter {
                     self.block_rows(be, kv, sc, start, n)?;
                     if propose {
                         be.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
-                        be.matmul(&mut sc.logits, &self.head, &sc.tmp, drafts)?;
+                        let head = self.draft_head.as_ref().unwrap_or(&self.head);
+                        be.matmul(&mut sc.logits, head, &sc.tmp, drafts)?;
                     }
                     Ok(())
                 })?;
                 if !propose {
                     return Ok(Vec::new());
+                }
+                if self.draft_head.is_some() {
+                    let mut hidden = vec![0f32; drafts * c.hidden];
+                    be.read(&sc.tmp, &mut hidden)?;
+                    let (ids, m) = self.rescore(be, &hidden, &sc.logits[..drafts * c.vocab])?;
+                    if scored {
+                        st.margins = m;
+                    }
+                    return Ok(ids);
                 }
                 if on_device {
                     let ids = be.argmax_rows(&sc.logits, drafts, c.vocab)?;
@@ -812,6 +886,32 @@ impl Drafter {
                     .collect())
             }
         }
+    }
+
+    /// Proposals and their margins from the compact head's logits `approx` of the rows `hidden` (on the host):
+    /// each row's [`RESCORE`] likeliest tokens by `approx` are scored again with the head itself (the bits its
+    /// matmul gives), and the draft is their argmax: the head's own proposal unless that was not among them.
+    fn rescore(
+        &self,
+        be: &CpuBackend,
+        hidden: &[f32],
+        approx: &[f32],
+    ) -> Result<(Vec<u32>, Vec<f32>)> {
+        let c = &self.cfg;
+        let (mut ids, mut margins) = (Vec::new(), Vec::new());
+        for (h, row) in hidden
+            .chunks_exact(c.hidden)
+            .zip(approx.chunks_exact(c.vocab))
+        {
+            let mut cand = top_k(row, RESCORE);
+            cand.sort_unstable();
+            let rows: Vec<usize> = cand.iter().map(|&t| t as usize).collect();
+            let vals = self.finish_logits(be.matmul_rows_of(&self.head, &rows, h)?);
+            let best = argmax(&vals);
+            ids.push(cand[best as usize]);
+            margins.extend(self::margins(&vals, &[best], vals.len()));
+        }
+        Ok((ids, margins))
     }
 
     /// `output_multiplier` and the soft-cap applied to raw head logits.
@@ -895,4 +995,47 @@ pub(crate) fn argmax(row: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_k;
+
+    /// `top_k` against a full sort: rows of lengths around its 64-value chunks, ties, NaNs, ±inf.
+    #[test]
+    fn top_k_takes_the_largest_values() {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        for len in [1, 7, 8, 63, 64, 65, 200, 1000] {
+            for k in [1, 3, 8] {
+                let row: Vec<f32> = (0..len)
+                    .map(|i| {
+                        s ^= s << 13;
+                        s ^= s >> 7;
+                        s ^= s << 17;
+                        match s % 50 {
+                            0 => f32::NAN,
+                            1 => f32::INFINITY,
+                            2 => f32::NEG_INFINITY,
+                            3 => 0.5, // ties
+                            _ => (s >> 40) as f32 / (1u64 << 24) as f32 - (i % 5) as f32,
+                        }
+                    })
+                    .collect();
+                let mut got: Vec<f32> = top_k(&row, k).iter().map(|&i| row[i as usize]).collect();
+                let mut want: Vec<f32> = row.iter().copied().filter(|x| !x.is_nan()).collect();
+                want.sort_by(|a, b| b.total_cmp(a));
+                want.truncate(k);
+                got.sort_by(|a, b| b.total_cmp(a));
+                assert_eq!(got, want, "len {len}, k {k}");
+                let mut ids = top_k(&row, k);
+                ids.sort_unstable();
+                ids.dedup();
+                assert_eq!(
+                    ids.len(),
+                    want.len(),
+                    "len {len}, k {k}: an index taken twice"
+                );
+            }
+        }
+    }
 }
