@@ -1,7 +1,7 @@
 //! Single-thread speed of the repacked kernels against the row-by-row kernels (and, for Q4_K/Q6_K, the tiled
 //! prefill kernel, packing included), at SmolLM2-135M's shapes (576 → 1536 and 1536 → 576) for Q4_0/Q4_1/Q8_0 and
-//! Qwen3-0.6B's (1024 → 3072 and 3072 → 1024) for Q4_K/Q5_K/Q6_K, for 1 activation row (decode) and 16 (a verify
-//! block), on weights that fit in L2 and on weights 10 and 100 times that size (read from memory), in GMAC/s; each
+//! Qwen3-0.6B's (1024 → 3072 and 3072 → 1024) for Q4_K/Q5_K/Q6_K, for 1 activation row (decode), 4 (a short
+//! verify block) and 16 (a whole one), on weights that fit in L2 and on weights 10 and 100 times that size (read from memory), in GMAC/s; each
 //! on AVX-512 VNNI and on AVX2 (all the kernels of a row on that ISA).
 //!
 //! `cargo run --release -p kiln-quant --example repack_bench [TYPE ...]` (e.g. `q6_K`: only those types)
@@ -82,7 +82,7 @@ fn main() {
                 }
                 let mut packed = vec![0u8; k.packed_len(n, rows)];
                 k.pack(n, &w, rb, rows, &mut packed);
-                for acts in [1usize, 16] {
+                for acts in [1usize, 4, 16] {
                     let arb = at.row_bytes(n as u64).unwrap() as usize;
                     let xf = values(acts * n, 2);
                     let mut a = vec![0u8; acts * arb];

@@ -200,10 +200,10 @@ impl RepackKernel {
 
     /// The K-quants need none: their kernel reads the activations' f32 scales and per-16 sums in place.
     fn scales_per_row(&self, n: usize) -> usize {
-        match self.ty {
-            GgmlType::Q4_1 => 2 * (n / QK),
-            ty if is_k(ty) => 0,
-            _ => n / QK,
+        if is_k(self.ty) {
+            0
+        } else {
+            imp::scales_per_row(self.ty, n / QK)
         }
     }
 
@@ -224,18 +224,15 @@ impl RepackKernel {
         if is_k(self.ty) {
             return;
         }
-        let ab = vec_dot_type(self.ty).block_bytes();
-        let two = self.ty == GgmlType::Q4_1;
         // SAFETY: the assert above bounds the rows read and the scales written; `repack_kernel` checked the
         // CPU's features.
         unsafe {
             imp::act_scales(
+                self.ty,
                 a.as_ptr(),
                 a_stride,
-                ab,
                 n / QK,
                 n_act,
-                two,
                 out.as_mut_ptr(),
                 self.scales_per_row(n),
             )
@@ -443,7 +440,7 @@ mod imp {
         MAX_ACT as K_MAX_ACT,
     };
     pub(super) use crate::dot::x86::repack::{
-        act_rows, act_scales, run_group, run_pair, MAX_ACT, PAIR_MAX_ACT,
+        act_rows, act_scales, run_group, run_pair, scales_per_row, MAX_ACT, PAIR_MAX_ACT,
     };
 }
 
@@ -497,14 +494,15 @@ mod imp {
     pub(super) fn act_rows(_: GgmlType) -> usize {
         1
     }
-    #[allow(clippy::too_many_arguments)]
+    pub(super) fn scales_per_row(_: GgmlType, _: usize) -> usize {
+        0
+    }
     pub(super) unsafe fn act_scales(
+        _: GgmlType,
         _: *const u8,
         _: usize,
         _: usize,
         _: usize,
-        _: usize,
-        _: bool,
         _: *mut f32,
         _: usize,
     ) {

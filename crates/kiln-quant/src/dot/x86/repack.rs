@@ -1,12 +1,13 @@
 //! The AVX2 body of the repacked Q4_0/Q4_1/Q8_0 kernel (layout and arithmetic: `dot::repack`).
 //!
 //! One group of 8 weight rows at a time, each row a 32-bit lane: a block's 4 (or 8) quant vectors are loaded
-//! and unpacked once and multiplied with every activation row of the call, whose 4 quant bytes for the vector
-//! are broadcast to all lanes, so each lane accumulates its own row's dot with no horizontal sums. 4-bit
-//! products go through `vpmaddubsw` and are summed in i16 over the whole block (8 products of at most
-//! 2 · 15 · 127 or 2 · 8 · 127 fit), then widened once; 8-bit products are widened per vector (one pair of
-//! them already reaches 2 · 128 · 127). Signed weights (Q4_0 minus 8, Q8_0) multiply as |w| times the
-//! activation with w's sign, as in the row kernels.
+//! and unpacked once and multiplied with every activation row of the call (up to four), whose 4 quant bytes for
+//! the vector are broadcast to all lanes, so each lane accumulates its own row's dot with no horizontal sums.
+//! 4-bit quants multiply as stored (0..15, unsigned) through `vpmaddubsw`, summed in i16 over the whole block
+//! (8 pair sums of at most 2 · 15 · 128 fit), then widened once; Q4_0's offset of 8 comes off as 8 times the
+//! activation block's sum, precomputed with its scales (exact: every value is an integer below 2^24). Q8_0's
+//! products are widened per vector (one pair of them already reaches 2 · 128 · 127) and multiply as |w| times
+//! the activation with w's sign, as in the row kernels.
 
 use crate::blocks::{BlockQ8_0, BlockQ8_1, QK};
 use crate::GgmlType;
@@ -16,14 +17,10 @@ use std::mem::{offset_of, size_of};
 /// Activation rows one call takes at most, and for each type ([`act_rows`]).
 pub(crate) const MAX_ACT: usize = 4;
 
-/// Activation rows one call of `ty` takes: AVX2's 16 vector registers hold four rows' accumulators next to Q8_0's
-/// weights, two rows' next to the 4-bit formats' unpacked nibbles (Q4_1 also keeps a min chain per row).
-pub(crate) fn act_rows(ty: GgmlType) -> usize {
-    if ty == GgmlType::Q8_0 {
-        4
-    } else {
-        2
-    }
+/// Activation rows one call of `ty` takes: four rows' accumulators fit AVX2's 16 vector registers next to a
+/// block's unpacked quants in every format (Q4_1's minimum chains run after the block loop).
+pub(crate) fn act_rows(_ty: GgmlType) -> usize {
+    MAX_ACT
 }
 
 #[inline(always)]
@@ -31,59 +28,123 @@ unsafe fn bcast32(p: *const u8) -> __m256i {
     _mm256_set1_epi32(std::ptr::read_unaligned(p.cast::<i32>()))
 }
 
-/// The block's exact integer dots of the 8 rows with each of `R` activation quant rows `y` (32 bytes each).
+/// Prefetches this block's share (`per` bytes from `p`) of the group after the one being multiplied: decode reads
+/// weights from memory, and without this the kernel waited on them (measured: below the row kernels' bandwidth
+/// from memory).
 #[inline(always)]
-unsafe fn block_dots<const R: usize>(
-    ty: GgmlType,
-    q: *const u8,
-    y: [*const u8; R],
-) -> [__m256i; R] {
+unsafe fn prefetch_share(p: *const u8, per: usize) {
+    let mut pf = 0;
+    while pf < per {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(pf).cast());
+        pf += 64;
+    }
+}
+
+/// Q8_0: `a`, the activation rows (Q8_0 blocks); `ys`, each row's block scales `d` as f32 (`nb` of them).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_body<const R: usize>(
+    nb: usize,
+    g: *const u8,
+    a: [*const u8; R],
+    ys: [*const f32; R],
+) -> [[f32; 8]; R] {
+    let (qb, ab, aq) = (8 * QK, size_of::<BlockQ8_0>(), offset_of!(BlockQ8_0, qs));
+    let ds = g.add(nb * qb);
+    let per = qb + 16;
+    let next = g.wrapping_add(nb * per);
     let ones = _mm256_set1_epi16(1);
-    let z = _mm256_setzero_si256();
-    let mut out = [z; R];
-    if ty == GgmlType::Q8_0 {
+    let mut acc = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
+        prefetch_share(next.wrapping_add(b * per), per);
+        let q = g.add(b * qb);
+        let mut isum = [_mm256_setzero_si256(); R];
         for c in 0..8 {
             let w = _mm256_loadu_si256(q.add(32 * c).cast());
             let aw = _mm256_abs_epi8(w);
             for r in 0..R {
-                let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast32(y[r].add(4 * c)), w));
-                out[r] = _mm256_add_epi32(out[r], _mm256_madd_epi16(p, ones));
+                let y = a[r].add(b * ab + aq + 4 * c);
+                let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast32(y), w));
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, ones));
             }
         }
-        return out;
-    }
-    let mask = _mm256_set1_epi8(0xF);
-    let mut s16 = [z; R];
-    for c in 0..4 {
-        let v = _mm256_loadu_si256(q.add(32 * c).cast());
-        let lo = _mm256_and_si256(v, mask);
-        let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-        if ty == GgmlType::Q4_1 {
-            for r in 0..R {
-                let pl = _mm256_maddubs_epi16(lo, bcast32(y[r].add(4 * c)));
-                let ph = _mm256_maddubs_epi16(hi, bcast32(y[r].add(16 + 4 * c)));
-                s16[r] = _mm256_add_epi16(s16[r], _mm256_add_epi16(pl, ph));
-            }
-        } else {
-            let eight = _mm256_set1_epi8(8);
-            let (wl, wh) = (_mm256_sub_epi8(lo, eight), _mm256_sub_epi8(hi, eight));
-            let (al, ah) = (_mm256_abs_epi8(wl), _mm256_abs_epi8(wh));
-            for r in 0..R {
-                let pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast32(y[r].add(4 * c)), wl));
-                let ph =
-                    _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast32(y[r].add(16 + 4 * c)), wh));
-                s16[r] = _mm256_add_epi16(s16[r], _mm256_add_epi16(pl, ph));
-            }
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(ds.add(16 * b).cast()));
+        for r in 0..R {
+            let sc = _mm256_mul_ps(dw, _mm256_broadcast_ss(&*ys[r].add(b)));
+            acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(isum[r]), acc[r]);
         }
     }
+    let mut out = [[0f32; 8]; R];
     for r in 0..R {
-        out[r] = _mm256_madd_epi16(s16[r], ones);
+        _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
     }
     out
 }
 
-/// `a`: the activation rows; `ys`: each row's block scales `d` as f32 (`nb` of them), then its `s` (Q4_1).
+/// Q4_0 (`MIN` false) and Q4_1 (`MIN` true): `a`, the activation rows (Q8_0 or Q8_1 blocks); `ys`, each row's
+/// block scales `d` as f32 (`nb`), then `nb` more: Q4_1's `s`, Q4_0's 8 times the block's quant sum.
 #[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nib_body<const R: usize, const MIN: bool>(
+    nb: usize,
+    g: *const u8,
+    a: [*const u8; R],
+    ys: [*const f32; R],
+) -> [[f32; 8]; R] {
+    let qb = 4 * QK;
+    let (ab, aq) = if MIN {
+        (size_of::<BlockQ8_1>(), offset_of!(BlockQ8_1, qs))
+    } else {
+        (size_of::<BlockQ8_0>(), offset_of!(BlockQ8_0, qs))
+    };
+    let ds = g.add(nb * qb);
+    let per = qb + if MIN { 32 } else { 16 };
+    let next = g.wrapping_add(nb * per);
+    let mask = _mm256_set1_epi8(0xF);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
+        prefetch_share(next.wrapping_add(b * per), per);
+        let q = g.add(b * qb);
+        let mut s16 = [_mm256_setzero_si256(); R];
+        for c in 0..4 {
+            let v = _mm256_loadu_si256(q.add(32 * c).cast());
+            let lo = _mm256_and_si256(v, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+            for r in 0..R {
+                let y = a[r].add(b * ab + aq + 4 * c);
+                s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(lo, bcast32(y)));
+                s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(hi, bcast32(y.add(16))));
+            }
+        }
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(ds.add(16 * b).cast()));
+        for r in 0..R {
+            let mut isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[r], ones));
+            if !MIN {
+                isum = _mm256_sub_ps(isum, _mm256_broadcast_ss(&*ys[r].add(nb + b)));
+            }
+            let sc = _mm256_mul_ps(dw, _mm256_broadcast_ss(&*ys[r].add(b)));
+            acc[r] = _mm256_fmadd_ps(sc, isum, acc[r]);
+        }
+    }
+    let mut out = [[0f32; 8]; R];
+    for r in 0..R {
+        let mut v = acc[r];
+        if MIN {
+            // The minimums' own chain (`m_w · s_a` over the blocks), kept out of the block loop's registers.
+            let ms = ds.add(nb * 16);
+            let mut mins = _mm256_setzero_ps();
+            for b in 0..nb {
+                let mw = _mm256_cvtph_ps(_mm_loadu_si128(ms.add(16 * b).cast()));
+                mins = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(&*ys[r].add(nb + b)), mins);
+            }
+            v = _mm256_add_ps(v, mins);
+        }
+        _mm256_storeu_ps(out[r].as_mut_ptr(), v);
+    }
+    out
+}
+
+/// The body for `R` activation rows of `ty`.
+#[inline(always)]
 unsafe fn group_body<const R: usize>(
     ty: GgmlType,
     nb: usize,
@@ -91,63 +152,16 @@ unsafe fn group_body<const R: usize>(
     a: [*const u8; R],
     ys: [*const f32; R],
 ) -> [[f32; 8]; R] {
-    let min = ty == GgmlType::Q4_1;
-    let qb = if ty == GgmlType::Q8_0 { 8 * QK } else { 4 * QK };
-    let (ab, aq) = if min {
-        (size_of::<BlockQ8_1>(), offset_of!(BlockQ8_1, qs))
-    } else {
-        (size_of::<BlockQ8_0>(), offset_of!(BlockQ8_0, qs))
-    };
-    let ds = g.add(nb * qb);
-    let ms = ds.add(nb * 16);
-    // The next group (the next rows of the weight, right after this one) is fetched while this one is
-    // multiplied, a block's share per block: decode reads weights from memory, and without this the kernel
-    // waited on them (measured: below the row kernels' bandwidth from memory).
-    let per = qb + if min { 32 } else { 16 };
-    let next = g.wrapping_add(nb * per);
-    let z = _mm256_setzero_ps();
-    let mut acc = [z; R];
-    let mut mins = [z; R];
-    for b in 0..nb {
-        // A loop, not `array::from_fn`/`map`: their closures run in core's generic code without this
-        // function's target features and would not inline.
-        let mut yq = [std::ptr::null::<u8>(); R];
-        for r in 0..R {
-            yq[r] = a[r].add(b * ab + aq);
-        }
-        let mut pf = 0;
-        while pf < per {
-            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(b * per + pf).cast());
-            pf += 64;
-        }
-        let isum = block_dots::<R>(ty, g.add(b * qb), yq);
-        let dw = _mm256_cvtph_ps(_mm_loadu_si128(ds.add(16 * b).cast()));
-        for r in 0..R {
-            let sc = _mm256_mul_ps(dw, _mm256_broadcast_ss(&*ys[r].add(b)));
-            acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(isum[r]), acc[r]);
-        }
-        if min {
-            let mw = _mm256_cvtph_ps(_mm_loadu_si128(ms.add(16 * b).cast()));
-            for r in 0..R {
-                mins[r] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(&*ys[r].add(nb + b)), mins[r]);
-            }
-        }
+    match ty {
+        GgmlType::Q8_0 => q8_body::<R>(nb, g, a, ys),
+        GgmlType::Q4_1 => nib_body::<R, true>(nb, g, a, ys),
+        _ => nib_body::<R, false>(nb, g, a, ys),
     }
-    let mut out = [[0f32; 8]; R];
-    for r in 0..R {
-        let v = if min {
-            _mm256_add_ps(acc[r], mins[r])
-        } else {
-            acc[r]
-        };
-        _mm256_storeu_ps(out[r].as_mut_ptr(), v);
-    }
-    out
 }
 
 /// One packed group (`g`: `nb` blocks of 8 rows) against `n_act` ≤ [`MAX_ACT`] activation rows `a_stride` bytes
-/// apart, whose block scales are in `ys` as f32 (row `j` at `ys[j * ys_stride]`: `nb` values of `d`, then `nb`
-/// of `s` for Q4_1); `out[j][i]` = row `i` · activation row `j`.
+/// apart, whose block scales are in `ys` as f32 (row `j` at `ys[j * ys_stride]`, as [`act_scales`] wrote them);
+/// `out[j][i]` = row `i` · activation row `j`.
 ///
 /// # Safety
 /// `g` must hold a whole packed group of `nb` blocks of `ty`, `a` `n_act` activation rows of `nb` blocks, `ys`
@@ -168,7 +182,7 @@ pub(crate) unsafe fn run_group(
     while j < n_act {
         let (aj, yj) = (a.add(j * a_stride), ys.add(j * ys_stride));
         let left = n_act - j;
-        if left >= 4 && act_rows(ty) >= 4 {
+        if left >= 4 {
             let a4 = [
                 aj,
                 aj.add(a_stride),
@@ -194,21 +208,28 @@ pub(crate) unsafe fn run_group(
     }
 }
 
-/// The f16 block scales of `nj` activation rows (`a_stride` bytes apart, blocks of `ab` bytes) as f32: row `j`'s
-/// `d` of every block at `out[j * per_row ..]`, then (`two`) its `s`.
+/// Floats per activation row [`act_scales`] writes for `nb` blocks of a `ty` weight: the blocks' `d`, then for
+/// Q4_1 their `s` and for Q4_0 8 times their quant sums.
+pub(crate) fn scales_per_row(ty: GgmlType, nb: usize) -> usize {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 => 2 * nb,
+        _ => nb,
+    }
+}
+
+/// The block scales of `nj` activation rows (`a_stride` bytes apart, `nb` blocks each) of a `ty` weight, as f32:
+/// row `j`'s at `out[j * per_row ..]`, laid out as [`scales_per_row`] says.
 ///
 /// # Safety
-/// `a` must hold the `nj` rows of `nb` blocks, `out` `nj * per_row` floats (`per_row` ≥ `nb`, or ≥ 2 `nb` with
-/// `two`), and the CPU must have AVX2 and F16C.
-#[allow(clippy::too_many_arguments)]
+/// `a` must hold the `nj` rows of `nb` blocks of `ty`'s activation type, `out` `nj * per_row` floats (`per_row`
+/// ≥ [`scales_per_row`]), and the CPU must have AVX2 and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn act_scales(
+    ty: GgmlType,
     a: *const u8,
     a_stride: usize,
-    ab: usize,
     nb: usize,
     nj: usize,
-    two: bool,
     out: *mut f32,
     per_row: usize,
 ) {
@@ -216,12 +237,24 @@ pub(crate) unsafe fn act_scales(
         let h = std::ptr::read_unaligned(p.cast::<u16>());
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
     };
+    let ab = if ty == GgmlType::Q4_1 {
+        size_of::<BlockQ8_1>()
+    } else {
+        size_of::<BlockQ8_0>()
+    };
     for j in 0..nj {
         let (row, o) = (a.add(j * a_stride), out.add(j * per_row));
         for b in 0..nb {
-            *o.add(b) = f(row.add(b * ab));
-            if two {
-                *o.add(nb + b) = f(row.add(b * ab + 2));
+            let blk = row.add(b * ab);
+            *o.add(b) = f(blk);
+            match ty {
+                GgmlType::Q4_1 => *o.add(nb + b) = f(blk.add(2)),
+                GgmlType::Q4_0 => {
+                    let qs = blk.add(offset_of!(BlockQ8_0, qs)).cast::<i8>();
+                    let sum: i32 = (0..QK).map(|i| i32::from(*qs.add(i))).sum();
+                    *o.add(nb + b) = (8 * sum) as f32;
+                }
+                _ => {}
             }
         }
     }
