@@ -449,6 +449,20 @@ mod x86 {
         }
     }
 
+    /// Positions ahead of the one multiplied whose K and V rows are prefetched.
+    const PREFETCH_AHEAD: usize = 8;
+
+    /// Prefetches the cache lines of the `bytes` at `p` (a K or V head row, not always line-aligned) into L1.
+    #[inline(always)]
+    unsafe fn prefetch_row(p: *const u8, bytes: usize) {
+        let mut o = 0;
+        while o < bytes {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast());
+            o += 64;
+        }
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(bytes - 1).cast());
+    }
+
     /// `dot`'s pairwise tree over 16 lanes held as (lanes 0..8, lanes 8..16), plus its (empty) remainder sum.
     #[inline(always)]
     unsafe fn tree(a0: __m256, a1: __m256) -> f32 {
@@ -498,8 +512,21 @@ mod x86 {
         }
         {
             let scores = &mut s[..G * len];
+            // A row's K and V lie `kvd` elements apart per position, and across a pass the cache is read from
+            // memory (the weights streamed in between evict it): fetch a few positions ahead, V too, which
+            // the second loop reads.
+            let row_bytes = hd * std::mem::size_of::<E>();
+            for tt in 0..len.min(PREFETCH_AHEAD) {
+                prefetch_row(k.as_ptr().add(base + tt * kvd).cast(), row_bytes);
+                prefetch_row(v.as_ptr().add(base + tt * kvd).cast(), row_bytes);
+            }
             for tt in 0..len {
                 let kt = k.as_ptr().add(base + tt * kvd);
+                if tt + PREFETCH_AHEAD < len {
+                    let ahead = base + (tt + PREFETCH_AHEAD) * kvd;
+                    prefetch_row(k.as_ptr().add(ahead).cast(), row_bytes);
+                    prefetch_row(v.as_ptr().add(ahead).cast(), row_bytes);
+                }
                 let mut acc = [[_mm256_setzero_ps(); 2]; G];
                 for c in (0..hd).step_by(16) {
                     let k0 = E::load8(kt.add(c));
