@@ -380,7 +380,9 @@ fn draft_max_proposes_a_prefix_and_keeps_the_output() {
 }
 
 /// Auto drafts on a host drafter: each proposal comes with its drafts' margins (top-1 minus second head logit),
-/// the ones the drafter's own head logits give; without auto, or with KILN_NO_DRAFT_MARGINS, none.
+/// the ones the drafter's own head logits give; without auto, or with KILN_NO_DRAFT_MARGINS, none. Drafts and
+/// margins are those of the whole block's hidden states, though a proposing pass takes its last layer only as
+/// far as the drafted rows need.
 #[test]
 fn auto_proposals_on_the_host_carry_their_margins() {
     let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
@@ -403,6 +405,7 @@ fn auto_proposals_on_the_host_carry_their_margins() {
         let mut sorted = row.to_vec();
         sorted.sort_by(|a, b| b.total_cmp(a));
         assert_eq!(got[i], sorted[0] - sorted[1], "draft {}", i + 1);
+        assert_eq!(row[drafts[i] as usize], sorted[0], "draft {}", i + 1);
         assert!(got[i] >= 0.0);
     }
     // KILN_NO_DRAFT_MARGINS: auto rounds carry no margins, so none is cut by them.

@@ -654,7 +654,11 @@ impl Drafter {
     }
 
     /// The block of `n` rows whose embeddings are in `sc.x`, at positions `start..start + n` after the context:
-    /// leaves the normed hidden states in `sc.hidden`.
+    /// leaves the normed hidden states in `sc.hidden`, of every row, or with `only` > 0 of rows `1..=only` alone
+    /// (in `sc.hidden`'s first `only` rows). The last layer then takes the other rows only as far as their K and
+    /// V, which the kept rows' attention reads; each kept row's numbers are those of the whole block, as every op
+    /// after the attention works row by row (the host's kernels give a row the same bits in any batch).
+    #[allow(clippy::too_many_arguments)]
     fn block_rows<B: Backend>(
         &self,
         be: &B,
@@ -662,10 +666,13 @@ impl Drafter {
         sc: &mut Scratch<B>,
         start: usize,
         n: usize,
+        only: usize,
     ) -> Result<()> {
         let c = &self.cfg;
         let (p, rope) = self.attn();
         let (rows, positions) = rows_at(start, n);
+        let last = self.layers.len() - 1;
+        let mut n = n;
         for (il, l) in self.layers.iter().enumerate() {
             be.rms_norm(&mut sc.xn, &sc.x, &l.input_norm, n, c.hidden, c.rms_eps)?;
             be.matmul_many(
@@ -690,7 +697,15 @@ impl Drafter {
                 c.layer_attn[il],
                 &p,
             )?;
-            be.matmul_add(&mut sc.x, &l.o, &sc.attn, &mut sc.tmp, n)?;
+            let mut attn = &sc.attn;
+            if il == last && only > 0 {
+                let kept: Vec<usize> = (1..=only).collect();
+                be.gather_rows(&mut sc.q, &sc.attn, &kept, c.n_head * c.head_dim)?;
+                be.gather_rows(&mut sc.xn, &sc.x, &kept, c.hidden)?;
+                be.copy_into(&mut sc.x, 0, &sc.xn, only * c.hidden)?;
+                (attn, n) = (&sc.q, only);
+            }
+            be.matmul_add(&mut sc.x, &l.o, attn, &mut sc.tmp, n)?;
             be.rms_norm(&mut sc.xn, &sc.x, &l.post_norm, n, c.hidden, c.rms_eps)?;
             be.matmul_many(
                 &mut [&mut sc.gate, &mut sc.up],
@@ -806,18 +821,17 @@ impl Drafter {
         // (either could round distinct logits into ties, so with them the host applies both first).
         let propose = drafts > 0;
         let on_device = propose && c.output_multiplier == 1.0 && c.softcap.is_none();
-        let logit_rows: Vec<usize> = (1..=drafts).collect();
         let scored = propose && self.scores_drafts(st);
         st.margins.clear();
         match &mut st.exec {
             Exec::Cpu { kv, sc } => {
                 be.write(&mut sc.x, &x)?;
                 be.run_pass(&mut || {
-                    self.block_rows(be, kv, sc, start, n)?;
+                    // Only the drafted rows' hidden states, in `sc.hidden`'s first rows.
+                    self.block_rows(be, kv, sc, start, n, drafts)?;
                     if propose {
-                        be.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
                         let head = self.draft_head.as_ref().unwrap_or(&self.head);
-                        be.matmul(&mut sc.logits, head, &sc.tmp, drafts)?;
+                        be.matmul(&mut sc.logits, head, &sc.hidden, drafts)?;
                     }
                     Ok(())
                 })?;
@@ -826,7 +840,7 @@ impl Drafter {
                 }
                 if self.draft_head.is_some() {
                     let mut hidden = vec![0f32; drafts * c.hidden];
-                    be.read(&sc.tmp, &mut hidden)?;
+                    be.read(&sc.hidden, &mut hidden)?;
                     let (ids, m) = self.rescore(be, &hidden, &sc.logits[..drafts * c.vocab])?;
                     if scored {
                         st.margins = m;
@@ -853,6 +867,7 @@ impl Drafter {
             Exec::Cuda { kv, sc } => {
                 let g = self.gpu()?;
                 let (rows, _) = rows_at(start, n);
+                let logit_rows: Vec<usize> = (1..=drafts).collect();
                 g.write(&mut sc.x, &x)?;
                 let key = [sc.x.id(), kv.id(), 0];
                 g.pass(
@@ -863,7 +878,7 @@ impl Drafter {
                     true,
                     self.gpu_blas,
                     &mut || {
-                        self.block_rows(g, kv, sc, start, n)?;
+                        self.block_rows(g, kv, sc, start, n, 0)?;
                         if propose {
                             g.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
                             g.matmul(&mut sc.logits, &self.head, &sc.tmp, drafts)?;
