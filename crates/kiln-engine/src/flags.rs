@@ -51,6 +51,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CPU_ATTN_PREFETCH",
+        disables: "CPU (AVX2): the attention prefetches each row's K and V head rows 8 positions ahead (a verify \
+                   pass reads the cache from memory); no software prefetch (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CPU_REPACK_K",
         disables: "CPU (AVX2, AVX-512 VNNI): Q4_K/Q5_K/Q6_K weights repacked when the model is placed into \
                    groups of 16 interleaved rows (4-bit quants kept packed), multiplied with any number of \
@@ -211,6 +217,13 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_DRAFT_PRUNE",
+        disables: "DFlash on a host drafter: a proposing pass takes its last layer's o-projection, FFN and final \
+                   norm over the drafted rows only (the other rows as far as their K and V; same drafts); every \
+                   block row through the whole drafter instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_DRAFTER",
         disables: "CUDA: a DFlash drafter runs on its target's GPU; it runs on the host instead (the drafts the GPU \
                    gives with KILN_NO_CUDA_DRAFTER_BLAS)",
@@ -248,6 +261,8 @@ pub struct Flags {
     pub cpu_gemm: bool,
     /// CPU: Q4_0/Q4_1/Q8_0 weights repacked for the interleaved kernel.
     pub cpu_repack: bool,
+    /// CPU: the attention's K/V rows prefetched ahead of the positions multiplied.
+    pub cpu_attn_prefetch: bool,
     /// CPU: Q4_K/Q5_K/Q6_K weights repacked for the 16-row interleaved kernel.
     pub cpu_repack_k: bool,
     /// CPU: forward passes run on a pool thread.
@@ -302,6 +317,8 @@ pub struct Flags {
     pub draft_margins: bool,
     /// DFlash: a host drafter proposes from a Q4_0 copy of a wide head, its candidates scored again exactly.
     pub draft_head_q4: bool,
+    /// DFlash: a host drafter's proposing pass finishes its last layer on the drafted rows only.
+    pub draft_prune: bool,
     /// CUDA: a DFlash drafter on its target's GPU.
     pub cuda_drafter: bool,
     /// CUDA: the drafter's matmuls on cuBLAS at every row count.
@@ -317,6 +334,7 @@ impl Default for Flags {
             cpu_avx512: true,
             cpu_gemm: true,
             cpu_repack: true,
+            cpu_attn_prefetch: true,
             cpu_repack_k: true,
             cpu_pool_pass: true,
             cpu_one_region: true,
@@ -344,6 +362,7 @@ impl Default for Flags {
             device_argmax: true,
             draft_margins: true,
             draft_head_q4: true,
+            draft_prune: true,
             cuda_drafter: true,
             cuda_drafter_blas: true,
         }
@@ -359,6 +378,7 @@ impl Flags {
             cpu_avx512: false,
             cpu_gemm: false,
             cpu_repack: false,
+            cpu_attn_prefetch: false,
             cpu_repack_k: false,
             cpu_pool_pass: false,
             cpu_one_region: false,
@@ -386,6 +406,7 @@ impl Flags {
             device_argmax: false,
             draft_margins: false,
             draft_head_q4: false,
+            draft_prune: false,
             cuda_drafter: false,
             cuda_drafter_blas: false,
         }
@@ -430,6 +451,7 @@ impl Flags {
                 "KILN_NO_CPU_GEMM" => flags.cpu_gemm = !disabled,
                 "KILN_NO_CPU_REPACK" => flags.cpu_repack = !disabled,
                 "KILN_NO_CPU_REPACK_K" => flags.cpu_repack_k = !disabled,
+                "KILN_NO_CPU_ATTN_PREFETCH" => flags.cpu_attn_prefetch = !disabled,
                 "KILN_NO_CPU_POOL_PASS" => flags.cpu_pool_pass = !disabled,
                 "KILN_NO_CPU_ONE_REGION" => flags.cpu_one_region = !disabled,
                 "KILN_NO_CUDA_GEMV" => flags.cuda_gemv = !disabled,
@@ -456,6 +478,7 @@ impl Flags {
                 "KILN_NO_DEVICE_ARGMAX" => flags.device_argmax = !disabled,
                 "KILN_NO_DRAFT_MARGINS" => flags.draft_margins = !disabled,
                 "KILN_NO_DRAFT_HEAD_Q4" => flags.draft_head_q4 = !disabled,
+                "KILN_NO_DRAFT_PRUNE" => flags.draft_prune = !disabled,
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
                 "KILN_NO_CUDA_DRAFTER_BLAS" => flags.cuda_drafter_blas = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),

@@ -382,7 +382,7 @@ fn draft_max_proposes_a_prefix_and_keeps_the_output() {
 /// Auto drafts on a host drafter: each proposal comes with its drafts' margins (top-1 minus second head logit),
 /// the ones the drafter's own head logits give; without auto, or with KILN_NO_DRAFT_MARGINS, none. Drafts and
 /// margins are those of the whole block's hidden states, though a proposing pass takes its last layer only as
-/// far as the drafted rows need.
+/// far as the drafted rows need (and the same with KILN_NO_DRAFT_PRUNE, which runs every row through).
 #[test]
 fn auto_proposals_on_the_host_carry_their_margins() {
     let m = Model::load(common::smollm2(), LoadOptions::default()).unwrap();
@@ -408,6 +408,22 @@ fn auto_proposals_on_the_host_carry_their_margins() {
         assert_eq!(row[drafts[i] as usize], sorted[0], "draft {}", i + 1);
         assert!(got[i] >= 0.0);
     }
+    // KILN_NO_DRAFT_PRUNE: every block row through the last layer, the same drafts and margins.
+    let opts = LoadOptions {
+        flags: kiln_engine::Flags {
+            draft_prune: false,
+            ..kiln_engine::Flags::default()
+        },
+        ..LoadOptions::default()
+    };
+    let m_whole = Model::load(common::smollm2(), opts).unwrap();
+    let mut d_whole = Drafter::load(TRAINED_DRAFTER, &m_whole).unwrap();
+    d_whole.set_auto_drafts(true);
+    let mut st_whole = state_with_context(&d_whole, m_whole.backend());
+    let whole = d_whole
+        .propose(m_whole.backend(), &mut st_whole, 28, 16, 6)
+        .unwrap();
+    assert_eq!((whole, st_whole.margins()), (drafts.clone(), &got[..]));
     // KILN_NO_DRAFT_MARGINS: auto rounds carry no margins, so none is cut by them.
     let opts = LoadOptions {
         flags: kiln_engine::Flags {

@@ -258,6 +258,7 @@ pub(crate) fn attention(
         hd,
         kvd,
         qd,
+        prefetch: be.flags.cpu_attn_prefetch,
     };
     #[cfg(target_arch = "x86_64")]
     let wide = be.isa != kiln_quant::dot::Isa::Scalar
@@ -293,6 +294,8 @@ struct Task<'a> {
     hd: usize,
     kvd: usize,
     qd: usize,
+    /// The AVX2 kernels prefetch K/V rows ahead ([`Flags::cpu_attn_prefetch`](crate::Flags)).
+    prefetch: bool,
 }
 
 impl Task<'_> {
@@ -311,6 +314,7 @@ impl Task<'_> {
             hd,
             kvd,
             qd,
+            prefetch: _,
         } = *self;
         let (ri, kh) = (i / p.n_head_kv, i % p.n_head_kv);
         let row = rows[ri];
@@ -516,16 +520,17 @@ mod x86 {
             // memory (the weights streamed in between evict it): fetch a few positions ahead, V too, which
             // the second loop reads.
             let row_bytes = hd * std::mem::size_of::<E>();
-            for tt in 0..len.min(PREFETCH_AHEAD) {
+            let ahead = if t.prefetch { PREFETCH_AHEAD } else { 0 };
+            for tt in 0..len.min(ahead) {
                 prefetch_row(k.as_ptr().add(base + tt * kvd).cast(), row_bytes);
                 prefetch_row(v.as_ptr().add(base + tt * kvd).cast(), row_bytes);
             }
             for tt in 0..len {
                 let kt = k.as_ptr().add(base + tt * kvd);
-                if tt + PREFETCH_AHEAD < len {
-                    let ahead = base + (tt + PREFETCH_AHEAD) * kvd;
-                    prefetch_row(k.as_ptr().add(ahead).cast(), row_bytes);
-                    prefetch_row(v.as_ptr().add(ahead).cast(), row_bytes);
+                if ahead > 0 && tt + ahead < len {
+                    let at = base + (tt + ahead) * kvd;
+                    prefetch_row(k.as_ptr().add(at).cast(), row_bytes);
+                    prefetch_row(v.as_ptr().add(at).cast(), row_bytes);
                 }
                 let mut acc = [[_mm256_setzero_ps(); 2]; G];
                 for c in (0..hd).step_by(16) {
@@ -620,7 +625,8 @@ mod tests {
     }
 
     /// The explicit AVX2 kernels (head widths of whole 16-lane chunks, groups 1..=4 and 8) give the portable
-    /// build's bits, for both KV types, widths with a partial 64-wide output slice, and long rows.
+    /// build's bits, for both KV types, widths with a partial 64-wide output slice, and long rows; with their
+    /// K/V prefetch and without it (KILN_NO_CPU_ATTN_PREFETCH).
     #[test]
     fn explicit_simd_kernels_give_the_portable_bits() {
         for (n_head, n_head_kv, head_dim) in [
@@ -641,6 +647,16 @@ mod tests {
                 let fast = run_rows(Flags::default(), ty, &p, 70);
                 let scalar = run_rows(Flags::reference(), ty, &p, 70);
                 assert!(fast.iter().all(|x| x.is_finite()), "unwritten output");
+                let no_prefetch = Flags {
+                    cpu_attn_prefetch: false,
+                    ..Flags::default()
+                };
+                let plain: Vec<u32> = run_rows(no_prefetch, ty, &p, 70)
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect();
+                let bits: Vec<u32> = fast.iter().map(|x| x.to_bits()).collect();
+                assert_eq!(bits, plain, "{p:?} {ty:?}: without the prefetch");
                 for (i, (f, s)) in fast.iter().zip(&scalar).enumerate() {
                     assert_eq!(
                         f.to_bits(),

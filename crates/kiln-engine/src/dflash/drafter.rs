@@ -57,6 +57,9 @@ pub struct Drafter {
     /// A host drafter's 4-bit copy of `head` for its proposals when `head` is 8 bits or wider ([`CpuBackend::requantized`],
     /// [`Drafter::rescore`]; `KILN_NO_DRAFT_HEAD_Q4` proposes from `head` itself).
     draft_head: Option<Weight>,
+    /// A host drafter's proposing pass finishes its last layer on the drafted rows only ([`Drafter::block_rows`];
+    /// `KILN_NO_DRAFT_PRUNE` runs every row through).
+    prune: bool,
     /// Drafts proposed per round at most (block size − 1 unless [`Drafter::set_max_drafts`] lowers it): the block
     /// still has all its rows, only the first ones are proposed and verified.
     max_drafts: usize,
@@ -465,6 +468,7 @@ impl Drafter {
             embd,
             head,
             draft_head,
+            prune: target.backend().flags().draft_prune,
             #[cfg(feature = "cuda")]
             gpu,
             #[cfg(feature = "cuda")]
@@ -655,9 +659,10 @@ impl Drafter {
 
     /// The block of `n` rows whose embeddings are in `sc.x`, at positions `start..start + n` after the context:
     /// leaves the normed hidden states in `sc.hidden`, of every row, or with `only` > 0 of rows `1..=only` alone
-    /// (in `sc.hidden`'s first `only` rows). The last layer then takes the other rows only as far as their K and
-    /// V, which the kept rows' attention reads; each kept row's numbers are those of the whole block, as every op
-    /// after the attention works row by row (the host's kernels give a row the same bits in any batch).
+    /// (in `sc.hidden`'s first `only` rows). Pruned (`Drafter::prune`), the last layer takes the other rows only as
+    /// far as their K and V, which the kept rows' attention reads; each kept row's numbers are those of the whole
+    /// block, as every op after the attention works row by row (the host's kernels give a row the same bits in
+    /// any batch).
     #[allow(clippy::too_many_arguments)]
     fn block_rows<B: Backend>(
         &self,
@@ -672,6 +677,7 @@ impl Drafter {
         let (p, rope) = self.attn();
         let (rows, positions) = rows_at(start, n);
         let last = self.layers.len() - 1;
+        let kept: Vec<usize> = (1..=only).collect();
         let mut n = n;
         for (il, l) in self.layers.iter().enumerate() {
             be.rms_norm(&mut sc.xn, &sc.x, &l.input_norm, n, c.hidden, c.rms_eps)?;
@@ -698,11 +704,9 @@ impl Drafter {
                 &p,
             )?;
             let mut attn = &sc.attn;
-            if il == last && only > 0 {
-                let kept: Vec<usize> = (1..=only).collect();
+            if il == last && only > 0 && self.prune {
                 be.gather_rows(&mut sc.q, &sc.attn, &kept, c.n_head * c.head_dim)?;
-                be.gather_rows(&mut sc.xn, &sc.x, &kept, c.hidden)?;
-                be.copy_into(&mut sc.x, 0, &sc.xn, only * c.hidden)?;
+                keep_rows(be, sc, &kept, c.hidden)?;
                 (attn, n) = (&sc.q, only);
             }
             be.matmul_add(&mut sc.x, &l.o, attn, &mut sc.tmp, n)?;
@@ -715,6 +719,10 @@ impl Drafter {
             )?;
             be.swiglu(&mut sc.act, &sc.gate, &sc.up, n * c.n_ff)?;
             be.matmul_add(&mut sc.x, &l.down, &sc.act, &mut sc.tmp, n)?;
+        }
+        if n > only && only > 0 {
+            keep_rows(be, sc, &kept, c.hidden)?;
+            n = only;
         }
         be.rms_norm(&mut sc.hidden, &sc.x, &self.norm, n, c.hidden, c.rms_eps)
     }
@@ -970,6 +978,12 @@ impl Drafter {
         block[0] = anchor;
         self.run_block(be, st, &block, k)
     }
+}
+
+/// Moves the rows `kept` of `sc.x` (`width` each) to its first rows, through `sc.xn`.
+fn keep_rows<B: Backend>(be: &B, sc: &mut Scratch<B>, kept: &[usize], width: usize) -> Result<()> {
+    be.gather_rows(&mut sc.xn, &sc.x, kept, width)?;
+    be.copy_into(&mut sc.x, 0, &sc.xn, kept.len() * width)
 }
 
 /// The attention rows (slot 0) and positions of `n` rows from position `start`.
