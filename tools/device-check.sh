@@ -26,8 +26,8 @@
 # ablate = the 8B's decode step, then its 16-row block, without one kind of launch at a time, not in the default;
 # block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) on
 # the direct kernel (the default), the 4-warp kernel by size (KILN_NO_CUDA_BLOCK_DIRECT) and its 32-output tiles
-# alone, then pp16 -b 16 with and without the direct kernel, and with its tuning defines (B16_PACKED_SUMS=1,
-# B16D_PREFETCH=1, B16D_XAHEAD=0 with B16D_MINB=3 or 4, B16D_RING=1; B16_AB picks others), not in the default;
+# alone, then pp16 -b 16 with and without the direct kernel and its weight ring, and with its tuning defines
+# (B16_PACKED_SUMS=1, B16D_PREFETCH=1 without the ring; B16_AB picks others), not in the default;
 # stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
 # kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -88,11 +88,10 @@ if want selftest; then
     step selftest-cached "$KILN" selftest --device cuda
     grep -E "^device" "$OUT/selftest-cached.log" | tee -a "$OUT/summary.txt"
     # The K8 block kernels' tuning defines (off by default): code sums packed by the K8 writers on the direct
-    # kernel (configuration 1) and the 4-warp one (configuration 5), the direct kernel's L2 prefetch, its
-    # activations loaded at their step and its register caps. tag:configuration:defines.
-    for v in packed:1:-DB16_PACKED_SUMS=1 packed-4warp:5:-DB16_PACKED_SUMS=1 prefetch:1:-DB16D_PREFETCH=1 \
-        x0m3:1:-DB16D_XAHEAD=0\;-DB16D_MINB=3 x0m4:1:-DB16D_XAHEAD=0\;-DB16D_MINB=4 ring:1:-DB16D_RING=1 \
-        ring-x0m4:1:-DB16D_RING=1\;-DB16D_XAHEAD=0\;-DB16D_MINB=4; do
+    # kernel (configuration 1; 6 without its weight ring) and the 4-warp one (configuration 5), and the direct
+    # kernel's L2 prefetch (its register pipeline only, configuration 6). tag:configuration:defines.
+    for v in packed:1:-DB16_PACKED_SUMS=1 packed-noring:6:-DB16_PACKED_SUMS=1 packed-4warp:5:-DB16_PACKED_SUMS=1 \
+        prefetch:6:-DB16D_PREFETCH=1; do
         tag=${v%%:*} rest=${v#*:}
         step "selftest-b16-$tag" env KILN_CUDA_DEFINES="${rest#*:}" "$KILN" selftest --device cuda --config "${rest%%:*}"
         grep -E "^(FAIL|all)" "$OUT/selftest-b16-$tag.log" | tee -a "$OUT/summary.txt"
@@ -105,15 +104,9 @@ if want sanitizer && command -v compute-sanitizer >/dev/null; then
             ${SAN_CONFIG:+--config "$SAN_CONFIG"}
         grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool.log" | tail -n 3 | tee -a "$OUT/summary.txt"
     done
-    # The direct kernel's weight ring (a tuning define, off by default: each warp's own shared-memory stages).
-    for tool in memcheck racecheck; do
-        step "sanitizer-$tool-ring" env KILN_CUDA_DEFINES="-DB16D_RING=1;-DB16D_XAHEAD=0;-DB16D_MINB=4" timeout 300 \
-            compute-sanitizer --tool "$tool" --error-exitcode 9 "$KILN" selftest --device cuda --config 1
-        grep -E "ERROR SUMMARY|hazard|all .* passed" "$OUT/sanitizer-$tool-ring.log" | tail -n 3 | tee -a "$OUT/summary.txt"
-    done
     # The K8 block kernels on the writers' packed code sums (a tuning define, off by default).
     step sanitizer-memcheck-packed env KILN_CUDA_DEFINES=-DB16_PACKED_SUMS=1 timeout 300 compute-sanitizer \
-        --tool memcheck --error-exitcode 9 "$KILN" selftest --device cuda --config 1,5
+        --tool memcheck --error-exitcode 9 "$KILN" selftest --device cuda --config 1,5,6
     grep -E "ERROR SUMMARY|all .* passed" "$OUT/sanitizer-memcheck-packed.log" | tail -n 2 | tee -a "$OUT/summary.txt"
 fi
 
@@ -237,6 +230,8 @@ if want bench; then
         --ab KILN_NO_CUDA_BLOCK_MMA=1
     step ab-KILN_NO_CUDA_BLOCK_DIRECT "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
         -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_DIRECT=1
+    step ab-KILN_NO_CUDA_BLOCK_RING "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
+        -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_RING=1
     step ab-KILN_NO_CUDA_BLOCK_TILE16 env KILN_NO_CUDA_BLOCK_DIRECT=1 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
         -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_TILE16=1
     step ab-KILN_NO_CUDA_K8 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 128 -r 2 \
@@ -248,7 +243,7 @@ if want bench; then
         ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_ATTN_HEAD_SPLIT ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
         ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_GEMV_STAGE ab-KILN_NO_CUDA_EARLY_WEIGHTS \
         ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_PREFILL_K8 \
-        ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_DIRECT ab-KILN_NO_CUDA_BLOCK_TILE16 \
+        ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_DIRECT ab-KILN_NO_CUDA_BLOCK_RING ab-KILN_NO_CUDA_BLOCK_TILE16 \
         ab-KILN_NO_CUDA_K8 ab-KILN_NO_CUDA_FLASH_ATTN; do
         grep -E "^\||ratio|median" "$OUT/$f.log" 2>/dev/null | tee -a "$OUT/summary.txt"
     done
@@ -475,22 +470,21 @@ if want block16; then
         done
     done
     # The 16-row block with and without the direct kernel, and tg128 beside it, so the block's cost against a step
-    # reads off one table (block µs = 16e6 / pp16 t/s, step µs = 1e6 / tg t/s).
-    # BLOCK16_BASE=0 leaves it out, for a short call that only A/Bs the tuning defines below.
+    # reads off one table (block µs = 16e6 / pp16 t/s, step µs = 1e6 / tg t/s); then without the direct kernel's
+    # weight ring. BLOCK16_BASE=0 leaves both out, for a short call that only A/Bs the tuning defines below.
     if [ "${BLOCK16_BASE:-1}" != 0 ]; then
         step block16-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 16 -b 16 \
             -n 128 -r 3 --ab KILN_NO_CUDA_BLOCK_DIRECT=1
         grep -E "^\||ratio" "$OUT/block16-ab.log" | tee -a "$OUT/summary.txt"
+        step block16-ab-ring "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
+            -p 16 -b 16 -n 0 -r 3 --ab KILN_NO_CUDA_BLOCK_RING=1
+        grep -E "^\||ratio" "$OUT/block16-ab-ring.log" | tee -a "$OUT/summary.txt"
     fi
-    # The direct kernel's tuning defines (B = each; off by default): code sums packed by the K8 writers and an L2
-    # prefetch of the super-block two ahead (both measured on the H100 against the kernels before, and lost on
-    # the 8B, docs/PERFORMANCE.md), then more warps a multiprocessor: the activations loaded at their step (one
-    # register buffer fewer) at 3 blocks (168 registers, no spills) and 4 (128, 16 bytes spilled), and 3 blocks
-    # with both buffers (spills); the weights through each warp's ring of shared-memory stages (B16D_RING), alone
-    # and at 4 blocks. B16_AB replaces the list (tag:defines, defines separated by ';').
-    for v in ${B16_AB:-ring-x0m4:-DB16D_RING=1;-DB16D_XAHEAD=0;-DB16D_MINB=4 x0m4:-DB16D_XAHEAD=0;-DB16D_MINB=4 \
-        x0m3:-DB16D_XAHEAD=0;-DB16D_MINB=3 ring:-DB16D_RING=1 minb3:-DB16D_MINB=3 packed:-DB16_PACKED_SUMS=1 \
-        prefetch:-DB16D_PREFETCH=1}; do
+    # The direct kernel's tuning defines (B = each; off by default): code sums packed by the K8 writers, and an L2
+    # prefetch of the super-block two ahead on the register pipeline (without the ring; both measured on the
+    # H100 against the kernels before, and lost on the 8B, docs/PERFORMANCE.md). B16_AB replaces the list
+    # (tag:defines, defines separated by ';').
+    for v in ${B16_AB:-packed:-DB16_PACKED_SUMS=1 prefetch-noring:-DB16D_PREFETCH=1;-DB16D_RING=0}; do
         step "block16-ab-${v%%:*}" "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda \
             -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=${v#*:}"
         grep -E "^\||ratio" "$OUT/block16-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"

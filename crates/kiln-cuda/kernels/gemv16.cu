@@ -864,32 +864,15 @@ __device__ __forceinline__ void b16d_store(const float* ex, float* out, int o0, 
 
 // A warp's n_it super-blocks through two register buffers in turn (W: weights, X: activations): super-block
 // it + 1 loads while step(it) multiplies. The first weights load before the wait for the kernel before this one
-// (weights never change while kernels run), the activations after it.
-// With B16D_XAHEAD 0 (a tuning define) the activations load at their own step instead, from L2, one register
-// buffer fewer (~40 registers) for more warps a multiprocessor with B16D_MINB 3.
-#ifndef B16D_XAHEAD
-#define B16D_XAHEAD 1
-#endif
+// (weights never change while kernels run), the activations after it. (Activations loaded at their own step
+// instead, one register buffer fewer for 3 or 4 blocks a multiprocessor, lost 3.6-26 % on the 8B's 16-row
+// block on the H100, with or without the weight ring below.)
 template <class W, class X, class LoadW, class LoadX, class Step>
 __device__ __forceinline__ void b16d_pipeline(int n_it, const LoadW& load_w, const LoadX& load_x,
                                               const Step& step) {
     W wa, wb;
     if (n_it > 0) load_w(wa, 0);
     wait_prior_kernel();
-    if (!B16D_XAHEAD) {
-        X x;
-        for (int it = 0; it < n_it; it += 2) {
-            if (it + 1 < n_it) load_w(wb, it + 1);
-            load_x(x, it);
-            step(wa, x, it);
-            if (it + 1 < n_it) {
-                if (it + 2 < n_it) load_w(wa, it + 2);
-                load_x(x, it + 1);
-                step(wb, x, it + 1);
-            }
-        }
-        return;
-    }
     X xa, xb;
     if (n_it > 0) load_x(xa, 0);
     for (int it = 0; it < n_it; it += 2) {
@@ -908,13 +891,14 @@ __device__ __forceinline__ void b16d_pipeline(int n_it, const LoadW& load_w, con
     }
 }
 
-// With B16D_RING 1 (a tuning define) each warp copies its weights into a ring of shared-memory stages of its own
-// (cp.async, no block barrier: the ring is the warp's alone) several super-blocks ahead, Q4_K 3 and Q6_K 2 (its
-// records are larger), instead of one super-block ahead in registers: more bytes in flight a warp, and no weight
-// registers kept across a step. The ring is static shared memory (so the launch keeps its early start); the
-// groups' sums reuse it at the end.
+// With B16D_RING 1 (the default; 0 is the kill switch KILN_NO_CUDA_BLOCK_RING, b16d_pipeline above) each warp
+// copies its weights into a ring of shared-memory stages of its own (cp.async, no block barrier: the ring is the
+// warp's alone) several super-blocks ahead, Q4_K 3 and Q6_K 2 (its records are larger), instead of one
+// super-block ahead in registers: more bytes in flight a warp. The ring is static shared memory (so the launch
+// keeps its early start); the groups' sums reuse it at the end. H100, 16-row blocks: 8B Q4_K_M 1.076x, 0.6B
+// 0.994x against the register pipeline.
 #ifndef B16D_RING
-#define B16D_RING 0
+#define B16D_RING 1
 #endif
 #define B16D_RING_BYTES 10176 // a warp's ring: 4 Q4_K stages (16 x 144 bytes) or 3 Q6_K stages (16 x 208 + 16 x 4)
 static_assert(4 * 16 * MP_Q4 <= B16D_RING_BYTES && 3 * (16 * MP_Q6 + 16 * 4) <= B16D_RING_BYTES &&
@@ -956,7 +940,7 @@ __device__ __forceinline__ void b16d_ring(int n_it, const Issue& issue, const Lo
     }
     wait_prior_kernel();
     X xn;
-    if (B16D_XAHEAD && n_it > 0) load_x(xn, 0);
+    if (n_it > 0) load_x(xn, 0);
 #pragma unroll 2
     for (int it = 0; it < n_it; it++) {
         cp_wait_n<S - 2>(); // this lane's copies of stage it are in
@@ -965,13 +949,8 @@ __device__ __forceinline__ void b16d_ring(int n_it, const Issue& issue, const Lo
         cp_commit();
         W b;
         load_w(b, it);
-        X x;
-        if (B16D_XAHEAD) {
-            x = xn;
-            if (it + 1 < n_it) load_x(xn, it + 1);
-        } else {
-            load_x(x, it);
-        }
+        X x = xn;
+        if (it + 1 < n_it) load_x(xn, it + 1);
         step(b, x, it);
     }
 }
@@ -1296,13 +1275,8 @@ __device__ __forceinline__ void b16d_k8(const signed char* kq, const float* kd, 
     else if (j.ty == K8_Q6_K) b16d_q6k(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate, ex);
     else wait_prior_kernel(); // (no other type comes here; the wait keeps the launch chain whole)
 }
-// Blocks a multiprocessor the registers must allow (a tuning define: 1 leaves the compiler free, ~230 registers,
-// 2 blocks; 3 caps them at 168).
-#ifndef B16D_MINB
-#define B16D_MINB 1
-#endif
 // grid = (total tiles of 16 outputs, ceil(n_rows / 16)), block = 128; no dynamic shared memory.
-extern "C" __global__ void __launch_bounds__(128, B16D_MINB) gemv16_k8d(const signed char* kq, const float* kd,
+extern "C" __global__ void __launch_bounds__(128, 1) gemv16_k8d(const signed char* kq, const float* kd,
                                                                          const int* ks, int width, int n_rows,
                                                                          int accumulate, JOB_ARGS) {
     b16d_k8(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2);

@@ -206,8 +206,9 @@ pub fn compile_options(arch: &str, defines: &[String]) -> Vec<String> {
 }
 
 /// The preprocessor defines that turn off the fast paths which live inside the kernels' code rather than in the
-/// host's choice of kernel: the one-row K8 GEMVs' staged activation row (`GV_STAGE_MAXW`) and their weight loads
-/// issued before the launch wait (`GV_EARLY_W`). Empty with the defaults.
+/// host's choice of kernel: the one-row K8 GEMVs' staged activation row (`GV_STAGE_MAXW`), their weight loads
+/// issued before the launch wait (`GV_EARLY_W`) and the direct K8 block kernel's weight ring (`B16D_RING`).
+/// Empty with the defaults.
 pub fn option_defines(opts: &crate::Options) -> Vec<String> {
     let mut d = Vec::new();
     if !opts.gemv_stage {
@@ -215,6 +216,9 @@ pub fn option_defines(opts: &crate::Options) -> Vec<String> {
     }
     if !opts.early_weights {
         d.push("-DGV_EARLY_W=0".to_string());
+    }
+    if !opts.block_ring {
+        d.push("-DB16D_RING=0".to_string());
     }
     d
 }
@@ -448,11 +452,12 @@ mod tests {
         let off = crate::Options {
             gemv_stage: false,
             early_weights: false,
+            block_ring: false,
             ..crate::Options::default()
         };
         assert_eq!(
             option_defines(&off),
-            ["-DGV_STAGE_MAXW=0", "-DGV_EARLY_W=0"]
+            ["-DGV_STAGE_MAXW=0", "-DGV_EARLY_W=0", "-DB16D_RING=0"]
         );
         // Each define names a macro the kernels test with #ifndef (a typo would silently change nothing).
         let src = kernel_source();
@@ -581,7 +586,8 @@ mod tests {
         let before = &before[before.find('{').unwrap()..];
         assert_eq!(before.matches("load_").count(), 1, "{before}");
         assert!(before.contains("load_w(wa, 0)"), "{before}");
-        // With B16D_RING the ring's copies go first instead (b16d_ring), and they too read the weights alone.
+        // With the ring (B16D_RING, the default) its copies go first instead (b16d_ring), and they too read the
+        // weights alone.
         let ring = &src[src.find("void b16d_ring(").unwrap()..];
         let (before, _) = ring.split_once("wait_prior_kernel();").unwrap();
         let before = &before[before.find('{').unwrap()..];

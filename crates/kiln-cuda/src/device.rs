@@ -114,6 +114,11 @@ pub struct Options {
     /// block) instead of the 4-warp kernel. Same bits. End to end on the H100 (16-row blocks): 8B Q4_K_M 1.10x,
     /// 0.6B 1.07x against the kernels it replaced.
     pub block_direct: bool,
+    /// With `block_direct`: each warp of the direct kernel copies its weights (16-byte cp.async) into a ring of
+    /// shared-memory stages of its own, Q4_K three super-blocks ahead and Q6_K two, instead of one super-block
+    /// ahead in registers (`B16D_RING` in gemv16.cu; off compiles it with `B16D_RING=0`). Same bits. H100,
+    /// 16-row blocks: 8B Q4_K_M 1.076x, 0.6B 0.994x.
+    pub block_ring: bool,
     /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
     /// step per super-block; else per-32 Q8 blocks with a float step per 32 weights.
@@ -166,6 +171,7 @@ impl Default for Options {
             block_mma: true,
             block_tile16: true,
             block_direct: true,
+            block_ring: true,
             k8: true,
             prefill_k8: true,
             flash_attn: true,

@@ -167,6 +167,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_BLOCK_RING",
+        disables: "CUDA: the direct K8 block kernel's weights copied by each warp into its own ring of \
+                   shared-memory stages, several super-blocks ahead (same bits); one super-block ahead in registers",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_BLOCK_TILE16",
         disables: "CUDA: with KILN_NO_CUDA_BLOCK_DIRECT, 16-output tiles of the 4-warp kernel for K8 block \
                    launches that would give the multiprocessors fewer than two 32-output tiles each (same bits); \
@@ -295,6 +301,8 @@ pub struct Flags {
     pub cuda_block_mma: bool,
     /// CUDA: the direct-fragment K8 block kernel.
     pub cuda_block_direct: bool,
+    /// CUDA: the direct K8 block kernel's per-warp weight ring.
+    pub cuda_block_ring: bool,
     /// CUDA: 16-output tiles for K8 block launches of few 32-output tiles.
     pub cuda_block_tile16: bool,
     /// CUDA: flash attention for prefill passes.
@@ -351,6 +359,7 @@ impl Default for Flags {
             cuda_prefill_mma: true,
             cuda_block_mma: true,
             cuda_block_direct: true,
+            cuda_block_ring: true,
             cuda_block_tile16: true,
             cuda_flash_attn: true,
             cuda_k8: true,
@@ -395,6 +404,7 @@ impl Flags {
             cuda_prefill_mma: false,
             cuda_block_mma: false,
             cuda_block_direct: false,
+            cuda_block_ring: false,
             cuda_block_tile16: false,
             cuda_flash_attn: false,
             cuda_k8: false,
@@ -467,6 +477,7 @@ impl Flags {
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_DIRECT" => flags.cuda_block_direct = !disabled,
+                "KILN_NO_CUDA_BLOCK_RING" => flags.cuda_block_ring = !disabled,
                 "KILN_NO_CUDA_BLOCK_TILE16" => flags.cuda_block_tile16 = !disabled,
                 "KILN_NO_CUDA_FLASH_ATTN" => flags.cuda_flash_attn = !disabled,
                 "KILN_NO_CUDA_K8" => flags.cuda_k8 = !disabled,

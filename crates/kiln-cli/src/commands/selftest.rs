@@ -13,7 +13,7 @@ pub struct Args {
     /// Also time the kernels on a Qwen3-8B decode step's shapes (GB/s against the bytes each must read).
     #[arg(long)]
     pub bench: bool,
-    /// Run only these configurations of the sweep (1-based, comma-separated; default all five): e.g. `--config 1`
+    /// Run only these configurations of the sweep (1-based, comma-separated; default all six): e.g. `--config 1`
     /// keeps a compute-sanitizer pass over the default kernels short.
     #[arg(long, value_delimiter = ',')]
     pub config: Vec<usize>,
@@ -29,8 +29,8 @@ pub fn run(args: Args) -> Result<()> {
 
 #[cfg(feature = "cuda")]
 fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
-    if let Some(c) = only.iter().find(|&&c| !(1..=5).contains(&c)) {
-        bail!("--config {c}: the sweep has configurations 1 to 5");
+    if let Some(c) = only.iter().find(|&&c| !(1..=6).contains(&c)) {
+        bail!("--config {c}: the sweep has configurations 1 to 6");
     }
     // Every kernel family: the default fast paths, then every kill switch at once (generic matmul on GGUF
     // layouts, unfused ops, whole-context attention) with the f32-activation reference matmul.
@@ -48,6 +48,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         block_mma: false,
         block_tile16: false,
         block_direct: false,
+        block_ring: false,
         flash_attn: false,
         k8: false,
         prefill_k8: false,
@@ -98,6 +99,13 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
             "fast paths, the 4-warp K8 block kernel on 16-output tiles",
             kiln_cuda::Options {
                 block_direct: false,
+                ..kiln_cuda::Options::default()
+            },
+        ),
+        (
+            "fast paths, the direct K8 block kernel's weights in registers (no shared-memory ring)",
+            kiln_cuda::Options {
+                block_ring: false,
                 ..kiln_cuda::Options::default()
             },
         ),
