@@ -17,8 +17,8 @@
 # moe = a synth Qwen3-30B-A3B Q4_K_M's decode, 16-row block and prefill;
 # dflash = greedy output with a drafter equal to plain decoding on a tiny target (a drafter on the GPU, and one with a
 # sliding-window layer on the CPU), then a random drafter of z-lab's Qwen3-8B shape (5 layers, Q8_0) on the 8B Q4_K_M
-# target, forced τ 4/7/10, and the same drafter as bf16 safetensors (z-lab's format) with its BF16 matmuls on cuBLAS
-# and off;
+# target, forced τ 4/7/10, its matmuls and then its head (the target's Q6_K) off cuBLAS, and the same drafter as
+# bf16 safetensors (z-lab's format) with its BF16 matmuls on cuBLAS and off;
 # profile = ncu's time of every kernel of a decode step and of a 16-row block, per step, and of the 8B's prefill
 # chunks of 512 (PROFILE="decode block16 prefill moe-prefill" picks shapes; moe-prefill, the 30B-A3B's, only
 # when named);
@@ -384,6 +384,9 @@ PY
     # The drafter's matmuls on its block kernels instead of cuBLAS.
     step ab-KILN_NO_CUDA_DRAFTER_BLAS timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-q8.gguf" --draft-force 9 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFTER_BLAS=1
+    # The target's Q6_K head in the drafter on cuBLAS (a bf16 copy) like its layers, against the K8 block kernel.
+    step ab-KILN_NO_CUDA_DRAFT_HEAD_K8 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+        --draft "$WORK/d8b-q8.gguf" --draft-force 9 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFT_HEAD_K8=1
     # The drafter as z-lab publishes it (a directory of bf16 safetensors): its BF16 matmuls on cuBLAS as uploaded
     # against matmul_f.
     [ -s "$WORK/d8b-bf16/config.json" ] ||
@@ -393,7 +396,8 @@ PY
         --draft "$WORK/d8b-bf16" --draft-force 9 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
     say "DFlash (CUDA, forced acceptance):"
     grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DRAFTER_BLAS.log" \
-        "$OUT/ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT.log" | tee -a "$OUT/summary.txt"
+        "$OUT/ab-KILN_NO_CUDA_DRAFT_HEAD_K8.log" "$OUT/ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT.log" |
+        tee -a "$OUT/summary.txt"
 fi
 
 # 5b. Kernel constants (STEPS=tune, not in the default): for each set in TUNE (sets separated by spaces, the

@@ -1050,6 +1050,20 @@ impl Device {
         Ok(Some(out))
     }
 
+    /// Frees `w`'s dense bf16 copy: its matmuls then read it quantized at every row count.
+    pub fn drop_dense_copy(&self, w: &mut DWeight) {
+        if let Some(d) = w.dense.take() {
+            self.dense_bytes
+                .fetch_sub(2 * d.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether matmuls of a few rows on `w` take the K8 kernels (Q4_K/Q6_K against K8 activations; at 4 to 16
+    /// rows the direct block kernel).
+    pub fn reads_k8(&self, w: &DWeight) -> bool {
+        self.uses_k8(w, G16_MIN_ROWS)
+    }
+
     /// Sizes the bf16 activations of the cuBLAS matmuls for passes of up to `rows` rows (before any pass is
     /// captured).
     pub fn reserve_dense(&self, rows: usize) -> Result<()> {

@@ -242,6 +242,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_DRAFT_HEAD_K8",
+        disables: "CUDA: with KILN_NO_CUDA_DRAFTER_BLAS off, a GPU drafter's head (the target's) read quantized by \
+                   the K8 block kernel when it is Q4_K/Q6_K (no bf16 copy); on cuBLAS like its layers instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_PDL",
         disables: "CUDA (sm_90+): programmatic dependent launch, each kernel launched while the one before it \
                    runs and waiting for it on the device; launched after it instead (same bits)",
@@ -331,6 +337,8 @@ pub struct Flags {
     pub cuda_drafter: bool,
     /// CUDA: the drafter's matmuls on cuBLAS at every row count.
     pub cuda_drafter_blas: bool,
+    /// CUDA: a GPU drafter's K-quant head on the K8 block kernel rather than cuBLAS.
+    pub cuda_draft_head_k8: bool,
 }
 
 impl Default for Flags {
@@ -374,6 +382,7 @@ impl Default for Flags {
             draft_prune: true,
             cuda_drafter: true,
             cuda_drafter_blas: true,
+            cuda_draft_head_k8: true,
         }
     }
 }
@@ -419,6 +428,7 @@ impl Flags {
             draft_prune: false,
             cuda_drafter: false,
             cuda_drafter_blas: false,
+            cuda_draft_head_k8: false,
         }
     }
 
@@ -492,6 +502,7 @@ impl Flags {
                 "KILN_NO_DRAFT_PRUNE" => flags.draft_prune = !disabled,
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
                 "KILN_NO_CUDA_DRAFTER_BLAS" => flags.cuda_drafter_blas = !disabled,
+                "KILN_NO_CUDA_DRAFT_HEAD_K8" => flags.cuda_draft_head_k8 = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),
             }
         }

@@ -438,12 +438,14 @@ impl Drafter {
                 // The bf16 copies only where the drafter's cuBLAS path will read them.
                 let mut flags = target.backend().flags();
                 flags.cuda_prefill_blas &= flags.cuda_drafter_blas;
-                Some(crate::cuda::CudaBackend::from_tensors(
-                    t.ordinal(),
-                    &tensors,
-                    flags,
-                    None,
-                )?)
+                let mut g =
+                    crate::cuda::CudaBackend::from_tensors(t.ordinal(), &tensors, flags, None)?;
+                // A K-quant head is read quantized by the block kernel (its bytes, under half the bf16
+                // copy's), not on cuBLAS with the drafter's layers.
+                if flags.cuda_draft_head_k8 {
+                    g.keep_quantized(&head.name);
+                }
+                Some(g)
             }
             _ => None,
         };
