@@ -224,9 +224,9 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_DRAFT_PRUNE",
-        disables: "DFlash on a host drafter: a proposing pass takes its last layer's o-projection, FFN and final \
-                   norm over the drafted rows only (the other rows as far as their K and V; same drafts); every \
-                   block row through the whole drafter instead",
+        disables: "DFlash on a host drafter: a proposing pass takes its last layer's attention queries, \
+                   o-projection, FFN and final norm over the drafted rows only (the other rows as far as their K and \
+                   V; same drafts); every block row through the whole drafter instead",
         default_on: true,
     },
     FlagInfo {

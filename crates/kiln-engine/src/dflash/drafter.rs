@@ -90,6 +90,9 @@ struct Scratch<B: Backend> {
     q: B::Buf,
     k: B::Buf,
     v: B::Buf,
+    /// K and V of the pruned last layer's query rows (`Drafter::block_rows`).
+    k_rows: B::Buf,
+    v_rows: B::Buf,
     attn: B::Buf,
     tmp: B::Buf,
     gate: B::Buf,
@@ -110,6 +113,8 @@ impl<B: Backend> Scratch<B> {
             q: be.alloc(rows * qd)?,
             k: be.alloc(rows * kvd)?,
             v: be.alloc(rows * kvd)?,
+            k_rows: be.alloc(rows * kvd)?,
+            v_rows: be.alloc(rows * kvd)?,
             attn: be.alloc(rows * qd)?,
             tmp: be.alloc(rows * h)?,
             gate: be.alloc(rows * c.n_ff)?,
@@ -662,9 +667,9 @@ impl Drafter {
     /// The block of `n` rows whose embeddings are in `sc.x`, at positions `start..start + n` after the context:
     /// leaves the normed hidden states in `sc.hidden`, of every row, or with `only` > 0 of rows `1..=only` alone
     /// (in `sc.hidden`'s first `only` rows). Pruned (`Drafter::prune`), the last layer takes the other rows only as
-    /// far as their K and V, which the kept rows' attention reads; each kept row's numbers are those of the whole
-    /// block, as every op after the attention works row by row (the host's kernels give a row the same bits in
-    /// any batch).
+    /// far as their K and V, which the kept rows' attention reads (its queries: the kept rows and the last); each
+    /// kept row's numbers are those of the whole block, as a row's attention reads only its own query and the
+    /// cache, and every op after it works row by row (the host's kernels give a row the same bits in any batch).
     #[allow(clippy::too_many_arguments)]
     fn block_rows<B: Backend>(
         &self,
@@ -693,24 +698,49 @@ impl Drafter {
             be.rms_norm_inplace(&mut sc.k, &l.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps)?;
             be.rope(&mut sc.q, &positions, c.n_head, c.head_dim, &rope)?;
             be.rope(&mut sc.k, &positions, c.n_head_kv, c.head_dim, &rope)?;
-            be.attention_visible(
-                &mut sc.attn,
-                &sc.q,
-                &sc.k,
-                &sc.v,
-                kv,
-                il,
-                &rows,
-                start + n,
-                c.layer_attn[il],
-                &p,
-            )?;
-            let mut attn = &sc.attn;
-            if il == last && only > 0 && self.prune {
-                be.gather_rows(&mut sc.q, &sc.attn, &kept, c.n_head * c.head_dim)?;
+            let pruned = il == last && only > 0 && self.prune;
+            if pruned {
+                // Every row's K and V into the cache, then attention for the kept rows and the block's last
+                // (whose position ends the visible window) alone, into `sc.q`: the kept rows' outputs first.
+                be.kv_store(kv, il, &sc.k, &sc.v, &rows)?;
+                let mut sel = kept.clone();
+                if n - 1 > only {
+                    sel.push(n - 1);
+                }
+                let sel_rows: Vec<AttnRow> = sel.iter().map(|&i| rows[i]).collect();
+                let (qd, kvd) = (c.n_head * c.head_dim, c.n_head_kv * c.head_dim);
+                be.gather_rows(&mut sc.attn, &sc.q, &sel, qd)?;
+                be.gather_rows(&mut sc.k_rows, &sc.k, &sel, kvd)?;
+                be.gather_rows(&mut sc.v_rows, &sc.v, &sel, kvd)?;
+                be.attention_visible(
+                    &mut sc.q,
+                    &sc.attn,
+                    &sc.k_rows,
+                    &sc.v_rows,
+                    kv,
+                    il,
+                    &sel_rows,
+                    start + n,
+                    c.layer_attn[il],
+                    &p,
+                )?;
                 keep_rows(be, sc, &kept, c.hidden)?;
-                (attn, n) = (&sc.q, only);
+                n = only;
+            } else {
+                be.attention_visible(
+                    &mut sc.attn,
+                    &sc.q,
+                    &sc.k,
+                    &sc.v,
+                    kv,
+                    il,
+                    &rows,
+                    start + n,
+                    c.layer_attn[il],
+                    &p,
+                )?;
             }
+            let attn = if pruned { &sc.q } else { &sc.attn };
             be.matmul_add(&mut sc.x, &l.o, attn, &mut sc.tmp, n)?;
             be.rms_norm(&mut sc.xn, &sc.x, &l.post_norm, n, c.hidden, c.rms_eps)?;
             be.matmul_many(
