@@ -702,6 +702,7 @@ impl Drafter {
             if pruned {
                 // Every row's K and V into the cache, then attention for the kept rows and the block's last
                 // (whose position ends the visible window) alone, into `sc.q`: the kept rows' outputs first.
+                // (The host's attention places each row by its position; a GPU drafter passes `only` = 0.)
                 be.kv_store(kv, il, &sc.k, &sc.v, &rows)?;
                 let mut sel = kept.clone();
                 if n - 1 > only {
