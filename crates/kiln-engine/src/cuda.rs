@@ -226,14 +226,12 @@ impl CudaBackend {
     }
 
     /// Drops the bf16 copy of the matrix `name` when its few-row matmuls read it quantized on the K8 kernels
-    /// (Q4_K/Q6_K), so cuBLAS never takes it; whether it did.
-    pub(crate) fn keep_quantized(&mut self, name: &str) -> bool {
-        match self.mats.get_mut(name) {
-            Some(w) if self.dev.reads_k8(w) => {
+    /// (Q4_K/Q6_K), so cuBLAS never takes it.
+    pub(crate) fn keep_quantized(&mut self, name: &str) {
+        if let Some(w) = self.mats.get_mut(name) {
+            if self.dev.reads_k8(w) {
                 self.dev.drop_dense_copy(w);
-                true
             }
-            _ => false,
         }
     }
 
