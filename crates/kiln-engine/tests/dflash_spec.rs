@@ -409,36 +409,37 @@ fn auto_proposals_on_the_host_carry_their_margins() {
         assert!(got[i] >= 0.0);
     }
     // KILN_NO_DRAFT_PRUNE: every block row through the last layer, the same drafts and margins.
-    let opts = LoadOptions {
-        flags: kiln_engine::Flags {
-            draft_prune: false,
-            ..kiln_engine::Flags::default()
-        },
-        ..LoadOptions::default()
-    };
-    let m_whole = Model::load(common::smollm2(), opts).unwrap();
-    let mut d_whole = Drafter::load(TRAINED_DRAFTER, &m_whole).unwrap();
-    d_whole.set_auto_drafts(true);
-    let mut st_whole = state_with_context(&d_whole, m_whole.backend());
-    let whole = d_whole
-        .propose(m_whole.backend(), &mut st_whole, 28, 16, 6)
-        .unwrap();
-    assert_eq!((whole, st_whole.margins()), (drafts.clone(), &got[..]));
+    let whole = auto_proposal(kiln_engine::Flags {
+        draft_prune: false,
+        ..kiln_engine::Flags::default()
+    });
+    assert_eq!(whole, (true, drafts.clone(), got));
     // KILN_NO_DRAFT_MARGINS: auto rounds carry no margins, so none is cut by them.
+    let plain = auto_proposal(kiln_engine::Flags {
+        draft_margins: false,
+        ..kiln_engine::Flags::default()
+    });
+    assert_eq!(
+        plain,
+        (false, drafts, Vec::new()),
+        "margins with the switch off"
+    );
+}
+
+/// The trained drafter on SmolLM2 loaded with `flags`, auto drafts on: whether it scores its drafts, then its
+/// 6 proposals after [`state_with_context`] and their margins.
+fn auto_proposal(flags: kiln_engine::Flags) -> (bool, Vec<u32>, Vec<f32>) {
     let opts = LoadOptions {
-        flags: kiln_engine::Flags {
-            draft_margins: false,
-            ..kiln_engine::Flags::default()
-        },
+        flags,
         ..LoadOptions::default()
     };
     let m = Model::load(common::smollm2(), opts).unwrap();
     let mut d = Drafter::load(TRAINED_DRAFTER, &m).unwrap();
     d.set_auto_drafts(true);
     let mut st = state_with_context(&d, m.backend());
-    assert!(!d.scores_drafts(&st));
-    assert_eq!(d.propose(m.backend(), &mut st, 28, 16, 6).unwrap(), drafts);
-    assert!(st.margins().is_empty(), "margins with the switch off");
+    let scores = d.scores_drafts(&st);
+    let drafts = d.propose(m.backend(), &mut st, 28, 16, 6).unwrap();
+    (scores, drafts, st.margins().to_vec())
 }
 
 /// A host drafter whose head is Q8_0 proposes from a Q4_0 copy of it and scores the copy's 8 likeliest tokens a
