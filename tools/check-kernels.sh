@@ -28,7 +28,7 @@ cubins=$(mktemp -d)
 trap 'rm -rf "$cubins"' EXIT
 KILN_CUBIN_DIR="$cubins" cargo run --quiet -p kiln-cuda --example check_kernels -- "${@:-sm_90a}"
 # Kernels whose main loads must be 16-byte vectors.
-wide="mmq_q4_k8 mmq_q6_k8 mmq_q8_0 gemv16_k8 gemv16_k8_o16 gemv16_k8d gemv_r1 gemv_r8 gemv3_r1 gemv3_r8 gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 attn_flash_h64 attn_flash_h128 attn_split_g1_h64 attn_split_g2_h64 attn_split_g3_h64 attn_split_g4_h64 attn_split_g8_h64 attn_split_g1_h128 attn_split_g2_h128 attn_split_g3_h128 attn_split_g4_h128 attn_split_g8_h128"
+wide="mmq_q4_k8 mmq_q6_k8 mmq_q8_0 gemv16_k8 gemv16_k8_o16 gemv16_k8d gemv16_k8d_n8 gemv_r1 gemv_r8 gemv3_r1 gemv3_r8 gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 attn_flash_h64 attn_flash_h128 attn_split_g1_h64 attn_split_g2_h64 attn_split_g3_h64 attn_split_g4_h64 attn_split_g8_h64 attn_split_g1_h128 attn_split_g2_h128 attn_split_g3_h128 attn_split_g4_h128 attn_split_g8_h128"
 for cubin in "$cubins"/*.cubin; do
     PATH="$bin:$PATH" cuobjdump -sass "$cubin" >"$cubins/sass.txt"
     for k in $wide; do
@@ -41,8 +41,8 @@ for cubin in "$cubins"/*.cubin; do
     done
     # The decode GEMVs issue their first weight loads before the wait for the previous kernel (GV_FIRST_WEIGHTS in
     # gemv.cu): on sm_90+ (where the wait is ACQBULK) every wait must follow a 16-byte load of its path.
-    # The direct K8 block kernel (gemv16_k8d) loads its first super-block's the same way.
-    for k in gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 gemv16_k8d; do
+    # The direct K8 block kernels (gemv16_k8d, gemv16_k8d_n8) load their first super-block's the same way.
+    for k in gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 gemv16_k8d gemv16_k8d_n8; do
         bad=$(awk -v k="$k" '/Function :/ { f = $3; n = 0 } f == k && /LDG\.E\.128|LDGSTS\.E\.BYPASS\.128/ { n++ }
             f == k && /ACQBULK/ { if (n == 0) bad++; n = 0 } END { print bad + 0 }' "$cubins/sass.txt")
         if [ "$bad" -ne 0 ]; then
@@ -55,17 +55,19 @@ done
 # before the wait; its Q4_K and Q6_K paths each wait after copies (a third wait, for a type no launch sends,
 # copies nothing).
 ring_waits() {
-    awk '/Function :/ { f = $3; n = 0 } f == "gemv16_k8d" && /LDGSTS\.E\.BYPASS\.128/ { n++ }
-        f == "gemv16_k8d" && /ACQBULK/ { if (n > 0) good++; n = 0 } END { print good + 0 }' "$1"
+    awk -v k="$2" '/Function :/ { f = $3; n = 0 } f == k && /LDGSTS\.E\.BYPASS\.128/ { n++ }
+        f == k && /ACQBULK/ { if (n > 0) good++; n = 0 } END { print good + 0 }' "$1"
 }
 for cubin in "$cubins"/*.cubin; do
     PATH="$bin:$PATH" cuobjdump -sass "$cubin" >"$cubins/sass.txt"
-    if [ "$(ring_waits "$cubins/sass.txt")" -lt 2 ]; then
-        echo "FAIL $(basename "$cubin" .cubin): gemv16_k8d waits before copying its first weights" >&2
-        exit 1
-    fi
+    for k in gemv16_k8d gemv16_k8d_n8; do
+        if [ "$(ring_waits "$cubins/sass.txt" "$k")" -lt 2 ]; then
+            echo "FAIL $(basename "$cubin" .cubin): $k waits before copying its first weights" >&2
+            exit 1
+        fi
+    done
 done
-echo "  gemv16_k8d: 16-byte weight copies into its ring issued before the wait"
+echo "  gemv16_k8d, gemv16_k8d_n8: 16-byte weight copies into their rings issued before the wait"
 # The direct kernel without its ring (KILN_NO_CUDA_BLOCK_RING compiles it with B16D_RING=0) and the block
 # kernels' tuning variants that tools/device-check.sh self-tests and times must compile too; without the ring
 # the direct kernel loads its first weights (LDG.E.128) before the wait.
@@ -74,11 +76,13 @@ KILN_CUDA_DEFINES="-DB16_PACKED_SUMS=1;-DB16D_PREFETCH=1;-DB16D_RING=0" KILN_CUB
     cargo run --quiet -p kiln-cuda --example check_kernels -- "${@:-sm_90a}" >/dev/null
 for cubin in "$cubins"/*.cubin; do
     PATH="$bin:$PATH" cuobjdump -sass "$cubin" >"$cubins/sass.txt"
-    good=$(awk '/Function :/ { f = $3; n = 0 } f == "gemv16_k8d" && /LDG\.E\.128/ { n++ }
-        f == "gemv16_k8d" && /ACQBULK/ { if (n > 0) good++; n = 0 } END { print good + 0 }' "$cubins/sass.txt")
-    if [ "$good" -lt 2 ]; then
-        echo "FAIL $(basename "$cubin" .cubin): gemv16_k8d (B16D_RING=0) waits before loading its first weights" >&2
-        exit 1
-    fi
+    for k in gemv16_k8d gemv16_k8d_n8; do
+        good=$(awk -v k="$k" '/Function :/ { f = $3; n = 0 } f == k && /LDG\.E\.128/ { n++ }
+            f == k && /ACQBULK/ { if (n > 0) good++; n = 0 } END { print good + 0 }' "$cubins/sass.txt")
+        if [ "$good" -lt 2 ]; then
+            echo "FAIL $(basename "$cubin" .cubin): $k (B16D_RING=0) waits before loading its first weights" >&2
+            exit 1
+        fi
+    done
 done
 echo "  B16D_RING=0 with B16_PACKED_SUMS=1, B16D_PREFETCH=1: compiled, first weights loaded before the wait"

@@ -28,6 +28,8 @@
 # the direct kernel (the default), the 4-warp kernel by size (KILN_NO_CUDA_BLOCK_DIRECT) and its 32-output tiles
 # alone, then pp16 -b 16 with and without the direct kernel and its weight ring, and with its tuning defines
 # (B16_PACKED_SUMS=1, B16D_PREFETCH=1 without the ring; B16_AB picks others), not in the default;
+# n8 = blocks of at most 8 rows on the direct kernel's one-tile form against the 16-row kernel, and DFlash at forced
+# acceptance 3 verifying 7 drafts against 15 and auto, not in the default;
 # stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
 # kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -365,13 +367,18 @@ c.update(use_sliding_window=True, sliding_window=3,
          layer_types=["sliding_attention"] + ["full_attention"] * (c["num_hidden_layers"] - 1))
 json.dump(c, open(sys.argv[1], "w"), indent=1)
 PY
-    for d in d-tiny d-tiny-sliding; do
+    # And the GPU drafter on a Q4_K_M target, whose Q6_K head the drafter reads through the K8 block kernel, with
+    # all 15 drafts a round and with 5 (6-row verify blocks: the block kernel's one-tile form).
+    synth synth-tiny-q4km "$WORK/tiny-q4km.gguf" --arch qwen3 --preset tiny --quant q4_k_m
+    for spec in "d-tiny tiny-q8 15" "d-tiny-sliding tiny-q8 15" "d-tiny tiny-q4km 15" "d-tiny tiny-q4km 5"; do
+        read -r d target k <<<"$spec"
         for p in "Once upon a time" "The quick brown fox jumps over"; do
-            run=("$KILN" run -m "$WORK/tiny-q8.gguf" --device cuda --temp 0 -n 48 -p "$p")
+            run=("$KILN" run -m "$WORK/$target.gguf" --device cuda --temp 0 -n 48 -p "$p")
             "${run[@]}" >"$WORK/plain.txt" 2>>"$OUT/run-plain.log" &&
-                "${run[@]}" --draft "$WORK/$d" >"$WORK/spec.txt" 2>>"$OUT/run-$d.log" &&
-                cmp -s "$WORK/spec.txt" "$WORK/plain.txt" && say "same as plain: $d, '$p'" ||
-                { say "FAILED: $d, '$p': an error or other text than plain decoding (run-$d.log)"; exit 1; }
+                "${run[@]}" --draft "$WORK/$d" --draft-max "$k" >"$WORK/spec.txt" 2>>"$OUT/run-$d.log" &&
+                cmp -s "$WORK/spec.txt" "$WORK/plain.txt" && say "same as plain: $d on $target, $k drafts, '$p'" ||
+                { say "FAILED: $d on $target, $k drafts, '$p': an error or other text than plain decoding (run-$d.log)"
+                    exit 1; }
         done
     done
     step bench-dflash-sliding "$KILN" bench -m "$WORK/tiny-q8.gguf" --device cuda --draft "$WORK/d-tiny-sliding" \
@@ -493,6 +500,27 @@ if want block16; then
             -p 16 -b 16 -n 0 -r 3 --ab "KILN_CUDA_DEFINES=${v#*:}"
         grep -E "^\||ratio" "$OUT/block16-ab-${v%%:*}.log" | tee -a "$OUT/summary.txt"
     done
+fi
+
+# Blocks of at most 8 rows (STEPS=n8, not in the default): the direct kernel's one-tile form against the 16-row
+# kernel (KILN_NO_CUDA_BLOCK_N8) at 4 and 8 rows beside tg128, its three blocks a multiprocessor against one
+# (B16D_N8_MINB=1), then DFlash at forced acceptance 3 verifying 7 drafts (8 rows) against all 15, and `auto`.
+if want n8; then
+    synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
+    synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
+    step n8-ab "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 4,8 -b 16 -n 128 \
+        -r 3 --ab KILN_NO_CUDA_BLOCK_N8=1
+    grep -E "^\||ratio" "$OUT/n8-ab.log" | tee -a "$OUT/summary.txt"
+    step n8-ab-minb "$KILN" bench -m "$WORK/q8b-q4km.gguf" -m "$WORK/q06-q4km.gguf" --device cuda -p 8 -b 16 -n 0 \
+        -r 3 --ab KILN_CUDA_DEFINES=-DB16D_N8_MINB=1
+    grep -E "^\||ratio" "$OUT/n8-ab-minb.log" | tee -a "$OUT/summary.txt"
+    synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
+    step n8-dflash timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
+        --draft-force 3 --draft-max 7,15,auto -d 256 -n 128 -r 2
+    grep -E "^\|" "$OUT/n8-dflash.log" | tee -a "$OUT/summary.txt"
+    step n8-dflash-ab timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
+        --draft-force 3 --draft-max 7 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_BLOCK_N8=1
+    grep -E "^\||ratio" "$OUT/n8-dflash-ab.log" | tee -a "$OUT/summary.txt"
 fi
 
 # Why a kernel takes its time: one layer's four K8 block-kernel launches at 16 rows (Q/K/V, o-proj, gate/up, down:

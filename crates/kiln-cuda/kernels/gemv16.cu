@@ -847,14 +847,15 @@ __device__ __forceinline__ void b16d_prefetch(const u8* rec, int bytes) {
 
 // The groups' sums meet: ex holds [group][n8 tile][C element][lane]; warp w stores (tile, element) pairs 2w and
 // 2w + 1 (pair = 4 tile + e), adding the NG groups in the GEMV's xor-tree pairing. C element e of lane (g, t) in
-// tile nt is output o0 + g + 8 (e / 2), row r0 + 8 nt + 2t + e % 2.
-template <int NG>
+// tile nt is output o0 + g + 8 (e / 2), row r0 + 8 nt + 2t + e % 2. Tiles from NT on were not computed.
+template <int NG, int NT>
 __device__ __forceinline__ void b16d_store(const float* ex, float* out, int o0, int r0, int n_out, int n_rows,
                                            int accumulate) {
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = threadIdx.x >> 5;
 #pragma unroll
     for (int k = 0; k < 2; k++) {
         int pe = 2 * w + k, nt = pe >> 2, e = pe & 3;
+        if (NT < 2 && nt > 0) break; // warp-uniform (NT is 1 or 2)
         float v[NG];
 #pragma unroll
         for (int gr = 0; gr < NG; gr++) v[gr] = ex[(gr * 8 + pe) * 32 + lane];
@@ -964,12 +965,13 @@ struct B16DW4 {
 // One Q4_K super-block's activations for rows g and 8 + g (tile nt): codes 32 j + 8 t .. + 7 of sub-block j, the
 // packed code-sum word t (the min-term mma's B, as k8_pack_sum / mp_pack_sums pack it); the scales of rows
 // 8 nt + 2 t + c (the lane's C columns).
-struct B16DX4 {
-    int2 x[2][8];
-    u32 s[2];
-    float dx[2][2];
+template <int NT> struct B16DX4 {
+    int2 x[NT][8];
+    u32 s[NT];
+    float dx[NT][2];
 };
 
+template <int NT>
 __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
                                          const int* ks, int width, int n_out, int n_rows, int accumulate,
                                          float* ex) {
@@ -993,13 +995,13 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
     int rb[2] = {min(r0 + g, n_rows - 1), min(r0 + 8 + g, n_rows - 1)}; // B columns g of the two tiles
     int rc[2][2];                                                        // C columns 2t, 2t + 1 of each tile
 #pragma unroll
-    for (int nt = 0; nt < 2; nt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int c = 0; c < 2; c++) rc[nt][c] = min(r0 + 8 * nt + 2 * t + c, n_rows - 1);
-    auto load_x = [&](B16DX4& x, int it) {
+    auto load_x = [&](B16DX4<NT>& x, int it) {
         int sb = a + 4 * it;
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
+        for (int nt = 0; nt < NT; nt++) {
             const signed char* xr = kq + (long long)rb[nt] * width + sb * 256 + 8 * t;
 #pragma unroll
             for (int j = 0; j < 8; j++) x.x[nt][j] = __ldg((const int2*)(xr + 32 * j));
@@ -1017,12 +1019,12 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
             for (int c = 0; c < 2; c++) x.dx[nt][c] = kd[(long long)rc[nt][c] * nsb + sb];
         }
     };
-    float acc[2][4];
+    float acc[NT][4];
 #pragma unroll
-    for (int nt = 0; nt < 2; nt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[nt][e] = 0.0f;
-    auto step = [&](const B16DW4& b, const B16DX4& x, int) {
+    auto step = [&](const B16DW4& b, const B16DX4<NT>& x, int) {
         // Outputs g, g + 8: scales and mins of sub-blocks 0..3 and 4..7 as bytes (k4_sm, four at a time).
         u32 sc[2][2], mn[2];
 #pragma unroll
@@ -1033,7 +1035,7 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
             // The min-term mma's A word t: mins 0..3 (t = 0, 2) or 4..7 (t = 1, 3).
             mn[oh] = (t & 1) ? ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u) : s1 & 0x3F3F3F3Fu;
         }
-        int is[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+        int is[NT][4] = {};
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             int sh = 4 * (j & 1);
@@ -1042,7 +1044,7 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
             int s0 = (int)__byte_perm(sc[0][j >> 2], 0, 0x4440 | (j & 3)); // one PRMT: byte j % 4, zero-extended
             int s1 = (int)__byte_perm(sc[1][j >> 2], 0, 0x4440 | (j & 3));
 #pragma unroll
-            for (int nt = 0; nt < 2; nt++) {
+            for (int nt = 0; nt < NT; nt++) {
                 int dot[4] = {0, 0, 0, 0};
                 mma_s8_16832(dot, a4, x.x[nt][j].x, x.x[nt][j].y);
                 is[nt][0] += s0 * dot[0];
@@ -1061,7 +1063,7 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
             dmin[oh] = h2f((u16)((u32)b.h[oh].x >> 16));
         }
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
+        for (int nt = 0; nt < NT; nt++) {
             int c_lo[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
             mma_s8_16816_acc(c_lo, lo0, lo1, (int)x.s[nt]);
             mma_s8_16816_acc(c_hi, hi0, hi1, (int)x.s[nt]);
@@ -1085,17 +1087,17 @@ __device__ __forceinline__ void b16d_q4k(int bx, float* out, const u8* w, const 
                 for (int i = 0; i < 4; i++) b.q[oh][i] = *(const int2*)(rec + 16 + 32 * i + 8 * t);
             }
         };
-        b16d_ring<4, B16DW4, B16DX4>(n_it, issue, load_w_ring, load_x, step);
+        b16d_ring<4, B16DW4, B16DX4<NT>>(n_it, issue, load_w_ring, load_x, step);
         __syncthreads(); // the groups' sums go where the rings were
     } else {
-        b16d_pipeline<B16DW4, B16DX4>(n_it, load_w, load_x, step);
+        b16d_pipeline<B16DW4, B16DX4<NT>>(n_it, load_w, load_x, step);
     }
 #pragma unroll
-    for (int nt = 0; nt < 2; nt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) ex[((a * 2 + nt) * 4 + e) * 32 + lane] = acc[nt][e];
     __syncthreads();
-    b16d_store<4>(ex, out, o0, r0, n_out, n_rows, accumulate);
+    b16d_store<4, NT>(ex, out, o0, r0, n_out, n_rows, accumulate);
 }
 
 // Byte n of w as a signed int in one PRMT (n is a constant after unrolling, so the selector is an immediate):
@@ -1116,11 +1118,12 @@ struct B16DW6 {
 };
 // One Q6_K super-block's activations for rows g and 8 + g: words at elements 4t (x) and 16 + 4t (y) of each
 // sub-block (the two halves' B), and the scales of the lane's C columns.
-struct B16DX6 {
-    int2 x[2][8];
-    float dx[2][2];
+template <int NT> struct B16DX6 {
+    int2 x[NT][8];
+    float dx[NT][2];
 };
 
+template <int NT>
 __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
                                          int width, int n_out, int n_rows, int accumulate, float* ex) {
     int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
@@ -1156,13 +1159,13 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
     int rb[2] = {min(r0 + g, n_rows - 1), min(r0 + 8 + g, n_rows - 1)};
     int rc[2][2];
 #pragma unroll
-    for (int nt = 0; nt < 2; nt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int c = 0; c < 2; c++) rc[nt][c] = min(r0 + 8 * nt + 2 * t + c, n_rows - 1);
-    auto load_x = [&](B16DX6& x, int it) {
+    auto load_x = [&](B16DX6<NT>& x, int it) {
         int sb = sb_of(it);
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
+        for (int nt = 0; nt < NT; nt++) {
             const signed char* xr = kq + (long long)rb[nt] * width + sb * 256 + 4 * t;
 #pragma unroll
             for (int j = 0; j < 8; j++)
@@ -1171,13 +1174,13 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
             for (int c = 0; c < 2; c++) x.dx[nt][c] = kd[(long long)rc[nt][c] * nsb + sb];
         }
     };
-    float acc0[2][4], acc1[2][4]; // groups G0 and G0 + 1
+    float acc0[NT][4], acc1[NT][4]; // groups G0 and G0 + 1
 #pragma unroll
-    for (int nt = 0; nt < 2; nt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc0[nt][e] = acc1[nt][e] = 0.0f;
-    auto step = [&](const B16DW6& b, const B16DX6& x, int it) {
-        int is[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    auto step = [&](const B16DW6& b, const B16DX6<NT>& x, int it) {
+        int is[NT][4] = {};
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             int h = j >> 2, k = j & 3;
@@ -1195,7 +1198,7 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
                 int sw1 = (i >> 2) == 0 ? b.sc[1].x : (i >> 2) == 1 ? b.sc[1].y : (i >> 2) == 2 ? b.sc[1].z : b.sc[1].w;
                 int s0 = sbyte_of((u32)sw0, i & 3), s1 = sbyte_of((u32)sw1, i & 3);
 #pragma unroll
-                for (int nt = 0; nt < 2; nt++) {
+                for (int nt = 0; nt < NT; nt++) {
                     int dot[4];
                     mma_s8_16816(dot, aw[0], aw[1], c ? x.x[nt][j].y : x.x[nt][j].x);
                     is[nt][0] += s0 * dot[0];
@@ -1207,7 +1210,7 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
         }
         float d[2] = {h2f(b.d[0]), h2f(b.d[1])};
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++)
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float f = k8_step(d[e >> 1], 0.0f, x.dx[nt][e & 1], is[nt][e], 0);
@@ -1249,35 +1252,48 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
                 b.d[oh] = (u16)((((long long)ob[oh] * nsb + sb) & 1) ? dword >> 16 : dword & 0xFFFF);
             }
         };
-        b16d_ring<3, B16DW6, B16DX6>(n_it, issue, load_w_ring, load_x, step);
+        b16d_ring<3, B16DW6, B16DX6<NT>>(n_it, issue, load_w_ring, load_x, step);
         __syncthreads(); // the groups' sums go where the rings were
     } else {
-        b16d_pipeline<B16DW6, B16DX6>(n_it, load_w, load_x, step);
+        b16d_pipeline<B16DW6, B16DX6<NT>>(n_it, load_w, load_x, step);
     }
 #pragma unroll
-    for (int nt = 0; nt < 2; nt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             ex[((G0 * 2 + nt) * 4 + e) * 32 + lane] = acc0[nt][e];
             ex[(((G0 + 1) * 2 + nt) * 4 + e) * 32 + lane] = acc1[nt][e];
         }
     __syncthreads();
-    b16d_store<8>(ex, out, o0, r0, n_out, n_rows, accumulate);
+    b16d_store<8, NT>(ex, out, o0, r0, n_out, n_rows, accumulate);
 }
 
-// The direct kernel over up to three weights (JOB_ARGS), 16 outputs a block.
+// The direct kernel over up to three weights (JOB_ARGS), 16 outputs a block, NT n8 tiles of rows (2: up to 16
+// rows; 1: up to 8, half the mma, activation loads and float steps of 2 on the same weights).
+template <int NT>
 __device__ __forceinline__ void b16d_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows,
                                         int accumulate, JOB_ARGS) {
     // The groups' sums, [group][n8 tile][C element][lane]; with B16D_RING the space of the warps' rings first.
     __shared__ __align__(16) float ex[B16D_RING ? 4 * B16D_RING_BYTES / 4 : 8 * 2 * 4 * 32];
     Job j = JOB_PICK;
-    if (j.ty == K8_Q4_K) b16d_q4k(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate, ex);
-    else if (j.ty == K8_Q6_K) b16d_q6k(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate, ex);
+    if (j.ty == K8_Q4_K) b16d_q4k<NT>(j.tile, j.out, j.w, kq, kd, ks, width, j.n_out, n_rows, accumulate, ex);
+    else if (j.ty == K8_Q6_K) b16d_q6k<NT>(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate, ex);
     else wait_prior_kernel(); // (no other type comes here; the wait keeps the launch chain whole)
 }
-// grid = (total tiles of 16 outputs, ceil(n_rows / 16)), block = 128; no dynamic shared memory.
-extern "C" __global__ void __launch_bounds__(128, 1) gemv16_k8d(const signed char* kq, const float* kd,
-                                                                         const int* ks, int width, int n_rows,
-                                                                         int accumulate, JOB_ARGS) {
-    b16d_k8(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2);
-}
+// grid = (total tiles of 16 outputs, ceil(n_rows / 16)), block = 128; no dynamic shared memory. gemv16_k8d_n8
+// takes launches of at most 8 rows (one row block: a verify of up to 7 drafts, up to 8 slots decoding); a row's
+// bits are the same in both (its own tile's integers and float steps, the GEMV's). At 160 registers (174 if
+// left free, no spills either way) the one-tile form fits three blocks a multiprocessor (B16D_N8_MINB, a tuning
+// define) where the 16-row one fits two.
+#ifndef B16D_N8_MINB
+#define B16D_N8_MINB 3
+#endif
+#define B16D_KERNEL(NAME, NT, MINB)                                                                              \
+    extern "C" __global__ void __launch_bounds__(128, MINB)                                                     \
+        NAME(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate,      \
+             JOB_ARGS) {                                                                                        \
+        b16d_k8<NT>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, \
+                    w2, n2);                                                                                    \
+    }
+B16D_KERNEL(gemv16_k8d, 2, 1)
+B16D_KERNEL(gemv16_k8d_n8, 1, B16D_N8_MINB)

@@ -87,7 +87,7 @@ fn source_define(name: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 71] = [
+pub const KERNEL_NAMES: [&str; 72] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -123,6 +123,7 @@ pub const KERNEL_NAMES: [&str; 71] = [
     "gemv16_k8",
     "gemv16_k8_o16",
     "gemv16_k8d",
+    "gemv16_k8d_n8",
     "quantize_k8",
     "matmul_deq",
     "dequant_bf16",
@@ -481,6 +482,7 @@ mod tests {
         assert_eq!(dynamic_smem("gemv16_k8"), 97280);
         assert_eq!(dynamic_smem("gemv16_k8_o16"), 66304);
         assert_eq!(dynamic_smem("gemv16_k8d"), 0);
+        assert_eq!(dynamic_smem("gemv16_k8d_n8"), 0);
         assert_eq!(dynamic_smem("attn_flash_h128"), 69632);
         assert_eq!(dynamic_smem("gemv_r1"), 0);
         // Every sized kernel exists and stays within the 227 KB a block may have on sm_90.
@@ -555,7 +557,7 @@ mod tests {
                 first == "wait_prior_kernel()"
                     || first.starts_with("gemv_block<")
                     || first.starts_with("b16_k8<")
-                    || first.starts_with("b16d_k8("),
+                    || first.starts_with("b16d_k8<"),
                 "{name}: {first}"
             );
             kernels += 1;

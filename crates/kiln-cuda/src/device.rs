@@ -119,6 +119,11 @@ pub struct Options {
     /// ahead in registers (`B16D_RING` in gemv16.cu; off compiles it with `B16D_RING=0`). Same bits. H100,
     /// 16-row blocks: 8B Q4_K_M 1.076x, 0.6B 0.994x.
     pub block_ring: bool,
+    /// With `block_direct`: a K8 block launch of at most 8 rows (a verify of up to 7 drafts, up to 8 slots
+    /// decoding) takes the direct kernel built for one n8 tile of rows (`gemv16_k8d_n8`: half the mma,
+    /// activation loads and float steps) instead of the 16-row one, whose second tile would repeat the first's
+    /// rows. Same bits.
+    pub block_n8: bool,
     /// Q4_K/Q6_K matmuls on the GEMV, block and prefill kernels read K8 activations (one scale per 256 elements,
     /// as the CPU's Q8_K): the sub-block products are exact integers over a super-block and the float work is one
     /// step per super-block; else per-32 Q8 blocks with a float step per 32 weights.
@@ -172,6 +177,7 @@ impl Default for Options {
             block_tile16: true,
             block_direct: true,
             block_ring: true,
+            block_n8: true,
             k8: true,
             prefill_k8: true,
             flash_attn: true,
@@ -2310,7 +2316,7 @@ impl Device {
             jobs.iter().map(|j| j.3.div_ceil(outs)).sum::<usize>() * n_rows.div_ceil(tile_rows)
         };
         let (kernel, tile_outs) = if kernel == "gemv16_k8" {
-            k8_block_kernel(&self.opts, self.sm_count, tiles)
+            k8_block_kernel(&self.opts, self.sm_count, n_rows, tiles)
         } else {
             (kernel, tile_outs)
         };
@@ -2334,7 +2340,7 @@ impl Device {
         let (t2, o2, w2, n2) = job(2);
         let threads = match kernel {
             "gemv16_k8" | "gemv16_k8_o16" => 32 * crate::compile::b16_warps(),
-            _ => 128, // gemv16_k8d among them
+            _ => 128, // gemv16_k8d and gemv16_k8d_n8 among them
         };
         self.launch(
             kernel,
@@ -3162,16 +3168,20 @@ struct Prep {
     neox: i32,
 }
 
-/// The K8 block kernel and its outputs a block for a launch that has `tiles(outs)` blocks at `outs` outputs a
-/// block: the direct-fragment kernel ([`Options::block_direct`]); or, without it, the 4-warp kernel, on 16-output
-/// tiles for launches of few 32-output tiles (under two a multiprocessor: at 16 rows the 8B's Q/K/V, o-proj and
-/// down, every matmul of the 0.6B; [`Options::block_tile16`]) and 32-output tiles otherwise.
+/// The K8 block kernel and its outputs a block for a launch of `n_rows` rows that has `tiles(outs)` blocks at
+/// `outs` outputs a block: the direct-fragment kernel ([`Options::block_direct`]; its one-tile form for up to 8
+/// rows, [`Options::block_n8`]); or, without it, the 4-warp kernel, on 16-output tiles for launches of few
+/// 32-output tiles (under two a multiprocessor: at 16 rows the 8B's Q/K/V, o-proj and down, every matmul of the
+/// 0.6B; [`Options::block_tile16`]) and 32-output tiles otherwise.
 fn k8_block_kernel(
     opts: &Options,
     sm_count: usize,
+    n_rows: usize,
     tiles: impl Fn(usize) -> usize,
 ) -> (&'static str, usize) {
-    if opts.block_direct {
+    if opts.block_direct && opts.block_n8 && n_rows <= 8 {
+        ("gemv16_k8d_n8", 16)
+    } else if opts.block_direct {
         ("gemv16_k8d", 16)
     } else if opts.block_tile16 && tiles(32) < 2 * sm_count {
         ("gemv16_k8_o16", 16)
@@ -3265,11 +3275,27 @@ mod tests {
     fn k8_block_launches_pick_their_kernel() {
         // A 132-multiprocessor card, 16 rows (one row tile): the 8B's launches by their outputs.
         let tiles_of = |outputs: usize| move |outs: usize| outputs.div_ceil(outs);
-        let pick = |opts: &Options, outputs: usize| k8_block_kernel(opts, 132, tiles_of(outputs));
+        let pick =
+            |opts: &Options, outputs: usize| k8_block_kernel(opts, 132, 16, tiles_of(outputs));
         let on = Options::default();
-        // The direct kernel takes every launch, in 16-output blocks.
+        // The direct kernel takes every launch, in 16-output blocks; its one-tile form up to 8 rows.
         for outputs in [2048, 4096, 6144, 24576] {
             assert_eq!(pick(&on, outputs), ("gemv16_k8d", 16));
+            for (rows, kernel) in [
+                (4, "gemv16_k8d_n8"),
+                (8, "gemv16_k8d_n8"),
+                (9, "gemv16_k8d"),
+            ] {
+                assert_eq!(k8_block_kernel(&on, 132, rows, tiles_of(outputs)).0, kernel);
+            }
+            let two = Options {
+                block_n8: false,
+                ..Options::default()
+            };
+            assert_eq!(
+                k8_block_kernel(&two, 132, 4, tiles_of(outputs)).0,
+                "gemv16_k8d"
+            );
         }
         // Without it: the 4-warp kernel, 16-output tiles for launches under two 32-output tiles a
         // multiprocessor (o-proj and down: 128 blocks of 32), 32 for gate/up (768).

@@ -463,18 +463,21 @@ fn matmul_check(
             err: bits_differ(&ga, &sum),
             tol: 0.0,
         });
-        // Batch invariance: rows 0 and 9 alone, and rows 0..3 as a group of three, give the bits they got among 11
-        // (11 rows take the tensor-core block kernel where it applies, 3 the 8-row GEMV, 1 the one-row GEMV).
-        let x3 = dev.upload(&x[..3 * cols])?;
-        let mut o3 = dev.alloc(3 * rows)?;
-        dev.matmul(&mut o3, &w, &x3, 3, false)?;
-        let mut g3 = vec![0f32; 3 * rows];
-        dev.read(&o3, &mut g3)?;
-        checks.push(Check {
-            name: format!("matmul {ty} {kind} {cols} batch invariance, rows 0..3"),
-            err: bits_differ(&g3, &got[..3 * rows]),
-            tol: 0.0,
-        });
+        // Batch invariance: rows 0 and 9 alone, and rows 0..3 and 0..6 as groups, give the bits they got among 11
+        // (11 rows take the tensor-core block kernel where it applies, 6 its one-tile form, 3 the 8-row GEMV, 1
+        // the one-row GEMV).
+        for m in [3usize, 6] {
+            let xm = dev.upload(&x[..m * cols])?;
+            let mut om = dev.alloc(m * rows)?;
+            dev.matmul(&mut om, &w, &xm, m, false)?;
+            let mut gm = vec![0f32; m * rows];
+            dev.read(&om, &mut gm)?;
+            checks.push(Check {
+                name: format!("matmul {ty} {kind} {cols} batch invariance, rows 0..{m}"),
+                err: bits_differ(&gm, &got[..m * rows]),
+                tol: 0.0,
+            });
+        }
         for r in [0usize, 9] {
             let xa = dev.upload(&x[r * cols..(r + 1) * cols])?;
             let mut oa = dev.alloc(rows)?;
@@ -1016,7 +1019,7 @@ fn moe_case(
 }
 
 /// Q/K/V-style matmuls of three weights (mixed types, odd output counts) in one call give every output row the
-/// bits of that row through its own matmul: one row (the GEMV's job kernel), 11 and 20 rows (Q4_K/Q6_K: the K8
+/// bits of that row through its own matmul: one row (the GEMV's job kernel), 6, 11 and 20 rows (Q4_K/Q6_K: the K8
 /// block kernel's jobs, partial tiles of outputs and rows; with Q8_0: one matmul per weight) against each row
 /// alone; 70 rows of a prefill pass (the prefill kernel's jobs: three weights of one type, or the first and last
 /// in one launch and the other alone) against each weight on all rows alone (the prefill kernel's rows are
@@ -1028,6 +1031,7 @@ fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
         ([Q4_K, Q6_K, Q8_0], 11usize, false),
         ([Q4_K, Q6_K, Q4_K], 1, false),
         ([Q4_K, Q6_K, Q4_K], 11, false),
+        ([Q6_K, Q4_K, Q6_K], 6, false),
         ([Q6_K, Q4_K, Q4_K], 20, false),
         ([Q4_K, Q4_K, Q4_K], 70, true),
         ([Q4_K, Q6_K, Q4_K], 70, true),

@@ -93,6 +93,7 @@ impl CudaBackend {
             block_tile16: flags.cuda_block_tile16,
             block_direct: flags.cuda_block_direct,
             block_ring: flags.cuda_block_ring,
+            block_n8: flags.cuda_block_n8,
             flash_attn: flags.cuda_flash_attn,
             k8: flags.cuda_k8,
             prefill_k8: flags.cuda_prefill_k8,

@@ -173,6 +173,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_BLOCK_N8",
+        disables: "CUDA: K8 block launches of at most 8 rows on the direct kernel built for one tile of 8 rows \
+                   (half the tensor-core work of 16; same bits); the 16-row kernel for them too",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_BLOCK_TILE16",
         disables: "CUDA: with KILN_NO_CUDA_BLOCK_DIRECT, 16-output tiles of the 4-warp kernel for K8 block \
                    launches that would give the multiprocessors fewer than two 32-output tiles each (same bits); \
@@ -309,6 +315,8 @@ pub struct Flags {
     pub cuda_block_direct: bool,
     /// CUDA: the direct K8 block kernel's per-warp weight ring.
     pub cuda_block_ring: bool,
+    /// CUDA: the direct K8 block kernel's one-tile form for launches of at most 8 rows.
+    pub cuda_block_n8: bool,
     /// CUDA: 16-output tiles for K8 block launches of few 32-output tiles.
     pub cuda_block_tile16: bool,
     /// CUDA: flash attention for prefill passes.
@@ -368,6 +376,7 @@ impl Default for Flags {
             cuda_block_mma: true,
             cuda_block_direct: true,
             cuda_block_ring: true,
+            cuda_block_n8: true,
             cuda_block_tile16: true,
             cuda_flash_attn: true,
             cuda_k8: true,
@@ -414,6 +423,7 @@ impl Flags {
             cuda_block_mma: false,
             cuda_block_direct: false,
             cuda_block_ring: false,
+            cuda_block_n8: false,
             cuda_block_tile16: false,
             cuda_flash_attn: false,
             cuda_k8: false,
@@ -488,6 +498,7 @@ impl Flags {
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_DIRECT" => flags.cuda_block_direct = !disabled,
                 "KILN_NO_CUDA_BLOCK_RING" => flags.cuda_block_ring = !disabled,
+                "KILN_NO_CUDA_BLOCK_N8" => flags.cuda_block_n8 = !disabled,
                 "KILN_NO_CUDA_BLOCK_TILE16" => flags.cuda_block_tile16 = !disabled,
                 "KILN_NO_CUDA_FLASH_ATTN" => flags.cuda_flash_attn = !disabled,
                 "KILN_NO_CUDA_K8" => flags.cuda_k8 = !disabled,

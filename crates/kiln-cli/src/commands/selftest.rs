@@ -49,6 +49,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         block_tile16: false,
         block_direct: false,
         block_ring: false,
+        block_n8: false,
         flash_attn: false,
         k8: false,
         prefill_k8: false,
