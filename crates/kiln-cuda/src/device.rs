@@ -902,6 +902,33 @@ impl Device {
         self.synchronize()
     }
 
+    /// The keys `layer` of the cache holds for `slot`, as f32 (`slot_ctx × kv_dim`; synchronizes): the self-test's
+    /// host reference attends over the keys the device stored.
+    pub fn read_kv_keys(&self, kv: &DKv, layer: usize, slot: usize) -> Result<Vec<f32>> {
+        let (n_layer, n_slots, slot_ctx, kv_dim) = kv.dims;
+        self.check("read_kv_keys", layer < n_layer && slot < n_slots, || {
+            format!("layer {layer}, slot {slot}, cache {:?}", kv.dims)
+        })?;
+        let (n, el) = (slot_ctx * kv_dim, if kv.f16 { 2 } else { 4 });
+        let start = (layer * n_slots + slot) * n * el;
+        let mut bytes = vec![0u8; n * el];
+        self.stream
+            .memcpy_dtoh(&kv.k.slice(start..start + n * el), &mut bytes)
+            .map_err(drv("reading back"))?;
+        self.synchronize()?;
+        Ok(if kv.f16 {
+            bytes
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect()
+        } else {
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
+        })
+    }
+
     /// Uploads a weight (`rows × row_bytes` GGUF bytes). With `gemv` and a type that has a GEMV kernel (and not
     /// in the reference mode), the bytes are repacked for it; otherwise kept as they are (needed by
     /// [`Device::embed`]).
