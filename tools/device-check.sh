@@ -29,7 +29,7 @@
 # alone, then pp16 -b 16 with and without the direct kernel and its weight ring, and with its tuning defines
 # (B16_PACKED_SUMS=1, B16D_PREFETCH=1 without the ring; B16_AB picks others), not in the default;
 # n8 = blocks of at most 8 rows on the direct kernel's one-tile form against the 16-row kernel, and DFlash at forced
-# acceptance 3 verifying 7 drafts against 15 and auto, not in the default;
+# acceptance 3 and 6 verifying 7 drafts against 15, not in the default;
 # stalls = ncu's warp states (stall reasons), occupancy, scheduler and memory sections for one layer's K8 block
 # kernels at 16 rows and its one-row GEMVs, 8B Q4_K_M, not in the default). Logs go to $OUT (default
 # /tmp/kiln-device-check); the bench table is printed last. Stops at the first failure.
@@ -504,7 +504,8 @@ fi
 
 # Blocks of at most 8 rows (STEPS=n8, not in the default): the direct kernel's one-tile form against the 16-row
 # kernel (KILN_NO_CUDA_BLOCK_N8) at 4 and 8 rows beside tg128, its three blocks a multiprocessor against one
-# (B16D_N8_MINB=1), then DFlash at forced acceptance 3 verifying 7 drafts (8 rows) against all 15, and `auto`.
+# (B16D_N8_MINB=1), then DFlash at forced acceptance 3 and 6 verifying 7 drafts (8 rows) against all 15 (forced
+# runs keep `auto` off: they measure a chosen acceptance).
 if want n8; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}"
@@ -516,7 +517,7 @@ if want n8; then
     grep -E "^\||ratio" "$OUT/n8-ab-minb.log" | tee -a "$OUT/summary.txt"
     synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
     step n8-dflash timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
-        --draft-force 3 --draft-max 7,15,auto -d 256 -n 128 -r 2
+        --draft-force 3,6 --draft-max 7,15 -d 256 -n 128 -r 2
     grep -E "^\|" "$OUT/n8-dflash.log" | tee -a "$OUT/summary.txt"
     step n8-dflash-ab timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
         --draft-force 3 --draft-max 7 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_BLOCK_N8=1
