@@ -1094,6 +1094,19 @@ fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
     Ok(())
 }
 
+/// How far a key the device normalized, rotated and stored may be from the host's f64 one, for a head whose
+/// largest |element| is `m`: f16 rounds an element of at most m by at most m 2^-10; the device's f32 norm and
+/// RoPE (powf, sincosf; angles up to 200 radians) stay far inside m 2^-12 (`f32_keys_stay_inside_the_bound`). A
+/// bound relative to each element fails on the small ones, where the rotation cancels (the first GPU run of the
+/// check: up to 6.4 f16 steps and 5,807 f32 ones).
+fn stored_key_bound(m: f64, f16: bool) -> f64 {
+    if f16 {
+        m * (2f64.powi(-10) + 2f64.powi(-12))
+    } else {
+        m * 2f64.powi(-12)
+    }
+}
+
 /// Host RMSNorm (with `w`) then NEOX RoPE (theta 10000) of one head, in f64.
 fn norm_rope(x: &[f32], w: Option<&[f32]>, pos: usize, eps: f32) -> Vec<f64> {
     let hd = x.len();
@@ -1222,19 +1235,9 @@ fn attention_check(
     // Host mirror of the cache for the reference.
     let mut hk = vec![vec![0f64; ctx * kvd]; n_slots];
     let mut hv = vec![vec![0f64; ctx * kvd]; n_slots];
-    // The largest |stored key - host key| over what a key may be off by (≤ 1 passes), in units of its head's
-    // largest |element| m: f16 rounds an element of at most m by at most m 2^-10; the device's f32 norm and RoPE
-    // (powf, sincosf; angles up to 200 radians) came within 4.9e-6 m of f64 in a host emulation of its formulas
-    // (Python, 1,500 heads), so m 2^-12 is 50 times that. A bound relative to each element fails on the small
-    // ones, where the rotation cancels (the first run of this check: up to 6.4 f16 steps, 5,807 f32 ones).
+    // The largest |stored key - host key| over what a key may be off by ([`stored_key_bound`]; ≤ 1 passes).
     let mut key_err = 0f64;
-    let step = |m: f64| {
-        if f16 {
-            m * (2f64.powi(-10) + 2f64.powi(-12))
-        } else {
-            m * 2f64.powi(-12)
-        }
-    };
+    let step = |m: f64| stored_key_bound(m, f16);
     let mut run = |rows: &[(usize, usize)], rng: &mut Rng, kv: &mut DKv| -> Result<AttnRun> {
         let n = rows.len();
         let (q, k, v) = (rng.vec(n * qd), rng.vec(n * kvd), rng.vec(n * kvd));
@@ -1591,7 +1594,55 @@ fn graph_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<(
 
 #[cfg(test)]
 mod tests {
-    use super::host_attention;
+    use super::{host_attention, norm_rope, stored_key_bound, Rng};
+
+    /// The device's QK-norm and RoPE as attention.cu computes them in f32 (1 / powf(theta, 2i / hd), sincosf
+    /// of position times that, NEOX pairs), on the host.
+    fn norm_rope_f32(x: &[f32], w: &[f32], pos: usize, eps: f32) -> Vec<f32> {
+        let hd = x.len();
+        let ss: f32 = x.iter().map(|a| a * a).sum();
+        let s = 1.0 / (ss / hd as f32 + eps).sqrt();
+        let v: Vec<f32> = x.iter().zip(w).map(|(a, b)| a * s * b).collect();
+        let mut out = v.clone();
+        for i in 0..hd / 2 {
+            let inv = 1.0 / 10000f32.powf((2 * i) as f32 / hd as f32);
+            let (sn, cs) = (pos as f32 * inv).sin_cos();
+            out[i] = v[i] * cs - v[i + hd / 2] * sn;
+            out[i + hd / 2] = v[i] * sn + v[i + hd / 2] * cs;
+        }
+        out
+    }
+
+    #[test]
+    fn f32_keys_stay_inside_the_bound() {
+        // f32 against f64 over random heads at the self-test's positions: within a tenth of the f32 bound, so a
+        // device whose powf or sincosf is a few ulps off still passes; a wrong rotation is off by ~m.
+        let mut rng = Rng(7);
+        let mut worst = 0f64;
+        for hd in [64usize, 128] {
+            for _ in 0..200 {
+                let (x, w) = (rng.vec(hd), rng.vec(hd));
+                for pos in [0usize, 5, 60, 133, 199] {
+                    let want = norm_rope(&x, Some(&w), pos, 1e-6);
+                    let got = norm_rope_f32(&x, &w, pos, 1e-6);
+                    let m = want.iter().fold(0f64, |m, a| m.max(a.abs()));
+                    for (g, w) in got.iter().zip(&want) {
+                        worst = worst.max((*g as f64 - w).abs() / stored_key_bound(m, false));
+                    }
+                }
+            }
+        }
+        assert!(worst < 0.1, "f32 keys off by {worst} of the bound");
+        // A rotation by the next position is far outside it.
+        let (x, w) = (rng.vec(64), rng.vec(64));
+        let want = norm_rope(&x, Some(&w), 60, 1e-6);
+        let m = want.iter().fold(0f64, |m, a| m.max(a.abs()));
+        let off = norm_rope_f32(&x, &w, 61, 1e-6)
+            .iter()
+            .zip(&want)
+            .fold(0f64, |e, (g, w)| e.max((*g as f64 - w).abs()));
+        assert!(off > 10.0 * stored_key_bound(m, true), "{off}");
+    }
 
     #[test]
     fn host_attention_weights_positions_by_softmax() {
