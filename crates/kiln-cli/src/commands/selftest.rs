@@ -13,7 +13,7 @@ pub struct Args {
     /// Also time the kernels on a Qwen3-8B decode step's shapes (GB/s against the bytes each must read).
     #[arg(long)]
     pub bench: bool,
-    /// Run only these configurations of the sweep (1-based, comma-separated; default all six): e.g. `--config 1`
+    /// Run only these configurations of the sweep (1-based, comma-separated; default all seven): e.g. `--config 1`
     /// keeps a compute-sanitizer pass over the default kernels short.
     #[arg(long, value_delimiter = ',')]
     pub config: Vec<usize>,
@@ -29,8 +29,8 @@ pub fn run(args: Args) -> Result<()> {
 
 #[cfg(feature = "cuda")]
 fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
-    if let Some(c) = only.iter().find(|&&c| !(1..=6).contains(&c)) {
-        bail!("--config {c}: the sweep has configurations 1 to 6");
+    if let Some(c) = only.iter().find(|&&c| !(1..=7).contains(&c)) {
+        bail!("--config {c}: the sweep has configurations 1 to 7");
     }
     // Every kernel family: the default fast paths, then every kill switch at once (generic matmul on GGUF
     // layouts, unfused ops, whole-context attention) with the f32-activation reference matmul.
@@ -107,6 +107,13 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
             "fast paths, the direct K8 block kernel's weights in registers (no shared-memory ring)",
             kiln_cuda::Options {
                 block_ring: false,
+                ..kiln_cuda::Options::default()
+            },
+        ),
+        (
+            "fast paths, the direct K8 block kernel's 16-row form for blocks of up to 8 rows too",
+            kiln_cuda::Options {
+                block_n8: false,
                 ..kiln_cuda::Options::default()
             },
         ),
