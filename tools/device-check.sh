@@ -387,20 +387,20 @@ PY
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
     step bench-dflash timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
-        --draft-force 3,6,9 -d 256 -n 128 -r 2
+        --draft-force 3,6,9 --draft-max 7,15 -d 256 -n 128 -r 2
     # The drafter's matmuls on its block kernels instead of cuBLAS.
     step ab-KILN_NO_CUDA_DRAFTER_BLAS timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
-        --draft "$WORK/d8b-q8.gguf" --draft-force 9 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFTER_BLAS=1
+        --draft "$WORK/d8b-q8.gguf" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFTER_BLAS=1
     # The target's Q6_K head in the drafter on cuBLAS (a bf16 copy) like its layers, against the K8 block kernel.
     step ab-KILN_NO_CUDA_DRAFT_HEAD_K8 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
-        --draft "$WORK/d8b-q8.gguf" --draft-force 9 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFT_HEAD_K8=1
+        --draft "$WORK/d8b-q8.gguf" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFT_HEAD_K8=1
     # The drafter as z-lab publishes it (a directory of bf16 safetensors): its BF16 matmuls on cuBLAS as uploaded
     # against matmul_f.
     [ -s "$WORK/d8b-bf16/config.json" ] ||
         step synth-draft-8b-bf16 "$KILN" synth --arch dflash --target "$WORK/q8b-q4km.gguf" --quant bf16 \
             -o "$WORK/d8b-bf16"
     step ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
-        --draft "$WORK/d8b-bf16" --draft-force 9 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
+        --draft "$WORK/d8b-bf16" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
     say "DFlash (CUDA, forced acceptance):"
     grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DRAFTER_BLAS.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFT_HEAD_K8.log" "$OUT/ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT.log" |

@@ -73,8 +73,8 @@ pub struct ServerConfig {
     pub draft: Option<PathBuf>,
     /// Whether requests that do not say (`"speculative"`) are speculative when a drafter is loaded.
     pub draft_default: bool,
-    /// Drafts proposed and verified per round at most, or `auto` (None: `auto` for a target on the CPU, the
-    /// drafter's block − 1 on a GPU; `DraftMax::default_for`).
+    /// Drafts proposed and verified per round at most, or `auto` (None: `auto` for a target on the CPU,
+    /// 7 on a GPU; `DraftMax::default_for`).
     pub draft_max: Option<kiln_engine::dflash::DraftMax>,
     /// Scheduler settings (prefill chunk, queue capacity, prefix reuse).
     pub scheduler: SchedulerConfig,

@@ -131,7 +131,7 @@ pub struct Args {
     /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block): a shorter verify
     /// block costs less where a verify row is dear (a CPU) and τ is modest. `auto`: the count that measures
     /// fastest, chosen as the run goes (on the CPU, each round also cut where the drafter's margins say the rest
-    /// are unlikely to be accepted). Default: `auto` on the CPU, all drafts on a GPU. Output unchanged.
+    /// are unlikely to be accepted). Default: `auto` on the CPU, 7 on a GPU. Output unchanged.
     #[arg(long = "draft-max", value_name = "N|auto", requires = "draft")]
     pub draft_max: Option<kiln_engine::dflash::DraftMax>,
 }

@@ -63,7 +63,7 @@ pub struct Args {
     #[arg(long = "draft-opt-in", requires = "draft")]
     pub draft_opt_in: bool,
     /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: `auto`
-    /// on the CPU, all on a GPU): a shorter verify block costs less where a verify row is dear (a CPU) and τ is
+    /// on the CPU, 7 on a GPU): a shorter verify block costs less where a verify row is dear (a CPU) and τ is
     /// modest. `auto`: the count that measures fastest, chosen as requests run (on the CPU, each round also cut
     /// where the drafter's margins say the rest are unlikely to be accepted). Output unchanged.
     #[arg(long = "draft-max", value_name = "N|auto", requires = "draft")]

@@ -58,11 +58,10 @@ impl DraftMax {
 
     /// The setting where none is given: `auto` when `target` runs on the host CPU, where a verify row costs
     /// nearly what a plain token does (SmolLM2-135M and its 2-layer drafter on 2 cores: 1.2× plain decoding on
-    /// the held-out prompts with `auto`, 0.63× verifying all 15 drafts); on a GPU, where a block of rows costs
-    /// little more than one, every draft of the block (`auto` is not yet measured there).
+    /// the held-out prompts with `auto`, 0.63× verifying all 15 drafts); on a GPU, [`GPU_DEFAULT_DRAFTS`].
     pub fn default_for(target: &crate::Model, drafter: &super::Drafter) -> DraftMax {
         if target.on_gpu() {
-            DraftMax::At(drafter.config().block_size - 1)
+            DraftMax::At(GPU_DEFAULT_DRAFTS.min(drafter.config().block_size - 1))
         } else {
             DraftMax::Auto
         }
@@ -76,6 +75,14 @@ impl DraftMax {
         }
     }
 }
+
+/// Drafts a round on a GPU where none is set: a verify of up to 8 rows takes the block kernel's one-tile form,
+/// about 1.3× a decode step on an 8B target where 16 rows cost 1.6× (H100). Measured there: a Qwen3-8B-shape
+/// target at forced acceptance of 3 and 6 drafts a round ran 1.98× and 3.36× plain decoding with 7 drafts, 1.66×
+/// and 2.83× with 15 (at 9 accepted, 3.88× against 4.01×); SmolLM2-135M and its 2-layer drafter on the held-out
+/// prompts, generation alone: 0.94× with 7, 0.78× with 15, 1.04× with 3. `auto` is not the GPU default: in runs
+/// of 128 tokens (0.83× there) its probes of other counts cost more than they find.
+pub const GPU_DEFAULT_DRAFTS: usize = 7;
 
 /// The drafts-a-round chooser (see the module documentation).
 #[derive(Clone, Debug)]
