@@ -28,7 +28,7 @@ cubins=$(mktemp -d)
 trap 'rm -rf "$cubins"' EXIT
 KILN_CUBIN_DIR="$cubins" cargo run --quiet -p kiln-cuda --example check_kernels -- "${@:-sm_90a}"
 # Kernels whose main loads must be 16-byte vectors.
-wide="mmq_q4_k8 mmq_q6_k8 mmq_q8_0 gemv16_k8 gemv16_k8_o16 gemv16_k8d gemv16_k8d_n8 gemv_r1 gemv_r8 gemv3_r1 gemv3_r8 gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 attn_flash_h64 attn_flash_h128 attn_split_g1_h64 attn_split_g2_h64 attn_split_g3_h64 attn_split_g4_h64 attn_split_g8_h64 attn_split_g1_h128 attn_split_g2_h128 attn_split_g3_h128 attn_split_g4_h128 attn_split_g8_h128"
+wide="mmq_q4_k8 mmq_q6_k8 mmq_q8_0 gemv16_k8 gemv16_k8_o16 gemv16_k8d gemv16_k8d_n8 gemv16_q8d gemv16_q8d_n8 gemv_r1 gemv_r8 gemv3_r1 gemv3_r8 gemv_k8_r1 gemv_k8_r8 gemv3_k8_r1 gemv3_k8_r8 attn_flash_h64 attn_flash_h128 attn_split_g1_h64 attn_split_g2_h64 attn_split_g3_h64 attn_split_g4_h64 attn_split_g8_h64 attn_split_g1_h128 attn_split_g2_h128 attn_split_g3_h128 attn_split_g4_h128 attn_split_g8_h128"
 for cubin in "$cubins"/*.cubin; do
     PATH="$bin:$PATH" cuobjdump -sass "$cubin" >"$cubins/sass.txt"
     for k in $wide; do
@@ -66,8 +66,15 @@ for cubin in "$cubins"/*.cubin; do
             exit 1
         fi
     done
+    # The drafter's Q8_0 block kernels: one type, one ring.
+    for k in gemv16_q8d gemv16_q8d_n8; do
+        if [ "$(ring_waits "$cubins/sass.txt" "$k")" -lt 1 ]; then
+            echo "FAIL $(basename "$cubin" .cubin): $k waits before copying its first weights" >&2
+            exit 1
+        fi
+    done
 done
-echo "  gemv16_k8d, gemv16_k8d_n8: 16-byte weight copies into their rings issued before the wait"
+echo "  gemv16_k8d, gemv16_k8d_n8, gemv16_q8d, gemv16_q8d_n8: 16-byte weight copies into their rings issued before the wait"
 # The direct kernel without its ring (KILN_NO_CUDA_BLOCK_RING compiles it with B16D_RING=0) and the block
 # kernels' tuning variants that tools/device-check.sh self-tests and times must compile too; without the ring
 # the direct kernel loads its first weights (LDG.E.128) before the wait.

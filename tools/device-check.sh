@@ -388,12 +388,17 @@ PY
     synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
     step bench-dflash timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
         --draft-force 3,6,9 --draft-max 7,15 -d 256 -n 128 -r 2
-    # The drafter's matmuls on its block kernels instead of cuBLAS.
-    step ab-KILN_NO_CUDA_DRAFTER_BLAS timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
-        --draft "$WORK/d8b-q8.gguf" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFTER_BLAS=1
-    # The target's Q6_K head in the drafter on cuBLAS (a bf16 copy) like its layers, against the K8 block kernel.
-    step ab-KILN_NO_CUDA_DRAFT_HEAD_K8 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
-        --draft "$WORK/d8b-q8.gguf" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFT_HEAD_K8=1
+    # The Q8_0 drafter's blocks on cuBLAS against bf16 copies instead of the Q8_0 block kernel.
+    step ab-KILN_NO_CUDA_DRAFTER_Q8 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+        --draft "$WORK/d8b-q8.gguf" --draft-force 3,9 --draft-max 7,15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFTER_Q8=1
+    # Without the Q8_0 block kernel: the drafter's matmuls on the block kernels with the GEMV's bits instead of
+    # cuBLAS, and the target's Q6_K head on cuBLAS (a bf16 copy) like its layers instead of the K8 block kernel.
+    step ab-KILN_NO_CUDA_DRAFTER_BLAS env KILN_NO_CUDA_DRAFTER_Q8=1 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
+        --device cuda --draft "$WORK/d8b-q8.gguf" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 \
+        --ab KILN_NO_CUDA_DRAFTER_BLAS=1
+    step ab-KILN_NO_CUDA_DRAFT_HEAD_K8 env KILN_NO_CUDA_DRAFTER_Q8=1 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
+        --device cuda --draft "$WORK/d8b-q8.gguf" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 \
+        --ab KILN_NO_CUDA_DRAFT_HEAD_K8=1
     # The drafter as z-lab publishes it (a directory of bf16 safetensors): its BF16 matmuls on cuBLAS as uploaded
     # against matmul_f.
     [ -s "$WORK/d8b-bf16/config.json" ] ||
@@ -402,7 +407,8 @@ PY
     step ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-bf16" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
     say "DFlash (CUDA, forced acceptance):"
-    grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DRAFTER_BLAS.log" \
+    grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DRAFTER_Q8.log" \
+        "$OUT/ab-KILN_NO_CUDA_DRAFTER_BLAS.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFT_HEAD_K8.log" "$OUT/ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT.log" |
         tee -a "$OUT/summary.txt"
 fi

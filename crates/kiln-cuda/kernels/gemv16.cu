@@ -1297,3 +1297,142 @@ __device__ __forceinline__ void b16d_k8(const signed char* kq, const float* kd, 
     }
 B16D_KERNEL(gemv16_k8d, 2, 1)
 B16D_KERNEL(gemv16_k8d_n8, 1, B16D_N8_MINB)
+
+// ---- Q8_0 blocks for a DFlash drafter (gemv16_q8d, gemv16_q8d_n8) ----
+// A drafter's proposals only decide how many tokens a round accepts, never which, so its blocks of rows need no
+// other path's bits: its Q8_0 weights are read against K8 activations (one scale per 256 elements), each block's
+// exact integer dot times the block's scale summed over a super-block, then times the activation scale. The shape
+// is the direct K8 kernel's: 16 outputs a block, warp a takes super-blocks a, a + 4, .., each lane loading its
+// activation fragments from global memory; the weights go through the warp's ring of two shared-memory stages
+// (16-byte cp.async, one super-block in flight while the other multiplies). A stage holds the 16 outputs'
+// records of Q8D_REC bytes: 256 quants, the 8 blocks' f16 scales, then padding that puts output g's fragment
+// words 8 g banks apart (no conflicts in a half warp's 8-byte reads). The host sends only such weights here
+// (K8_Q8_0); the weights are repacked (gemv.cu's layout: every block's quants, then every block's scale).
+#define K8_Q8_0 (T_Q8_0 + 1000)
+#define Q8D_REC 288
+#define Q8D_STAGE (16 * Q8D_REC)
+static_assert(4 * 2 * 4 * 32 * 4 <= 4 * 2 * Q8D_STAGE, "the groups' sums fit where the rings were");
+
+// One super-block of outputs g and g + 8 (oh): the quant words 32 j + 8 t .. + 7 of each block j, the 8 scales.
+struct B16DW8 {
+    int2 q[2][8];
+    int4 d[2];
+};
+// One super-block's activations for rows g and 8 + g of each tile (codes 32 j + 8 t .. + 7 of block j) and the
+// scales of the lane's C columns.
+template <int NT> struct B16DX8 {
+    int2 x[NT][8];
+    float dx[NT][2];
+};
+
+template <int NT>
+__device__ __forceinline__ void b16d_q8(int bx, float* out, const u8* w, const signed char* kq, const float* kd,
+                                        int width, int n_out, int n_rows, int accumulate, unsigned char* smem) {
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, a = threadIdx.x >> 5;
+    int o0 = bx * 16, r0 = blockIdx.y * 16;
+    int nsb = width / 256, nb = width / 32;
+    int n_it = a < nsb ? (nsb - a + 3) / 4 : 0; // super-blocks a, a + 4, ..
+    const u8* wd = w + (long long)n_out * nb * 32;
+    unsigned char* ring = smem + a * 2 * Q8D_STAGE;
+    // Copies: 16 outputs x 17 chunks (16 of quants, 1 of scales), chunk c = lane + 32 i.
+    auto issue = [&](int it) {
+        unsigned char* st = ring + (it & 1) * Q8D_STAGE;
+        long long blk0 = (long long)(a + 4 * it) * 8;
+#pragma unroll
+        for (int i = 0; i < 9; i++) {
+            int c = lane + 32 * i;
+            if (c < 16 * 17) {
+                int o = c / 17, k = c % 17;
+                long long b = (long long)min(o0 + o, n_out - 1) * nb + blk0;
+                const u8* src = k < 16 ? w + b * 32 + 16 * k : wd + b * 2;
+                cp_async<16>(st + o * Q8D_REC + 16 * k, src, true);
+            }
+        }
+    };
+    auto load_w = [&](B16DW8& b, int it) {
+        const unsigned char* st = ring + (it & 1) * Q8D_STAGE;
+#pragma unroll
+        for (int oh = 0; oh < 2; oh++) {
+            const unsigned char* rec = st + (g + 8 * oh) * Q8D_REC;
+#pragma unroll
+            for (int j = 0; j < 8; j++) b.q[oh][j] = *(const int2*)(rec + 32 * j + 8 * t);
+            b.d[oh] = *(const int4*)(rec + 256);
+        }
+    };
+    int rb[2] = {min(r0 + g, n_rows - 1), min(r0 + 8 + g, n_rows - 1)}; // B columns g of the two tiles
+    int rc[2][2];                                                        // C columns 2t, 2t + 1 of each tile
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) rc[nt][c] = min(r0 + 8 * nt + 2 * t + c, n_rows - 1);
+    auto load_x = [&](B16DX8<NT>& x, int it) {
+        int sb = a + 4 * it;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const signed char* xr = kq + (long long)rb[nt] * width + sb * 256 + 8 * t;
+#pragma unroll
+            for (int j = 0; j < 8; j++) x.x[nt][j] = __ldg((const int2*)(xr + 32 * j));
+#pragma unroll
+            for (int c = 0; c < 2; c++) x.dx[nt][c] = kd[(long long)rc[nt][c] * nsb + sb];
+        }
+    };
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[nt][e] = 0.0f;
+    auto step = [&](const B16DW8& b, const B16DX8<NT>& x, int) {
+        float s[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nt][e] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int a4[4] = {b.q[0][j].x, b.q[1][j].x, b.q[0][j].y, b.q[1][j].y};
+            float d[2];
+#pragma unroll
+            for (int oh = 0; oh < 2; oh++) {
+                int dw = (j >> 1) == 0 ? b.d[oh].x : (j >> 1) == 1 ? b.d[oh].y : (j >> 1) == 2 ? b.d[oh].z : b.d[oh].w;
+                d[oh] = h2f((u16)((u32)dw >> (16 * (j & 1))));
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                int dot[4] = {0, 0, 0, 0};
+                mma_s8_16832(dot, a4, x.x[nt][j].x, x.x[nt][j].y);
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[nt][e] = fmaf(d[e >> 1], (float)dot[e], s[nt][e]);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[nt][e] = fmaf(x.dx[nt][e & 1], s[nt][e], acc[nt][e]);
+    };
+    b16d_ring<2, B16DW8, B16DX8<NT>>(n_it, issue, load_w, load_x, step);
+    __syncthreads(); // the groups' sums go where the rings were
+    float* ex = (float*)smem;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) ex[((a * 2 + nt) * 4 + e) * 32 + lane] = acc[nt][e];
+    __syncthreads();
+    b16d_store<4, NT>(ex, out, o0, r0, n_out, n_rows, accumulate);
+}
+
+// grid = (total tiles of 16 outputs, ceil(n_rows / 16)), block = 128; no dynamic shared memory. gemv16_q8d_n8
+// takes launches of at most 8 rows (one n8 tile). Arguments as gemv16_k8d's (the code sums `ks` are unused).
+// Registers: the 16-row form 234 (two blocks a multiprocessor; bounded to three it spills), the one-tile form 128
+// (four).
+#define Q8D_KERNEL(NAME, NT, MINB)                                                                              \
+    extern "C" __global__ void __launch_bounds__(128, MINB)                                                     \
+        NAME(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate,      \
+             JOB_ARGS) {                                                                                        \
+        (void)ks;                                                                                               \
+        __shared__ __align__(16) unsigned char smem[4 * 2 * Q8D_STAGE];                                         \
+        Job j = JOB_PICK;                                                                                       \
+        if (j.ty == K8_Q8_0) b16d_q8<NT>(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate, smem);  \
+        else wait_prior_kernel(); /* (no other type comes here; the wait keeps the launch chain whole) */        \
+    }
+Q8D_KERNEL(gemv16_q8d, 2, 1)
+Q8D_KERNEL(gemv16_q8d_n8, 1, 4)

@@ -87,7 +87,7 @@ fn source_define(name: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 72] = [
+pub const KERNEL_NAMES: [&str; 74] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -124,6 +124,8 @@ pub const KERNEL_NAMES: [&str; 72] = [
     "gemv16_k8_o16",
     "gemv16_k8d",
     "gemv16_k8d_n8",
+    "gemv16_q8d",
+    "gemv16_q8d_n8",
     "quantize_k8",
     "matmul_deq",
     "dequant_bf16",

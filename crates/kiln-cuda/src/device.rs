@@ -293,6 +293,8 @@ pub struct Device {
     blas: Option<Blas>,
     /// Rows from which a prefill pass's matmuls take cuBLAS ([`BLAS_MIN_ROWS`]; [`Device::set_blas_min_rows`]).
     blas_min_rows: AtomicUsize,
+    /// A DFlash drafter's device: Q8_0 blocks of rows on `gemv16_q8d` ([`Device::set_q8_blocks`]).
+    q8_blocks: AtomicBool,
     /// Bytes of the weights' dense bf16 copies, and the widest such weight (sizes `dense_x`).
     dense_bytes: AtomicU64,
     dense_cols: AtomicUsize,
@@ -685,6 +687,7 @@ impl Device {
             weight_bytes: AtomicU64::new(0),
             blas,
             blas_min_rows: AtomicUsize::new(BLAS_MIN_ROWS),
+            q8_blocks: AtomicBool::new(false),
             dense_bytes: AtomicU64::new(0),
             dense_cols: AtomicUsize::new(0),
             dense_x: Mutex::new(dense_x),
@@ -1190,6 +1193,18 @@ impl Device {
             GgmlType::BF16 if w.cols.is_multiple_of(8) => Some(cudaDataType::CUDA_R_16BF),
             _ => None,
         }
+    }
+
+    /// A DFlash drafter's device sets this: its Q8_0 matmuls of [`G16_MIN_ROWS`] to [`MMQ_MIN_ROWS`] rows read
+    /// K8 activations on the Q8_0 direct block kernel (`gemv16_q8d` in gemv16.cu: 16 outputs a block, the
+    /// weights' own bytes, half a bf16 copy's), in a float order of its own. Its proposals only decide how many
+    /// tokens a round accepts, never which, so no other path's bits are needed. Captured graphs are dropped.
+    pub fn set_q8_blocks(&self, on: bool) {
+        self.q8_blocks.store(on, Ordering::Relaxed);
+        if on {
+            self.k8_weights.store(true, Ordering::Relaxed);
+        }
+        self.bump_generation();
     }
 
     /// Whether prefill passes of `n_rows` rows multiply `w` on cuBLAS.
@@ -2011,14 +2026,25 @@ impl Device {
     }
 
     /// Whether `w` is read against K8 activations by a matmul of `n_rows` rows: a repacked Q4_K/Q6_K weight on the
-    /// GEMV and block kernels, and on the prefill kernel with `prefill_k8`.
+    /// GEMV and block kernels, and on the prefill kernel with `prefill_k8`; on a drafter's device
+    /// ([`Device::set_q8_blocks`]) a repacked Q8_0 weight on the block kernel.
     fn uses_k8(&self, w: &DWeight, n_rows: usize) -> bool {
-        self.opts.k8
+        let base = self.opts.k8
             && !self.opts.reference
             && w.layout == Layout::Gemv
-            && matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K)
-            && w.cols.is_multiple_of(256)
-            && (self.opts.prefill_k8 || !self.mmq_rows(n_rows))
+            && w.cols.is_multiple_of(256);
+        match w.ty {
+            GgmlType::Q4_K | GgmlType::Q6_K => {
+                base && (self.opts.prefill_k8 || !self.mmq_rows(n_rows))
+            }
+            GgmlType::Q8_0 => {
+                base && self.q8_blocks.load(Ordering::Relaxed)
+                    && self.opts.block_mma
+                    && n_rows >= G16_MIN_ROWS
+                    && !self.mmq_rows(n_rows)
+            }
+            _ => false,
+        }
     }
 
     /// Whether matmuls of `n_rows` rows in the current pass run on the prefill kernel (mmq.cu).
@@ -2183,6 +2209,7 @@ impl Device {
             GgmlType::Q4_K => Some(("gemv16_q4k", 16, 8)),
             GgmlType::Q6_K if k8 => Some(("gemv16_k8", 16, 32)),
             GgmlType::Q6_K => Some(("gemv16_q6k", 16, 8)),
+            GgmlType::Q8_0 if k8 => Some(("gemv16_q8d", 16, 16)),
             GgmlType::Q8_0 => Some(("gemv16_q8_0", 16, 8)),
             _ => None,
         }
@@ -2344,6 +2371,8 @@ impl Device {
         };
         let (kernel, tile_outs) = if kernel == "gemv16_k8" {
             k8_block_kernel(&self.opts, self.sm_count, n_rows, tiles)
+        } else if kernel == "gemv16_q8d" && self.opts.block_n8 && n_rows <= 8 {
+            ("gemv16_q8d_n8", tile_outs)
         } else {
             (kernel, tile_outs)
         };
@@ -2367,7 +2396,7 @@ impl Device {
         let (t2, o2, w2, n2) = job(2);
         let threads = match kernel {
             "gemv16_k8" | "gemv16_k8_o16" => 32 * crate::compile::b16_warps(),
-            _ => 128, // gemv16_k8d and gemv16_k8d_n8 among them
+            _ => 128, // gemv16_k8d, gemv16_q8d and their one-tile forms among them
         };
         self.launch(
             kernel,
@@ -3219,7 +3248,10 @@ fn k8_block_kernel(
 
 /// Tensor-core kernels that take up to three weights a launch (JOB_ARGS in common.cu).
 fn takes_jobs(kernel: &str) -> bool {
-    matches!(kernel, "gemv16_k8" | "mmq_q4_k8" | "mmq_q6_k8" | "mmq_q8_0")
+    matches!(
+        kernel,
+        "gemv16_k8" | "gemv16_q8d" | "mmq_q4_k8" | "mmq_q6_k8" | "mmq_q8_0"
+    )
 }
 
 /// The split-KV attention kernel for `group` query heads per KV head of `head_dim` (`attn_split_g<G>_h<D>` in

@@ -212,7 +212,88 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
     }
     flash_attention_check(dev, &mut rng, &mut checks)?;
     graph_check(dev, &mut rng, &mut checks)?;
+    // Its own random stream, last: it leaves every other check's data as it was.
+    q8_blocks_check(dev, &mut Rng(0x0a8b_10c5), &mut checks)?;
     Ok(checks)
+}
+
+/// A DFlash drafter's Q8_0 block kernel ([`Device::set_q8_blocks`]: `gemv16_q8d`, and its one-tile form up to 8
+/// rows) against the host product on K8 activations: partial output tiles (37 outputs), super-blocks shared
+/// unevenly by the warps (9), partial row tiles (6, 11, 20 rows), the residual form, and three weights in one
+/// launch each with its own launch's bits.
+fn q8_blocks_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
+    let ty = GgmlType::Q8_0;
+    dev.set_pass(&[], &[], &[], false)?;
+    dev.set_q8_blocks(true);
+    for cols in [512usize, 2304] {
+        let rows = 37;
+        let wq = random_weight(rng, ty, rows, cols)?;
+        let w = dev.upload_weight("test.q8_blocks", ty, cols, rows, &wq, true)?;
+        if !dev.reads_k8(&w) {
+            break; // not in this configuration (the reference mode, no K8 or no block kernels)
+        }
+        for n in [4usize, 6, 8, 11, 16, 20] {
+            let x = rng.vec(n * cols);
+            let xb = dev.upload(&x)?;
+            let want = reference_matmul(ty, &wq, rows, cols, &x, n, 256)?;
+            let mut out = dev.alloc(n * rows)?;
+            dev.matmul(&mut out, &w, &xb, n, false)?;
+            let mut got = vec![0f32; n * rows];
+            dev.read(&out, &mut got)?;
+            checks.push(Check {
+                name: format!("drafter Q8_0 blocks {rows}x{cols}, {n} rows vs host on K8 activations"),
+                err: rel_err(&got, &want),
+                tol: 1e-4,
+            });
+            let y = rng.vec(n * rows);
+            let mut acc = dev.upload(&y)?;
+            dev.matmul(&mut acc, &w, &xb, n, true)?;
+            let mut ga = vec![0f32; n * rows];
+            dev.read(&acc, &mut ga)?;
+            let sum: Vec<f32> = y.iter().zip(&got).map(|(a, b)| a + b).collect();
+            checks.push(Check {
+                name: format!("drafter Q8_0 blocks {cols}, {n} rows accumulate"),
+                err: bits_differ(&ga, &sum),
+                tol: 0.0,
+            });
+        }
+        // Three weights of 37, 21 and 64 outputs in one launch: each as its own matmul.
+        let n = 11;
+        let x = rng.vec(n * cols);
+        let xb = dev.upload(&x)?;
+        let ws: Vec<_> = [37usize, 21, 64]
+            .iter()
+            .map(|&r| {
+                let q = random_weight(rng, ty, r, cols)?;
+                dev.upload_weight("test.q8_blocks.job", ty, cols, r, &q, true)
+            })
+            .collect::<Result<_>>()?;
+        let mut outs: Vec<DBuf> = ws
+            .iter()
+            .map(|w| dev.alloc(n * w.rows))
+            .collect::<Result<_>>()?;
+        {
+            let mut refs: Vec<&mut DBuf> = outs.iter_mut().collect();
+            let wr: Vec<&crate::DWeight> = ws.iter().collect();
+            dev.matmul_many(&mut refs, &wr, &xb, n)?;
+        }
+        let mut differ = 0.0;
+        for (w, o) in ws.iter().zip(&outs) {
+            let mut one = dev.alloc(n * w.rows)?;
+            dev.matmul(&mut one, w, &xb, n, false)?;
+            let (mut a, mut b) = (vec![0f32; n * w.rows], vec![0f32; n * w.rows]);
+            dev.read(o, &mut a)?;
+            dev.read(&one, &mut b)?;
+            differ += bits_differ(&a, &b);
+        }
+        checks.push(Check {
+            name: format!("drafter Q8_0 blocks {cols}, three weights in one launch == each alone"),
+            err: differ,
+            tol: 0.0,
+        });
+    }
+    dev.set_q8_blocks(false);
+    Ok(())
 }
 
 /// The tensor-core prefill matmul (prefill passes of more than 16 rows; mmq.cu): against the host reference on

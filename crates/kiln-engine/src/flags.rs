@@ -248,6 +248,13 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_DRAFTER_Q8",
+        disables: "CUDA: a GPU drafter whose matrices are all Q8_0 multiplies its blocks of 4 to 16 rows on the \
+                   Q8_0 direct block kernel (gemv16_q8d: the weights' own bytes, no bf16 copies); on cuBLAS \
+                   against bf16 copies instead, as a drafter of other types",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_DRAFT_HEAD_K8",
         disables: "CUDA: with KILN_NO_CUDA_DRAFTER_BLAS off, a GPU drafter's head (the target's) read quantized by \
                    the K8 block kernel when it is Q4_K/Q6_K (no bf16 copy); on cuBLAS like its layers instead",
@@ -347,6 +354,8 @@ pub struct Flags {
     pub cuda_drafter_blas: bool,
     /// CUDA: a GPU drafter's K-quant head on the K8 block kernel rather than cuBLAS.
     pub cuda_draft_head_k8: bool,
+    /// CUDA: an all-Q8_0 GPU drafter's blocks on the Q8_0 direct block kernel rather than cuBLAS.
+    pub cuda_drafter_q8: bool,
 }
 
 impl Default for Flags {
@@ -392,6 +401,7 @@ impl Default for Flags {
             cuda_drafter: true,
             cuda_drafter_blas: true,
             cuda_draft_head_k8: true,
+            cuda_drafter_q8: true,
         }
     }
 }
@@ -439,6 +449,7 @@ impl Flags {
             cuda_drafter: false,
             cuda_drafter_blas: false,
             cuda_draft_head_k8: false,
+            cuda_drafter_q8: false,
         }
     }
 
@@ -514,6 +525,7 @@ impl Flags {
                 "KILN_NO_CUDA_DRAFTER" => flags.cuda_drafter = !disabled,
                 "KILN_NO_CUDA_DRAFTER_BLAS" => flags.cuda_drafter_blas = !disabled,
                 "KILN_NO_CUDA_DRAFT_HEAD_K8" => flags.cuda_draft_head_k8 = !disabled,
+                "KILN_NO_CUDA_DRAFTER_Q8" => flags.cuda_drafter_q8 = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),
             }
         }

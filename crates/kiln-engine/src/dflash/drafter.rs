@@ -72,7 +72,8 @@ pub struct Drafter {
     #[cfg(feature = "cuda")]
     gpu: Option<crate::cuda::CudaBackend>,
     /// The GPU drafter's passes are marked prefill and its matmuls of any row count take cuBLAS
-    /// (`KILN_NO_CUDA_DRAFTER_BLAS` turns it off; the proposals' bits matter only to the acceptance count).
+    /// (`KILN_NO_CUDA_DRAFTER_BLAS` turns it off, and an all-Q8_0 drafter does not take it:
+    /// `KILN_NO_CUDA_DRAFTER_Q8`; the proposals' bits matter only to the acceptance count).
     #[cfg(feature = "cuda")]
     gpu_blas: bool,
 }
@@ -440,11 +441,17 @@ impl Drafter {
                     Error::Device(format!("target head '{}' not found", head.name))
                 })?;
                 tensors.push((tf, head_info));
-                // The bf16 copies only where the drafter's cuBLAS path will read them.
+                // The bf16 copies only where the drafter's cuBLAS path will read them. A drafter of Q8_0
+                // matrices reads its own bytes on the Q8_0 block kernel instead: half a copy's.
                 let mut flags = target.backend().flags();
-                flags.cuda_prefill_blas &= flags.cuda_drafter_blas;
+                let q8_blocks = flags.cuda_drafter_q8
+                    && file.tensors().iter().filter(|t| t.shape.len() >= 2).all(|t| {
+                        t.ty == GgmlType::Q8_0 && t.shape[0].is_multiple_of(256)
+                    });
+                flags.cuda_prefill_blas &= flags.cuda_drafter_blas && !q8_blocks;
                 let mut g =
                     crate::cuda::CudaBackend::from_tensors(t.ordinal(), &tensors, flags, None)?;
+                g.device().set_q8_blocks(q8_blocks);
                 // A K-quant head is read quantized by the block kernel (its bytes, under half the bf16
                 // copy's), not on cuBLAS with the drafter's layers.
                 if flags.cuda_draft_head_k8 {
