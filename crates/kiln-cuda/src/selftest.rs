@@ -241,7 +241,9 @@ fn q8_blocks_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Resu
             let mut got = vec![0f32; n * rows];
             dev.read(&out, &mut got)?;
             checks.push(Check {
-                name: format!("drafter Q8_0 blocks {rows}x{cols}, {n} rows vs host on K8 activations"),
+                name: format!(
+                    "drafter Q8_0 blocks {rows}x{cols}, {n} rows vs host on K8 activations"
+                ),
                 err: rel_err(&got, &want),
                 tol: 1e-4,
             });

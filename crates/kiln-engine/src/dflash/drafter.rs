@@ -445,9 +445,11 @@ impl Drafter {
                 // matrices reads its own bytes on the Q8_0 block kernel instead: half a copy's.
                 let mut flags = target.backend().flags();
                 let q8_blocks = flags.cuda_drafter_q8
-                    && file.tensors().iter().filter(|t| t.shape.len() >= 2).all(|t| {
-                        t.ty == GgmlType::Q8_0 && t.shape[0].is_multiple_of(256)
-                    });
+                    && file
+                        .tensors()
+                        .iter()
+                        .filter(|t| t.shape.len() >= 2)
+                        .all(|t| t.ty == GgmlType::Q8_0 && t.shape[0].is_multiple_of(256));
                 flags.cuda_prefill_blas &= flags.cuda_drafter_blas && !q8_blocks;
                 let mut g =
                     crate::cuda::CudaBackend::from_tensors(t.ordinal(), &tensors, flags, None)?;
