@@ -625,13 +625,15 @@ pub fn metrics_of(json: &serde_json::Value) -> Result<Vec<(String, f64)>> {
                 s("test")
             );
             if let Some(spec) = num("spec_avg_ts") {
-                // A --draft record: plain and speculative decoding at one forced acceptance.
+                // A --draft record: plain and speculative decoding at one forced acceptance and drafts-a-round
+                // setting (the drafter's label ends with it: `5L b16 max7`), each its own metric.
                 let force = o.get("force").map_or("own".into(), |f| f.to_string());
+                let draft = s("draft");
                 v.push((
                     format!("{name} AR"),
                     num("ar_avg_ts").context("A/B child record without ar_avg_ts")?,
                 ));
-                v.push((format!("{name} k={force} DFlash"), spec));
+                v.push((format!("{name} {draft} k={force} DFlash"), spec));
             } else {
                 v.push((
                     name,
@@ -912,5 +914,19 @@ mod tests {
         assert_eq!(m[2].0, "gen @ ctx 64");
         assert!(m[2].1.is_nan());
         assert!(metrics_of(&serde_json::json!({"a": 1})).is_err());
+    }
+
+    #[test]
+    fn dflash_metrics_are_told_apart_by_their_drafts_setting() {
+        let rec = |max: usize, ts: f64| {
+            serde_json::json!({"model_filename": "t.gguf", "n_threads": 16, "test": "tg128 @ d256",
+                "draft": format!("5L b16 max{max}"), "force": 3, "ar_avg_ts": 300.0, "spec_avg_ts": ts})
+        };
+        let m = metrics_of(&serde_json::json!([rec(7, 700.0), rec(15, 600.0)])).unwrap();
+        let spec: Vec<_> = m.iter().filter(|(n, _)| n.ends_with("DFlash")).collect();
+        assert_eq!(spec.len(), 2);
+        assert_eq!(spec[0].0, "t.gguf t16 tg128 @ d256 5L b16 max7 k=3 DFlash");
+        assert_ne!(spec[0].0, spec[1].0);
+        assert_eq!((spec[0].1, spec[1].1), (700.0, 600.0));
     }
 }
