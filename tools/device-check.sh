@@ -20,8 +20,8 @@
 # target, forced τ 4/7/10, its matmuls and then its head (the target's Q6_K) off cuBLAS, and the same drafter as
 # bf16 safetensors (z-lab's format) with its BF16 matmuls on cuBLAS and off;
 # profile = ncu's time of every kernel of a decode step and of a 16-row block, per step, and of the 8B's prefill
-# chunks of 512 (PROFILE="decode block16 prefill moe-prefill" picks shapes; moe-prefill, the 30B-A3B's, only
-# when named);
+# chunks of 512 (PROFILE="decode block16 prefill moe-prefill dflash" picks shapes; moe-prefill, the 30B-A3B's,
+# and dflash, a DFlash round's kernels, only when named);
 # tune = kernel constants from TUNE tried against the defaults, not in the default;
 # ablate = the 8B's decode step, then its 16-row block, without one kind of launch at a time, not in the default;
 # block16 = the K8 block kernels by launch: ncu's time of one layer's four 16-row launches (8B and 0.6B Q4_K_M) on
@@ -559,6 +559,17 @@ if want profile && command -v ncu >/dev/null; then
     if [[ " ${PROFILE:-} " == *" moe-prefill "* ]]; then
         synth synth-30b-a3b "$WORK/q30b-a3b-q4km.gguf" --arch qwen3moe --preset 30b-a3b --quant q4_k_m "${tok[@]}"
         models+=(q30b-a3b-q4km)
+    fi
+    # A DFlash round's kernels when PROFILE names "dflash": `kiln run` of 24 tokens with the 8B-shape Q8_0 drafter
+    # (random: it accepts nothing, so each of the 23 rounds is one drafter pass over the block, a one-row context
+    # update and an 8-row verify), per round.
+    if [[ " ${PROFILE:-} " == *" dflash "* ]]; then
+        synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
+        step profile-dflash env KILN_NO_CUDA_GRAPH=1 timeout 300 ncu --clock-control none --cache-control none \
+            --metrics gpu__time_duration.sum --print-summary per-kernel --csv "$KILN" run -m "$WORK/q8b-q4km.gguf" \
+            --device cuda --temp 0 -n 24 -p "Once upon a time" --draft "$WORK/d8b-q8.gguf" --draft-max 7
+        say "ncu, 8B Q4_K_M + 5-layer Q8_0 drafter, 7 drafts (µs a round):"
+        python3 tools/ncu-summary.py "$OUT/profile-dflash.log" 23 | tee -a "$OUT/summary.txt"
     fi
     for m in "${models[@]}"; do
         shapes=("decode -p 0 -n 6 12" "block16 -p 16 -b 16 -n 0 2")
