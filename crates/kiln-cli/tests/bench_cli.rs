@@ -455,6 +455,10 @@ fn bench_draft_reports_tau_histogram_and_split() {
         .collect();
     assert_eq!(metrics.len(), 2, "{metrics:?}");
     assert!(metrics[0].ends_with("tg6 AR"), "{metrics:?}");
-    assert!(metrics[1].ends_with("tg6 k=3 DFlash"), "{metrics:?}");
+    // The DFlash metric names the drafter and its drafts setting (`auto` on the CPU by default).
+    assert!(
+        metrics[1].ends_with("tg6 1L b8 auto k=3 DFlash"),
+        "{metrics:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
