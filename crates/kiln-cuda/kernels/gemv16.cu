@@ -1420,6 +1420,16 @@ __device__ __forceinline__ void b16d_q8(int bx, float* out, const u8* w, const s
     b16d_store<4, NT>(ex, out, o0, r0, n_out, n_rows, accumulate);
 }
 
+// One block of a Q8_0 job launch: its weight's tile, or (a type no launch sends here) just the wait, which
+// keeps the launch chain whole.
+template <int NT>
+__device__ __forceinline__ void b16d_q8_job(const signed char* kq, const float* kd, int width, int n_rows,
+                                            int accumulate, JOB_ARGS) {
+    __shared__ __align__(16) unsigned char smem[4 * 2 * Q8D_STAGE];
+    Job j = JOB_PICK;
+    if (j.ty == K8_Q8_0) b16d_q8<NT>(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate, smem);
+    else wait_prior_kernel();
+}
 // grid = (total tiles of 16 outputs, ceil(n_rows / 16)), block = 128; no dynamic shared memory. gemv16_q8d_n8
 // takes launches of at most 8 rows (one n8 tile). Arguments as gemv16_k8d's (the code sums `ks` are unused).
 // Registers: the 16-row form 234 (two blocks a multiprocessor; bounded to three it spills), the one-tile form 128
@@ -1428,11 +1438,8 @@ __device__ __forceinline__ void b16d_q8(int bx, float* out, const u8* w, const s
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                     \
         NAME(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate,      \
              JOB_ARGS) {                                                                                        \
-        (void)ks;                                                                                               \
-        __shared__ __align__(16) unsigned char smem[4 * 2 * Q8D_STAGE];                                         \
-        Job j = JOB_PICK;                                                                                       \
-        if (j.ty == K8_Q8_0) b16d_q8<NT>(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate, smem);  \
-        else wait_prior_kernel(); /* (no other type comes here; the wait keeps the launch chain whole) */        \
+        b16d_q8_job<NT>(kq, kd, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2,   \
+                        out2, w2, n2);                                                                          \
     }
 Q8D_KERNEL(gemv16_q8d, 2, 1)
 Q8D_KERNEL(gemv16_q8d_n8, 1, 4)

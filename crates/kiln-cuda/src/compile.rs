@@ -531,7 +531,7 @@ mod tests {
     #[test]
     fn k8_pseudo_ids_match_the_host() {
         let src = kernel_source();
-        for ty in ["Q4_K", "Q6_K"] {
+        for ty in ["Q4_K", "Q6_K", "Q8_0"] {
             let def = format!(
                 "#define K8_{ty} (T_{ty} + {})",
                 crate::device::K8_TYPE_OFFSET
@@ -559,7 +559,8 @@ mod tests {
                 first == "wait_prior_kernel()"
                     || first.starts_with("gemv_block<")
                     || first.starts_with("b16_k8<")
-                    || first.starts_with("b16d_k8<"),
+                    || first.starts_with("b16d_k8<")
+                    || first.starts_with("b16d_q8_job<"),
                 "{name}: {first}"
             );
             kernels += 1;
