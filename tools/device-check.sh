@@ -560,16 +560,16 @@ if want profile && command -v ncu >/dev/null; then
         synth synth-30b-a3b "$WORK/q30b-a3b-q4km.gguf" --arch qwen3moe --preset 30b-a3b --quant q4_k_m "${tok[@]}"
         models+=(q30b-a3b-q4km)
     fi
-    # A DFlash round's kernels when PROFILE names "dflash": `kiln run` of 24 tokens with the 8B-shape Q8_0 drafter
-    # (random: it accepts nothing, so each of the 23 rounds is one drafter pass over the block, a one-row context
-    # update and an 8-row verify), per round.
+    # A DFlash round's kernels when PROFILE names "dflash": `kiln run` of 12 tokens with the 8B-shape Q8_0 drafter
+    # (random: it accepts nothing, so each of the 11 rounds is one drafter pass over the block, a one-row context
+    # update and an 8-row verify), per round. 12 tokens keep ncu's per-launch cost within the step's 300 s.
     if [[ " ${PROFILE:-} " == *" dflash "* ]]; then
         synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
         step profile-dflash env KILN_NO_CUDA_GRAPH=1 timeout 300 ncu --clock-control none --cache-control none \
             --metrics gpu__time_duration.sum --print-summary per-kernel --csv "$KILN" run -m "$WORK/q8b-q4km.gguf" \
-            --device cuda --temp 0 -n 24 -p "Once upon a time" --draft "$WORK/d8b-q8.gguf" --draft-max 7
+            --device cuda --temp 0 -n 12 -p "Once upon a time" --draft "$WORK/d8b-q8.gguf" --draft-max 7
         say "ncu, 8B Q4_K_M + 5-layer Q8_0 drafter, 7 drafts (µs a round):"
-        python3 tools/ncu-summary.py "$OUT/profile-dflash.log" 23 | tee -a "$OUT/summary.txt"
+        python3 tools/ncu-summary.py "$OUT/profile-dflash.log" 11 | tee -a "$OUT/summary.txt"
     fi
     for m in "${models[@]}"; do
         shapes=("decode -p 0 -n 6 12" "block16 -p 16 -b 16 -n 0 2")
