@@ -149,6 +149,15 @@ extern "C" __global__ void copy_f32(float* dst, const float* src, long long n) {
     if (i < n) dst[i] = src[i];
 }
 
+// dst[r * dst_stride + i] = src[r * src_stride + i] for i < width, row r = blockIdx.y (strides and width in
+// elements). grid = (ceil(width / 256), rows), block = 256.
+extern "C" __global__ void copy_rows_f32(float* dst, long long dst_stride, const float* src, long long src_stride,
+                                         int width) {
+    wait_prior_kernel();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < width) dst[blockIdx.y * dst_stride + i] = src[blockIdx.y * src_stride + i];
+}
+
 // Fused Q8 quantization: lane j of a warp holds element j of one 32-element block `blk`; writes the quant, the
 // block scale and scale * sum(quants). Same math as quantize_q8 (exact max, roundf, integer sum), so the bits match.
 __device__ __forceinline__ void q8_warp(float v, signed char* xq, float* xd, float* xs, long long blk) {

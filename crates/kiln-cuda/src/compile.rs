@@ -87,7 +87,7 @@ fn source_define(name: &str) -> u32 {
 }
 
 /// The names of every `extern "C"` kernel the backend loads (the self-test and the CI check load all of them).
-pub const KERNEL_NAMES: [&str; 74] = [
+pub const KERNEL_NAMES: [&str; 75] = [
     "moe_route",
     "moe_matmul",
     "moe_combine",
@@ -162,6 +162,7 @@ pub const KERNEL_NAMES: [&str; 74] = [
     "kv_append",
     "attn_decode",
     "copy_f32",
+    "copy_rows_f32",
 ];
 
 /// The whole translation unit: the lookup tables (from kiln-quant, the one copy of them), then the files.

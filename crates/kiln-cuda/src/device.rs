@@ -814,6 +814,14 @@ impl Device {
         self.stream.synchronize().map_err(drv("synchronize"))
     }
 
+    /// Work queued on this device's stream from now on waits for the work `other` (another device object on the
+    /// same GPU) has queued so far; neither the host nor `other` waits.
+    pub fn wait_for(&self, other: &Device) -> Result<()> {
+        self.stream
+            .join(&other.stream)
+            .map_err(drv("ordering two streams"))
+    }
+
     /// The stream every kernel runs on (for timing with events).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
@@ -2643,6 +2651,56 @@ impl Device {
             "copy_f32",
             grid(n.div_ceil(256) as u32, 1, 256),
             &[&d, &s, &(n as i64)],
+        )
+    }
+
+    /// Rows of `width` elements: `dst[dst_at + r·dst_stride ..][..width] = src[src_at + r·src_stride ..][..width]`
+    /// for `r < rows`. `src` may belong to another [`Device`] on the same GPU (a target's tapped hidden states
+    /// going to its drafter's features): the copy runs on this device's stream, so the caller must have waited for
+    /// the work that wrote `src`, and must not let it be rewritten before this stream has passed the copy.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_rows(
+        &self,
+        dst: &mut DBuf,
+        dst_at: usize,
+        dst_stride: usize,
+        src: &DBuf,
+        src_at: usize,
+        src_stride: usize,
+        rows: usize,
+        width: usize,
+    ) -> Result<()> {
+        let end = |at: usize, stride: usize| at + rows.saturating_sub(1) * stride + width;
+        self.check(
+            "copy_rows",
+            rows == 0 || (end(dst_at, dst_stride) <= dst.len() && end(src_at, src_stride) <= src.len()),
+            || {
+                format!(
+                    "{rows} rows of {width}: into {} at {dst_at} (stride {dst_stride}), from {} at {src_at} \
+                     (stride {src_stride})",
+                    dst.len(),
+                    src.len()
+                )
+            },
+        )?;
+        dst.invalidate();
+        if rows == 0 || width == 0 {
+            return Ok(());
+        }
+        let (d, s) = (
+            self.ptr(&dst.data) + 4 * dst_at as u64,
+            self.ptr(&src.data) + 4 * src_at as u64,
+        );
+        self.launch(
+            "copy_rows_f32",
+            grid(width.div_ceil(256) as u32, rows as u32, 256),
+            &[
+                &d,
+                &(dst_stride as i64),
+                &s,
+                &(src_stride as i64),
+                &(width as i32),
+            ],
         )
     }
 

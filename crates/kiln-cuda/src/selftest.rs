@@ -214,7 +214,39 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
     graph_check(dev, &mut rng, &mut checks)?;
     // Its own random stream, last: it leaves every other check's data as it was.
     q8_blocks_check(dev, &mut Rng(0x0a8b_10c5), &mut checks)?;
+    copy_rows_check(dev, &mut Rng(0x7a95), &mut checks)?;
     Ok(checks)
+}
+
+/// `copy_rows` as a DFlash round uses it: rows 3..10 of a pass's tapped hidden states (`taps × 11 rows × 300`,
+/// the buffer of another device on the same GPU, as the target's is the drafter's) into a feature buffer of rows
+/// × taps × 300 in another tap order, past rows the copy must leave alone. Bit-exact.
+fn copy_rows_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()> {
+    let (taps, pass_rows, width, start, rows) = (5usize, 11usize, 300usize, 3usize, 7usize);
+    let slot_of = [2usize, 0, 4, 1, 3]; // the tap buffer's slot of each feature tap
+    let other = Device::open(dev.context().ordinal(), dev.options())?;
+    let src_host = rng.vec(taps * pass_rows * width);
+    let src = other.upload(&src_host)?;
+    other.synchronize()?;
+    let fw = taps * width;
+    let mut want = rng.vec(16 * fw);
+    let mut dst = dev.upload(&want)?;
+    for (t, &s) in slot_of.iter().enumerate() {
+        let at = (s * pass_rows + start) * width;
+        dev.copy_rows(&mut dst, t * width, fw, &src, at, width, rows, width)?;
+        for r in 0..rows {
+            want[r * fw + t * width..][..width]
+                .copy_from_slice(&src_host[at + r * width..][..width]);
+        }
+    }
+    let mut got = vec![0f32; want.len()];
+    dev.read(&dst, &mut got)?;
+    checks.push(Check {
+        name: format!("copy_rows: {rows} of {pass_rows} tapped rows x {taps} taps of {width}, from another device's buffer"),
+        err: bits_differ(&got, &want),
+        tol: 0.0,
+    });
+    Ok(())
 }
 
 /// A DFlash drafter's Q8_0 block kernel ([`Device::set_q8_blocks`]: `gemv16_q8d`, and its one-tile form up to 8

@@ -255,6 +255,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_DEVICE_TAPS",
+        disables: "CUDA: a GPU drafter's context features are gathered on the device from its target's tapped \
+                   hidden states (same GPU); read back to the host, reordered and uploaded again instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_DRAFT_HEAD_K8",
         disables: "CUDA: with KILN_NO_CUDA_DRAFTER_BLAS off, a GPU drafter's head (the target's) read quantized by \
                    the K8 block kernel when it is Q4_K/Q6_K (no bf16 copy); on cuBLAS like its layers instead",
@@ -356,6 +362,8 @@ pub struct Flags {
     pub cuda_draft_head_k8: bool,
     /// CUDA: an all-Q8_0 GPU drafter's blocks on the Q8_0 direct block kernel rather than cuBLAS.
     pub cuda_drafter_q8: bool,
+    /// CUDA: a GPU drafter's context features gathered on the device from the target's taps.
+    pub cuda_device_taps: bool,
 }
 
 impl Default for Flags {
@@ -402,6 +410,7 @@ impl Default for Flags {
             cuda_drafter_blas: true,
             cuda_draft_head_k8: true,
             cuda_drafter_q8: true,
+            cuda_device_taps: true,
         }
     }
 }
@@ -450,6 +459,7 @@ impl Flags {
             cuda_drafter_blas: false,
             cuda_draft_head_k8: false,
             cuda_drafter_q8: false,
+            cuda_device_taps: false,
         }
     }
 
@@ -526,6 +536,7 @@ impl Flags {
                 "KILN_NO_CUDA_DRAFTER_BLAS" => flags.cuda_drafter_blas = !disabled,
                 "KILN_NO_CUDA_DRAFT_HEAD_K8" => flags.cuda_draft_head_k8 = !disabled,
                 "KILN_NO_CUDA_DRAFTER_Q8" => flags.cuda_drafter_q8 = !disabled,
+                "KILN_NO_CUDA_DEVICE_TAPS" => flags.cuda_device_taps = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),
             }
         }

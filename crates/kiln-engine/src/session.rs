@@ -67,6 +67,9 @@ pub struct Batch {
     /// Every row is a prompt token (no decode or verify rows): a backend may compute the pass with its prefill
     /// kernels, whose bits can differ from the decode path's (never from one another's rows).
     pub prefill: bool,
+    /// A GPU session keeps the tapped hidden states on the device ([`Session::device_taps`]) instead of returning
+    /// them in [`Output::hidden`] (a GPU drafter copies them from there); a host session returns them as usual.
+    pub keep_taps: bool,
 }
 
 /// The result of a forward pass.
@@ -80,7 +83,8 @@ pub struct Output {
     pub logits: Vec<f32>,
     /// The greedy token ([`crate::sampler::greedy_argmax`]) of each row in `rows`, for an `argmax_only` batch.
     pub argmax: Vec<u32>,
-    /// `(layer, batch rows × n_embd)` hidden states for each tapped layer.
+    /// `(layer, batch rows × n_embd)` hidden states for each tapped layer (none for a GPU session's
+    /// [`Batch::keep_taps`] pass).
     pub hidden: Vec<(usize, Vec<f32>)>,
 }
 
@@ -133,6 +137,7 @@ fn forward_on<B: Backend>(
     tokens: &[u32],
     logit_rows: &[usize],
     layers: &[usize],
+    read_taps: bool,
     out: LogitsOut,
     run: impl FnOnce(&mut (dyn FnMut() -> Result<()> + Send)) -> Result<()>,
 ) -> Result<Vec<(usize, Vec<f32>)>> {
@@ -152,7 +157,7 @@ fn forward_on<B: Backend>(
         model.forward(&mut pass, tokens, logit_rows)
     })?;
     let mut hidden = Vec::with_capacity(layers.len());
-    if let (false, Some((buf, _))) = (layers.is_empty(), &scratch.taps) {
+    if let (true, false, Some((buf, _))) = (read_taps, layers.is_empty(), &scratch.taps) {
         let n = rows.len() * hp.n_embd;
         let mut all = vec![0f32; layers.len() * n];
         be.read(buf, &mut all)?;
@@ -181,6 +186,19 @@ fn forward_on<B: Backend>(
     Ok(hidden)
 }
 
+/// A GPU pass's tapped hidden states, left on the device ([`Session::device_taps`]).
+#[cfg(feature = "cuda")]
+pub(crate) struct DeviceTaps<'a> {
+    /// The device whose stream wrote them (the next pass's writes are queued there too).
+    pub dev: &'a kiln_cuda::Device,
+    /// `layers.len() × rows × n_embd`, layer `layers[s]` at slot `s`.
+    pub buf: &'a kiln_cuda::DBuf,
+    /// The tapped layers, ascending.
+    pub layers: &'a [usize],
+    /// The pass's rows.
+    pub rows: usize,
+}
+
 /// A model's KV cache and forward-pass buffers.
 pub struct Session<'m> {
     model: &'m Model,
@@ -193,6 +211,8 @@ pub struct Session<'m> {
     positions: Vec<usize>,
     tokens: Vec<u32>,
     logit_rows: Vec<usize>,
+    /// The tapped layers (ascending) and rows of the last pass whose taps stayed on the device.
+    kept_taps: Option<(Vec<usize>, usize)>,
 }
 
 impl<'m> Session<'m> {
@@ -244,6 +264,7 @@ impl<'m> Session<'m> {
             positions: Vec::with_capacity(cfg.batch),
             tokens: Vec::with_capacity(cfg.batch),
             logit_rows: Vec::with_capacity(cfg.batch),
+            kept_taps: None,
         })
     }
 
@@ -282,6 +303,22 @@ impl<'m> Session<'m> {
         Ok(())
     }
 
+    /// The hidden states the last pass kept on the device ([`Batch::keep_taps`], a GPU session), valid until the
+    /// next pass.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn device_taps(&self) -> Option<DeviceTaps<'_>> {
+        let (layers, rows) = self.kept_taps.as_ref()?;
+        match &self.state {
+            State::Cuda { scratch, .. } => Some(DeviceTaps {
+                dev: self.model.cuda()?.device(),
+                buf: &scratch.taps.as_ref()?.0,
+                layers,
+                rows: *rows,
+            }),
+            State::Cpu { .. } => None,
+        }
+    }
+
     /// Runs one batch. Rows must extend their slots contiguously (see [`BatchRow::pos`]).
     pub fn forward(&mut self, batch: &Batch) -> Result<Output> {
         let (mut logits, mut argmax) = (Vec::new(), Vec::new());
@@ -290,7 +327,13 @@ impl<'m> Session<'m> {
         } else {
             LogitsOut::Full(&mut logits)
         };
-        let hidden = self.run(&batch.rows, &batch.taps, batch.prefill, out)?;
+        let hidden = self.run(
+            &batch.rows,
+            &batch.taps,
+            batch.prefill,
+            batch.keep_taps,
+            out,
+        )?;
         Ok(Output {
             rows: self.logit_rows.clone(),
             n_vocab: self.model.n_vocab(),
@@ -309,9 +352,11 @@ impl<'m> Session<'m> {
         rows: &[BatchRow],
         taps: &[usize],
         prefill: bool,
+        keep_taps: bool,
         out: LogitsOut,
     ) -> Result<Vec<(usize, Vec<f32>)>> {
         let n = rows.len();
+        self.kept_taps = None;
         self.logit_rows.clear();
         if n == 0 {
             match out {
@@ -397,6 +442,7 @@ impl<'m> Session<'m> {
                     toks,
                     lrows,
                     layers,
+                    true,
                     out,
                     |f| be.run_pass(f),
                 )?
@@ -429,11 +475,16 @@ impl<'m> Session<'m> {
                     toks,
                     lrows,
                     layers,
+                    !keep_taps,
                     out,
                     |f| be.pass(key, toks, rows, lrows, capturable, prefill, f),
                 )?
             }
         };
+        #[cfg(feature = "cuda")]
+        if keep_taps && matches!(self.state, State::Cuda { .. }) && !layers.is_empty() {
+            self.kept_taps = Some((layers.to_vec(), n));
+        }
         self.lens = lens;
         Ok(hidden)
     }
@@ -470,6 +521,7 @@ impl<'m> Session<'m> {
                 taps: Vec::new(),
                 argmax_only: false,
                 prefill: true,
+                keep_taps: false,
             };
             let o = self.forward(&batch)?;
             out.extend_from_slice(&o.logits);
@@ -492,7 +544,7 @@ impl<'m> Session<'m> {
             token,
             logits: true,
         }];
-        self.run(&row, &[], false, LogitsOut::Full(logits))?;
+        self.run(&row, &[], false, false, LogitsOut::Full(logits))?;
         Ok(())
     }
 
@@ -506,7 +558,7 @@ impl<'m> Session<'m> {
             logits: true,
         }];
         let mut ids = Vec::with_capacity(1);
-        self.run(&row, &[], false, LogitsOut::Argmax(&mut ids))?;
+        self.run(&row, &[], false, false, LogitsOut::Argmax(&mut ids))?;
         Ok(ids[0])
     }
 }

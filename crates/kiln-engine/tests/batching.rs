@@ -83,6 +83,7 @@ fn decode_batch_equals_alone(model: &Model, kv: KvType) {
                 taps: vec![],
                 argmax_only: false,
                 prefill: false,
+                keep_taps: false,
             })
             .unwrap();
         for slot in 0..ps.len() {
@@ -138,6 +139,7 @@ fn verify_block_equals_steps(model: &Model, kv: KvType) {
             taps: vec![],
             argmax_only: false,
             prefill: false,
+            keep_taps: false,
         })
         .unwrap();
     let block_rows: Vec<usize> = (0..block.len() + 1).filter(|&i| i != 2).collect();
@@ -161,6 +163,7 @@ fn verify_block_equals_steps(model: &Model, kv: KvType) {
             taps: vec![],
             argmax_only: true,
             prefill: false,
+            keep_taps: false,
         })
         .unwrap();
     assert!(again.logits.is_empty());
@@ -384,6 +387,7 @@ fn hidden_state_taps() {
             taps: vec![1, 0],
             argmax_only: false,
             prefill: false,
+            keep_taps: false,
         })
         .unwrap();
     assert_eq!(out.rows, vec![2]);

@@ -254,6 +254,7 @@ pub fn score(
                 taps: Vec::new(),
                 argmax_only: false,
                 prefill: true,
+                keep_taps: false,
             };
             let out = session.forward(&batch)?;
             for (i, &row) in out.rows.iter().enumerate() {

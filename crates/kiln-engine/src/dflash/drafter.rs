@@ -76,6 +76,10 @@ pub struct Drafter {
     /// `KILN_NO_CUDA_DRAFTER_Q8`; the proposals' bits matter only to the acceptance count).
     #[cfg(feature = "cuda")]
     gpu_blas: bool,
+    /// A GPU drafter takes its context features from the target's tapped states on the device
+    /// ([`Drafter::append_context_device`]; `KILN_NO_CUDA_DEVICE_TAPS` sends them through the host).
+    #[cfg(feature = "cuda")]
+    device_taps: bool,
 }
 
 impl std::fmt::Debug for Drafter {
@@ -489,6 +493,8 @@ impl Drafter {
             gpu,
             #[cfg(feature = "cuda")]
             gpu_blas,
+            #[cfg(feature = "cuda")]
+            device_taps: target.backend().flags().cuda_device_taps,
         })
     }
 
@@ -784,13 +790,7 @@ impl Drafter {
             )));
         }
         let n = features.len() / fw;
-        if st.len + n + self.cfg.block_size > st.capacity {
-            return Err(Error::Batch(format!(
-                "draft context of {} positions plus a block exceeds the state's {}",
-                st.len + n,
-                st.capacity
-            )));
-        }
+        self.check_room(st, n)?;
         // In chunks of the block size, the rows the scratch holds.
         for (ci, chunk) in features.chunks(self.cfg.block_size * fw).enumerate() {
             let m = chunk.len() / fw;
@@ -803,15 +803,106 @@ impl Drafter {
                 #[cfg(feature = "cuda")]
                 Exec::Cuda { kv, sc } => {
                     let g = self.gpu()?;
-                    let (rows, _) = rows_at(start, m);
-                    let toks = vec![0u32; m];
                     g.write(&mut sc.feat, chunk)?;
-                    let key = [sc.feat.id(), kv.id(), 0];
-                    g.pass(key, &toks, &rows, &[], true, self.gpu_blas, &mut || {
-                        self.context_rows(g, kv, sc, start, m)
-                    })?;
+                    self.context_pass(g, kv, sc, start, m)?;
                 }
             }
+        }
+        st.len += n;
+        Ok(())
+    }
+
+    fn check_room(&self, st: &DraftState, n: usize) -> Result<()> {
+        if st.len + n + self.cfg.block_size > st.capacity {
+            return Err(Error::Batch(format!(
+                "draft context of {} positions plus a block exceeds the state's {}",
+                st.len + n,
+                st.capacity
+            )));
+        }
+        Ok(())
+    }
+
+    /// The context rows whose features are in `sc.feat`, as one GPU pass (a graph after its first time).
+    #[cfg(feature = "cuda")]
+    fn context_pass(
+        &self,
+        g: &crate::cuda::CudaBackend,
+        kv: &mut kiln_cuda::DKv,
+        sc: &mut Scratch<crate::cuda::CudaBackend>,
+        start: usize,
+        m: usize,
+    ) -> Result<()> {
+        let (rows, _) = rows_at(start, m);
+        let toks = vec![0u32; m];
+        let key = [sc.feat.id(), kv.id(), 0];
+        g.pass(key, &toks, &rows, &[], true, self.gpu_blas, &mut || {
+            self.context_rows(g, kv, sc, start, m)
+        })
+    }
+
+    /// Whether [`Drafter::append_context_device`] takes `st`'s context: a state on the GPU (the target's taps are
+    /// then on the same GPU), unless `KILN_NO_CUDA_DEVICE_TAPS`.
+    pub(crate) fn takes_device_taps(&self, st: &DraftState) -> bool {
+        #[cfg(feature = "cuda")]
+        return self.device_taps && matches!(st.exec, Exec::Cuda { .. });
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = st;
+            false
+        }
+    }
+
+    /// [`Drafter::append_context`] from the target's tapped hidden states on the same GPU
+    /// ([`crate::Session::device_taps`]): the first `n` rows' features are gathered on the device into the
+    /// drafter's layout (rows × taps), so they never cross to the host. The two streams are ordered on the GPU:
+    /// the copies wait for the target's pass, and the target's next pass (which rewrites the taps) for the copies.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn append_context_device(
+        &self,
+        st: &mut DraftState,
+        taps: &crate::session::DeviceTaps,
+        n: usize,
+    ) -> Result<()> {
+        let (layers, pass_rows) = (taps.layers, taps.rows);
+        if n > pass_rows {
+            return Err(Error::Batch(format!(
+                "draft context: {n} rows asked of a pass of {pass_rows}"
+            )));
+        }
+        self.check_room(st, n)?;
+        let g = self.gpu()?;
+        let Exec::Cuda { kv, sc } = &mut st.exec else {
+            return Err(Error::Device(
+                "device taps for a drafter state on the host".into(),
+            ));
+        };
+        let (h, fw, b) = (self.cfg.hidden, self.feature_width(), self.cfg.block_size);
+        let slots = self
+            .cfg
+            .target_layer_ids
+            .iter()
+            .map(|l| {
+                layers
+                    .iter()
+                    .position(|x| x == l)
+                    .ok_or_else(|| Error::Batch(format!("target layer {l} was not tapped")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let dev_err = |e: kiln_cuda::Error| Error::Device(e.to_string());
+        g.device().wait_for(taps.dev).map_err(dev_err)?;
+        for c0 in (0..n).step_by(b) {
+            let m = (n - c0).min(b);
+            for (t, &s) in slots.iter().enumerate() {
+                let at = (s * pass_rows + c0) * h;
+                g.device()
+                    .copy_rows(&mut sc.feat, t * h, fw, taps.buf, at, h, m, h)
+                    .map_err(dev_err)?;
+            }
+            if c0 + m == n {
+                taps.dev.wait_for(g.device()).map_err(dev_err)?;
+            }
+            self.context_pass(g, kv, sc, st.len + c0, m)?;
         }
         st.len += n;
         Ok(())

@@ -131,6 +131,26 @@ pub(crate) fn features_of_rows(
     Ok(f)
 }
 
+/// Extends the drafter's context with the first `n` rows of the pass that gave `out`: on the device when the
+/// session kept that pass's taps there ([`Batch::keep_taps`]), through the host otherwise.
+#[allow(clippy::too_many_arguments)]
+fn extend_context(
+    session: &Session,
+    drafter: &Drafter,
+    dstate: &mut DraftState,
+    out: &Output,
+    ids: &[usize],
+    hidden: usize,
+    n: usize,
+) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if let Some(taps) = session.device_taps() {
+        return drafter.append_context_device(dstate, &taps, n);
+    }
+    let be = session.model().backend();
+    drafter.append_context(be, dstate, &features(out, ids, hidden, n)?)
+}
+
 /// Replaces `drafts` (block rows 1..) by the forced continuation: `emitted` tokens are out so far, the last of
 /// them is the block's row 0.
 pub(crate) fn force_drafts(f: &Forced, drafts: &mut [u32], emitted: usize, n_vocab: usize) {
@@ -231,6 +251,8 @@ pub(crate) fn generate_in(
     let argmax_only = params.sampler.is_plain_argmax() && acceptance == Acceptance::Exact;
     let block_max = dc.block_size.min(chunk);
     let be = session.model().backend();
+    // A GPU drafter reads the target's taps where they are.
+    let keep_taps = drafter.takes_device_taps(dstate);
     drafter.truncate(dstate, 0);
     let base = session.len(slot);
     if base != 0 {
@@ -259,9 +281,10 @@ pub(crate) fn generate_in(
             taps: ids.clone(),
             argmax_only: false,
             prefill: true,
+            keep_taps,
         };
         let out = session.forward(&batch)?;
-        drafter.append_context(be, dstate, &features(&out, &ids, hidden, toks.len())?)?;
+        extend_context(session, drafter, dstate, &out, &ids, hidden, toks.len())?;
         if !out.logits.is_empty() {
             logits = out.logits;
         }
@@ -355,6 +378,7 @@ pub(crate) fn generate_in(
             taps: ids.clone(),
             argmax_only,
             prefill: false,
+            keep_taps,
         };
         let t0 = Instant::now();
         let out = session.forward(&batch)?;
@@ -400,7 +424,7 @@ pub(crate) fn generate_in(
             return done(tokens, r, stats);
         }
         let t0 = Instant::now();
-        drafter.append_context(be, dstate, &features(&out, &ids, hidden, accepted + 1)?)?;
+        extend_context(session, drafter, dstate, &out, &ids, hidden, accepted + 1)?;
         stats.draft_time += t0.elapsed();
         if let (Some(_), Some(mut a)) = (chosen, drafter.auto_drafts()) {
             let m = dstate.margins();

@@ -592,6 +592,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                     taps: taps.clone(),
                     argmax_only: false,
                     prefill,
+                    keep_taps: false,
                 };
                 (batch, kinds)
             })
