@@ -218,6 +218,10 @@ if want bench; then
         ab_want "$flag" && step "ab-$flag" "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" \
             --device cuda -p 0 -n 128 -r 2 --ab "$flag=1"
     done
+    # The split grid fitted to the longest span: short contexts in a large slot (what `kiln run -c 32768` pays at
+    # its first tokens), a decode step and a 16-row block.
+    ab_want KILN_NO_CUDA_ATTN_FIT_GRID && step ab-KILN_NO_CUDA_ATTN_FIT_GRID "$KILN" bench -m "$WORK/q06-q4km.gguf" \
+        -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 128 -c 32768 -r 2 --ab KILN_NO_CUDA_ATTN_FIT_GRID=1
     ab_want KILN_NO_CUDA_PDL && step ab-KILN_NO_CUDA_PDL "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
         -p 16 -b 16 -n 128 -r 2 --ab KILN_NO_CUDA_PDL=1
     for flag in KILN_NO_CUDA_FUSE KILN_NO_CUDA_GEMV KILN_NO_CUDA_SPLIT_KV KILN_NO_CUDA_GEMV_STAGE \
@@ -242,7 +246,7 @@ if want bench; then
         --ab KILN_NO_CUDA_FLASH_ATTN=1
     say "bench (CUDA):"
     for f in bench-tg bench-block16 bench-pp ab-KILN_NO_CUDA_GRAPH ab-KILN_NO_CUDA_PREP_IN_SPLIT \
-        ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_ATTN_HEAD_SPLIT ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
+        ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_ATTN_HEAD_SPLIT ab-KILN_NO_CUDA_ATTN_FIT_GRID ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
         ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_GEMV_STAGE ab-KILN_NO_CUDA_EARLY_WEIGHTS \
         ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_PREFILL_K8 \
         ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_DIRECT ab-KILN_NO_CUDA_BLOCK_RING ab-KILN_NO_CUDA_BLOCK_TILE16 \
@@ -388,6 +392,14 @@ PY
     synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
     step bench-dflash timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
         --draft-force 3,6,9 --draft-max 7,15 -d 256 -n 128 -r 2
+    # The drafter's context features through the host (read back, reordered, uploaded) instead of gathered on the
+    # device; then DFlash in a 4,096-token slot, as `kiln run` has by default, with the attention's split grid
+    # fitted to the span and not.
+    step ab-KILN_NO_CUDA_DEVICE_TAPS timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+        --draft "$WORK/d8b-q8.gguf" --draft-force 3,6 --draft-max 7 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DEVICE_TAPS=1
+    step ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+        --draft "$WORK/d8b-q8.gguf" --draft-force 3,6 --draft-max 7 -d 256 -n 128 -c 4096 -r 2 \
+        --ab KILN_NO_CUDA_ATTN_FIT_GRID=1
     # The Q8_0 drafter's blocks on cuBLAS against bf16 copies instead of the Q8_0 block kernel.
     step ab-KILN_NO_CUDA_DRAFTER_Q8 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-q8.gguf" --draft-force 3,9 --draft-max 7,15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFTER_Q8=1
@@ -407,7 +419,8 @@ PY
     step ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-bf16" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
     say "DFlash (CUDA, forced acceptance):"
-    grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DRAFTER_Q8.log" \
+    grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DEVICE_TAPS.log" \
+        "$OUT/ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID.log" "$OUT/ab-KILN_NO_CUDA_DRAFTER_Q8.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFTER_BLAS.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFT_HEAD_K8.log" "$OUT/ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT.log" |
         tee -a "$OUT/summary.txt"

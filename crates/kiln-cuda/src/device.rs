@@ -53,8 +53,9 @@ const DENSE_KEEP_FREE_SHARE: usize = 8;
 pub const G16_MIN_ROWS: usize = 4;
 /// Added to a K-quant's type id for the GEMV kernels' K8 bodies (`K8_Q4_K` / `K8_Q6_K` in gemv.cu).
 pub(crate) const K8_TYPE_OFFSET: i32 = 1000;
-/// Graphs kept before the cache is cleared (one per batch shape in practice).
-const MAX_GRAPHS: usize = 64;
+/// Graphs kept before the cache is cleared: one per batch shape and span class (the attention grid's depth doubles
+/// with the context, up to 8 classes), so a server's row counts times its contexts' classes stay cached.
+const MAX_GRAPHS: usize = 256;
 /// Positions below which every row of a pass must sit for a split-KV block to take part of a KV head's query
 /// heads (`attn_head_split`). Split at every depth, the 8B's decode was faster at depth 4,096 (1.010x) and
 /// slower at 32,768 (0.959x), where each block reading its KV head's K/V costs more than the fixed work it
@@ -86,6 +87,11 @@ pub struct Options {
     /// are all below [`HEAD_SPLIT_MAX_POS`] (same bits: a head's sums do not depend on the heads beside it, and a
     /// maximum not on which block takes it); else one block per KV head with all of its query heads.
     pub attn_head_split: bool,
+    /// With `split_kv`: the split kernel's grid has as many splits as the pass's longest span uses (rounded up to
+    /// a power of two; same bits: the other blocks of a grid of the slot's whole split count return at once), so a
+    /// short context in a large slot (`kiln run -c 32768` at its first tokens) launches a few blocks per head,
+    /// not 128; else the slot's split count.
+    pub attn_fit_grid: bool,
     /// The one-row K8 GEMVs stage their activation row in shared memory for rows 4,096 to 12,288 wide (same
     /// bits); else every warp reads it from global memory. A kernel define (`GV_STAGE_MAXW=0` when off).
     pub gemv_stage: bool,
@@ -169,6 +175,7 @@ impl Default for Options {
             split_direct: true,
             prep_in_split: true,
             attn_head_split: true,
+            attn_fit_grid: true,
             gemv_stage: true,
             early_weights: true,
             graphs: true,
@@ -565,6 +572,14 @@ const ATTN_MAX_SPLITS: usize = 128;
 /// order depends only on its position and the slot size, never on the batch.
 fn attn_splits(slot_ctx: usize) -> usize {
     slot_ctx.div_ceil(64).clamp(1, ATTN_MAX_SPLITS)
+}
+
+/// The split kernel's grid depth for a pass whose rows attend to at most `n_pos` positions, of `n_splits`
+/// splits a row (`attn_chunk` in attention.cu, with its fewest positions a split `min_chunk`): the longest span's
+/// splits, rounded up to a power of two (a growing context re-captures its graphs at doublings only).
+fn fit_splits(n_pos: usize, n_splits: usize, min_chunk: usize) -> usize {
+    let chunk = (n_pos.div_ceil(n_splits).div_ceil(64) * 64).max(min_chunk);
+    n_pos.div_ceil(chunk).next_power_of_two().min(n_splits)
 }
 
 impl Device {
@@ -1755,6 +1770,17 @@ impl Device {
         }
     }
 
+    /// The split kernel's grid depth for this pass in a slot of `n_splits` splits a row: [`fit_splits`] of the
+    /// longest span (every row attends to at most its largest position + 1), or all with `attn_fit_grid` off.
+    fn split_grid(&self, n_splits: usize) -> usize {
+        if !self.opts.attn_fit_grid {
+            return n_splits;
+        }
+        let m = self.lock(&self.meta);
+        let n_pos = m.rows.iter().map(|&(_, p)| p).max().unwrap_or(0) + 1;
+        fit_splits(n_pos, n_splits, self.min_chunk)
+    }
+
     /// Device pointers of the pass metadata: tokens, slots, positions, logit rows.
     fn meta_ptrs(&self) -> [u64; 4] {
         let m = self.lock(&self.meta);
@@ -1777,8 +1803,10 @@ impl Device {
         }
         let mut graphs = self.lock(&self.graphs);
         let gen = *self.lock(&self.generation);
-        // The attention's launches depend on the rows' positions (`spans`).
-        let spans = self.spans() as u64;
+        // The attention's launches depend on the rows' positions (`spans`, and the split grid's depth: with a
+        // slot's own split count it follows from the depth for the most splits, the test
+        // `fitted_split_grid_covers_every_row_of_the_pass` checks).
+        let spans = self.spans() as u64 | (self.split_grid(ATTN_MAX_SPLITS) as u64) << 8;
         let full = [key[0], key[1], key[2], key[3], key[4], gen, spans];
         if let Some(g) = graphs.0.get(&full) {
             return g.launch().map_err(drv("launching a graph"));
@@ -3193,7 +3221,11 @@ impl Device {
         self.launch_clusters(
             split,
             LaunchConfig {
-                grid_dim: ((n_head / heads) as u32, n as u32, n_splits as u32),
+                grid_dim: (
+                    (n_head / heads) as u32,
+                    n as u32,
+                    self.split_grid(n_splits) as u32,
+                ),
                 block_dim: (128, 1, 1),
                 shared_mem_bytes: 0,
             },
@@ -3485,6 +3517,44 @@ mod tests {
         assert_eq!(r.len(), 632);
         assert_eq!(&r[..630], &repack(GgmlType::Q6_K, &q6)[..]);
         assert_eq!(repack_parts(GgmlType::Q6_K, &q6[..420], 1).len(), 420);
+    }
+
+    #[test]
+    fn fitted_split_grid_covers_every_row_of_the_pass() {
+        // attn_chunk in attention.cu: a row of n_pos positions uses ceil(n_pos / chunk) splits.
+        let used = |n_pos: usize, n_splits: usize, min: usize| {
+            n_pos.div_ceil((n_pos.div_ceil(n_splits).div_ceil(64) * 64).max(min))
+        };
+        for ctx in [1usize, 64, 200, 4096, 4097, 32768, 131072] {
+            let n = attn_splits(ctx);
+            for min in [64, 128, 256] {
+                for longest in [1, 2, 127, 128, 129, 300, 1000, 4096, 8193, 32768, 131072] {
+                    let longest = longest.min(ctx);
+                    let g = fit_splits(longest, n, min);
+                    assert!(
+                        g <= n && (g.is_power_of_two() || g == n),
+                        "{ctx}/{longest}: {g} of {n}"
+                    );
+                    // The graph key holds the grid for the most splits a slot has: this grid follows from it.
+                    assert_eq!(
+                        g,
+                        fit_splits(longest, ATTN_MAX_SPLITS, min).min(n),
+                        "{ctx}/{longest}"
+                    );
+                    // Every shorter row of the pass fits the grid too.
+                    for n_pos in [1, longest / 2 + 1, longest] {
+                        assert!(
+                            used(n_pos, n, min) <= g,
+                            "{ctx}/{n_pos} (longest {longest}): grid {g}"
+                        );
+                    }
+                }
+            }
+        }
+        // A short context in a large slot: 3 blocks' worth (a grid of 4), not the slot's 64 (4,096) or 128.
+        assert_eq!(fit_splits(300, attn_splits(4096), 128), 4);
+        assert_eq!(fit_splits(1, attn_splits(32768), 128), 1);
+        assert_eq!(fit_splits(32768, attn_splits(32768), 128), 128);
     }
 
     #[test]

@@ -86,6 +86,7 @@ impl CudaBackend {
             split_direct: flags.cuda_split_direct,
             prep_in_split: flags.cuda_prep_in_split,
             attn_head_split: flags.cuda_attn_head_split,
+            attn_fit_grid: flags.cuda_attn_fit_grid,
             gemv_stage: flags.cuda_gemv_stage,
             early_weights: flags.cuda_early_weights,
             prefill_mma: flags.cuda_prefill_mma,

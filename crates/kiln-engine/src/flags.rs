@@ -102,6 +102,13 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_ATTN_FIT_GRID",
+        disables: "CUDA: the split-KV attention's grid has the splits the pass's longest span uses (rounded up to \
+                   a power of two), not the slot's whole split count (up to 128 a row, most returning at once when \
+                   the context is short) (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_GEMV_STAGE",
         disables: "CUDA: the one-row K-quant GEMV stages its activation row (4,096 to 12,288 wide) in shared memory \
                    once a block; every warp reads it from global memory instead (same bits)",
@@ -312,6 +319,8 @@ pub struct Flags {
     pub cuda_prep_in_split: bool,
     /// CUDA: short rows' split-KV attention over blocks of fewer query heads (2-block clusters for K8).
     pub cuda_attn_head_split: bool,
+    /// CUDA: the split attention's grid fitted to the pass's longest span.
+    pub cuda_attn_fit_grid: bool,
     /// CUDA: the one-row K8 GEMV's activation row staged in shared memory.
     pub cuda_gemv_stage: bool,
     /// CUDA: the K8 GEMVs' first weight loads before the launch wait.
@@ -385,6 +394,7 @@ impl Default for Flags {
             cuda_split_direct: true,
             cuda_prep_in_split: true,
             cuda_attn_head_split: true,
+            cuda_attn_fit_grid: true,
             cuda_gemv_stage: true,
             cuda_early_weights: true,
             cuda_graph: true,
@@ -434,6 +444,7 @@ impl Flags {
             cuda_split_direct: false,
             cuda_prep_in_split: false,
             cuda_attn_head_split: false,
+            cuda_attn_fit_grid: false,
             cuda_gemv_stage: false,
             cuda_early_weights: false,
             cuda_graph: false,
@@ -511,6 +522,7 @@ impl Flags {
                 "KILN_NO_CUDA_SPLIT_DIRECT" => flags.cuda_split_direct = !disabled,
                 "KILN_NO_CUDA_PREP_IN_SPLIT" => flags.cuda_prep_in_split = !disabled,
                 "KILN_NO_CUDA_ATTN_HEAD_SPLIT" => flags.cuda_attn_head_split = !disabled,
+                "KILN_NO_CUDA_ATTN_FIT_GRID" => flags.cuda_attn_fit_grid = !disabled,
                 "KILN_NO_CUDA_GEMV_STAGE" => flags.cuda_gemv_stage = !disabled,
                 "KILN_NO_CUDA_EARLY_WEIGHTS" => flags.cuda_early_weights = !disabled,
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,

@@ -161,6 +161,10 @@ pub struct Args {
     /// KV cache element type (f16 or f32).
     #[arg(long = "kv-type", default_value = "f16")]
     pub kv_type: KvType,
+    /// The session's context, when larger than what the tests need (the default): measures what a run with a
+    /// large `-c` pays at the same depths (on a GPU, the attention's launches are sized by the slot).
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx: Option<usize>,
     /// Device to run on.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
@@ -206,7 +210,7 @@ pub struct Args {
     #[arg(long = "draft-force", value_delimiter = ',', requires = "draft")]
     pub draft_force: Vec<ForceArg>,
     /// With --draft: propose and verify at most N drafts a round (1 ≤ N < the drafter's block; default: `auto`
-    /// on the CPU, all on a GPU): a shorter verify block costs less where a verify row is dear (a CPU) and τ is
+    /// on the CPU, 7 on a GPU): a shorter verify block costs less where a verify row is dear (a CPU) and τ is
     /// modest; `auto`: the count that measures fastest, chosen as the run goes (learnt over the row's
     /// repetitions; forced rows keep every draft). Output unchanged. Comma-separated: one row each (the draft
     /// column says `maxN` or `auto`).
@@ -424,7 +428,7 @@ fn run_draft_mode(args: &Args, dir: &Path, flags: Flags, backend: &str) -> Resul
 
 fn session_config(args: &Args, n_ctx: usize) -> SessionConfig {
     SessionConfig {
-        n_ctx,
+        n_ctx: n_ctx.max(args.ctx.unwrap_or(0)),
         n_slots: 1,
         batch: args.batch(),
         kv_type: args.kv_type,
@@ -860,6 +864,24 @@ mod tests {
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn ctx_size_raises_the_session_context_never_lowers_it() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: Args,
+        }
+        let ctx = |extra: &[&str]| {
+            let mut a = vec!["kiln", "-m", "x.gguf"];
+            a.extend_from_slice(extra);
+            session_config(&Cli::parse_from(a).bench, 384).n_ctx
+        };
+        assert_eq!(ctx(&[]), 384);
+        assert_eq!(ctx(&["-c", "4096"]), 4096);
+        assert_eq!(ctx(&["--ctx-size", "100"]), 384);
     }
 
     #[test]

@@ -41,6 +41,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         split_direct: false,
         prep_in_split: false,
         attn_head_split: false,
+        attn_fit_grid: false,
         gemv_stage: false,
         early_weights: false,
         graphs: false,
@@ -82,6 +83,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         gemv_stage: false,
         early_weights: false,
         attn_head_split: false,
+        attn_fit_grid: false,
         moe_gather_quant: false,
         ..kiln_cuda::Options::default()
     };
