@@ -841,33 +841,32 @@ impl Drafter {
         })
     }
 
-    /// Whether [`Drafter::append_context_device`] takes `st`'s context: a state on the GPU (the target's taps are
-    /// then on the same GPU), unless `KILN_NO_CUDA_DEVICE_TAPS`.
-    pub(crate) fn takes_device_taps(&self, st: &DraftState) -> bool {
+    /// Whether [`Drafter::append_context_device`] takes this drafter's context: it runs on its target's GPU (its
+    /// states live there), unless `KILN_NO_CUDA_DEVICE_TAPS`.
+    pub(crate) fn takes_device_taps(&self) -> bool {
         #[cfg(feature = "cuda")]
-        return self.device_taps && matches!(st.exec, Exec::Cuda { .. });
+        return self.device_taps && self.gpu.is_some();
         #[cfg(not(feature = "cuda"))]
-        {
-            let _ = st;
-            false
-        }
+        false
     }
 
     /// [`Drafter::append_context`] from the target's tapped hidden states on the same GPU
-    /// ([`crate::Session::device_taps`]): the first `n` rows' features are gathered on the device into the
-    /// drafter's layout (rows × taps), so they never cross to the host. The two streams are ordered on the GPU:
+    /// ([`crate::Session::device_taps`]): the features of the pass's rows `start..start + n` are gathered on the
+    /// device into the drafter's layout (rows × taps), so they never cross to the host. The two streams are ordered on the GPU:
     /// the copies wait for the target's pass, and the target's next pass (which rewrites the taps) for the copies.
     #[cfg(feature = "cuda")]
     pub(crate) fn append_context_device(
         &self,
         st: &mut DraftState,
         taps: &crate::session::DeviceTaps,
+        start: usize,
         n: usize,
     ) -> Result<()> {
         let (layers, pass_rows) = (taps.layers, taps.rows);
-        if n > pass_rows {
+        if start + n > pass_rows {
             return Err(Error::Batch(format!(
-                "draft context: {n} rows asked of a pass of {pass_rows}"
+                "draft context: rows {start}..{} asked of a pass of {pass_rows}",
+                start + n
             )));
         }
         self.check_room(st, n)?;
@@ -894,7 +893,7 @@ impl Drafter {
         for c0 in (0..n).step_by(b) {
             let m = (n - c0).min(b);
             for (t, &s) in slots.iter().enumerate() {
-                let at = (s * pass_rows + c0) * h;
+                let at = (s * pass_rows + start + c0) * h;
                 g.device()
                     .copy_rows(&mut sc.feat, t * h, fw, taps.buf, at, h, m, h)
                     .map_err(dev_err)?;

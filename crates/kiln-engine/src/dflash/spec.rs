@@ -99,12 +99,7 @@ pub struct SpecOutput {
     pub stats: SpecStats,
 }
 
-/// Context features (`rows × taps·hidden`, taps in the drafter's order) of the first `rows` batch rows.
-fn features(out: &Output, ids: &[usize], hidden: usize, rows: usize) -> Result<Vec<f32>> {
-    features_of_rows(out, ids, hidden, 0, rows)
-}
-
-/// Context features of batch rows `start..start + rows` of a forward pass that tapped the drafter's layers
+/// Context features (`rows × taps·hidden`, taps in the drafter's order) of batch rows `start..start + rows` of a forward pass that tapped the drafter's layers
 /// `ids` (the scheduler's batches hold other sequences' rows too).
 pub(crate) fn features_of_rows(
     out: &Output,
@@ -131,24 +126,23 @@ pub(crate) fn features_of_rows(
     Ok(f)
 }
 
-/// Extends the drafter's context with the first `n` rows of the pass that gave `out`: on the device when the
+/// Extends the drafter's context with rows `start..start + n` of the pass that gave `out`: on the device when the
 /// session kept that pass's taps there ([`Batch::keep_taps`]), through the host otherwise.
-#[allow(clippy::too_many_arguments)]
-fn extend_context(
+pub(crate) fn extend_context(
     session: &Session,
     drafter: &Drafter,
     dstate: &mut DraftState,
     out: &Output,
-    ids: &[usize],
-    hidden: usize,
+    start: usize,
     n: usize,
 ) -> Result<()> {
     #[cfg(feature = "cuda")]
     if let Some(taps) = session.device_taps() {
-        return drafter.append_context_device(dstate, &taps, n);
+        return drafter.append_context_device(dstate, &taps, start, n);
     }
-    let be = session.model().backend();
-    drafter.append_context(be, dstate, &features(out, ids, hidden, n)?)
+    let c = drafter.config();
+    let f = features_of_rows(out, &c.target_layer_ids, c.hidden, start, n)?;
+    drafter.append_context(session.model().backend(), dstate, &f)
 }
 
 /// Replaces `drafts` (block rows 1..) by the forced continuation: `emitted` tokens are out so far, the last of
@@ -244,7 +238,6 @@ pub(crate) fn generate_in(
         Sampler::new(params.sampler.clone()).map_err(|e| Error::Config(e.to_string()))?;
     let dc = drafter.config();
     let ids = dc.target_layer_ids.clone();
-    let hidden = dc.hidden;
     let n_vocab = session.model().n_vocab();
     let chunk = session.config().batch;
     // Greedy verification needs only each row's argmax: computed where the logits are (4 bytes a row from a GPU).
@@ -252,7 +245,7 @@ pub(crate) fn generate_in(
     let block_max = dc.block_size.min(chunk);
     let be = session.model().backend();
     // A GPU drafter reads the target's taps where they are.
-    let keep_taps = drafter.takes_device_taps(dstate);
+    let keep_taps = drafter.takes_device_taps();
     drafter.truncate(dstate, 0);
     let base = session.len(slot);
     if base != 0 {
@@ -284,7 +277,7 @@ pub(crate) fn generate_in(
             keep_taps,
         };
         let out = session.forward(&batch)?;
-        extend_context(session, drafter, dstate, &out, &ids, hidden, toks.len())?;
+        extend_context(session, drafter, dstate, &out, 0, toks.len())?;
         if !out.logits.is_empty() {
             logits = out.logits;
         }
@@ -424,7 +417,7 @@ pub(crate) fn generate_in(
             return done(tokens, r, stats);
         }
         let t0 = Instant::now();
-        extend_context(session, drafter, dstate, &out, &ids, hidden, accepted + 1)?;
+        extend_context(session, drafter, dstate, &out, 0, accepted + 1)?;
         stats.draft_time += t0.elapsed();
         if let (Some(_), Some(mut a)) = (chosen, drafter.auto_drafts()) {
             let m = dstate.margins();

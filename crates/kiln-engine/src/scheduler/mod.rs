@@ -578,10 +578,11 @@ impl<'s, 'm> Scheduler<'s, 'm> {
             }
             job.next = end;
         }
-        // Tapping costs a copy of a few hidden rows; only batches with a speculative request need it.
-        let taps = match &self.drafter {
-            Some(d) if tap => d.config().target_layer_ids.clone(),
-            _ => Vec::new(),
+        // Tapping costs a copy of a few hidden rows; only batches with a speculative request need it. A drafter
+        // on the target's GPU reads them there.
+        let (taps, keep_taps) = match &self.drafter {
+            Some(d) if tap => (d.config().target_layer_ids.clone(), d.takes_device_taps()),
+            _ => (Vec::new(), false),
         };
         passes
             .into_iter()
@@ -592,7 +593,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                     taps: taps.clone(),
                     argmax_only: false,
                     prefill,
-                    keep_taps: false,
+                    keep_taps,
                 };
                 (batch, kinds)
             })

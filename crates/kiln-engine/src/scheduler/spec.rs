@@ -18,7 +18,7 @@
 //! [`Session::truncate`]: crate::Session::truncate
 
 use super::{logprobs_of, Event, Finish, RowKind, Scheduler};
-use crate::dflash::spec::{features_of_rows, force_drafts};
+use crate::dflash::spec::{extend_context, force_drafts};
 use crate::error::Result;
 use crate::session::{Batch, BatchRow, Output};
 use std::sync::atomic::Ordering;
@@ -117,9 +117,6 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         let Some(drafter) = self.drafter.clone() else {
             return;
         };
-        let ids = &drafter.config().target_layer_ids;
-        let hidden = drafter.config().hidden;
-        let be = self.session.model().backend();
         let mut i = 0;
         while i < kinds.len() {
             let RowKind::Prefill { slot: s } = kinds[i] else {
@@ -136,8 +133,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
                 // The context must continue exactly where this chunk starts; it always does, because the
                 // context is truncated to the reused prefix on admission and prefill runs in order.
                 let r = if st.len() == batch.rows[i].pos {
-                    features_of_rows(out, ids, hidden, i, n)
-                        .and_then(|f| drafter.append_context(be, st, &f))
+                    extend_context(self.session, &drafter, st, out, i, n)
                 } else {
                     Err(crate::Error::Batch(format!(
                         "drafter context holds {} positions, the prefill chunk starts at {}",
@@ -221,10 +217,7 @@ impl<'s, 'm> Scheduler<'s, 'm> {
         }
         let drafter = self.drafter.clone();
         if let (Some(d), Some(st)) = (drafter, slot.draft.as_mut()) {
-            let cfg = d.config();
-            let be = self.session.model().backend();
-            let r = features_of_rows(out, &cfg.target_layer_ids, cfg.hidden, start, kept)
-                .and_then(|f| d.append_context(be, st, &f));
+            let r = extend_context(self.session, &d, st, out, start, kept);
             match r {
                 Err(e) => {
                     slot.draft = None;
