@@ -1441,5 +1441,11 @@ __device__ __forceinline__ void b16d_q8_job(const signed char* kq, const float* 
         b16d_q8_job<NT>(kq, kd, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2,   \
                         out2, w2, n2);                                                                          \
     }
-Q8D_KERNEL(gemv16_q8d, 2, 1)
+// The 16-row form's blocks a multiprocessor as a launch bound (KILN_CUDA_DEFINES may set it for a tuning run): at
+// 3 it spills, but an 8B-shape drafter's Q/K/V launch (384 tiles) would fill 132 multiprocessors in one wave
+// instead of 1.45.
+#ifndef Q8D_MINB
+#define Q8D_MINB 1
+#endif
+Q8D_KERNEL(gemv16_q8d, 2, Q8D_MINB)
 Q8D_KERNEL(gemv16_q8d_n8, 1, 4)
