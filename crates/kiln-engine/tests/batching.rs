@@ -373,7 +373,7 @@ fn hidden_state_taps() {
     let model = Model::load(&p, LoadOptions::default()).unwrap();
     let _ = std::fs::remove_file(&p);
     let mut s = Session::new(&model, cfg(1, KvType::F32)).unwrap();
-    let rows = (0..3)
+    let rows: Vec<BatchRow> = (0..3)
         .map(|i| BatchRow {
             slot: 0,
             pos: i,
@@ -381,21 +381,30 @@ fn hidden_state_taps() {
             logits: i == 2,
         })
         .collect();
-    let out = s
-        .forward(&Batch {
-            rows,
-            taps: vec![1, 0],
-            argmax_only: false,
-            prefill: false,
-            keep_taps: false,
-        })
-        .unwrap();
+    let batch = Batch {
+        rows,
+        taps: vec![1, 0],
+        argmax_only: false,
+        prefill: false,
+        keep_taps: false,
+    };
+    let out = s.forward(&batch).unwrap();
     assert_eq!(out.rows, vec![2]);
     assert_eq!(out.logits.len(), VOCAB as usize);
     let layers: Vec<usize> = out.hidden.iter().map(|h| h.0).collect();
     assert_eq!(layers, vec![0, 1]);
     assert!(out.hidden.iter().all(|h| h.1.len() == 3 * D as usize));
     assert_ne!(out.hidden[0].1, out.hidden[1].1);
+    // Asked to keep its taps on the device, a host session returns them as usual.
+    s.truncate(0, 0).unwrap();
+    let kept = s
+        .forward(&Batch {
+            keep_taps: true,
+            ..batch
+        })
+        .unwrap();
+    assert_eq!(kept.hidden, out.hidden);
+    assert_eq!(kept.logits, out.logits);
 }
 
 #[test]
