@@ -65,6 +65,9 @@ step() {
     say "ok: $name ($((SECONDS - t0)) s)"
 }
 want() { [[ " $STEPS " == *" $1 "* ]]; }
+# AB_SKIP="NAME ..." leaves out A/Bs already measured for this build (to fit a time-limited run): NAME is the
+# switch of the bench and dflash sections' A/Bs, e.g. KILN_NO_CUDA_DRAFTER_BLAS, Q8D_MINB or bf16.
+ab_want() { [[ " ${AB_SKIP:-} " != *" $1 "* ]]; }
 # synth NAME FILE ARGS...: synthesizes FILE once (kept in WORK for later runs).
 synth() {
     local name=$1 file=$2
@@ -208,8 +211,6 @@ if want bench; then
     step bench-block16 "$KILN" bench "${models[@]}" --device cuda -p 16 -b 16 -n 0 -r 5
     step bench-pp "$KILN" bench "${models[@]}" --device cuda -p 512,4096 -b 512 -n 0 -r 2
     # Kill-switch A/B (interleaved, one process per run): graphs matter most on the launch-bound 0.6B.
-    # AB_SKIP="FLAG ..." leaves out A/Bs already measured for this build (to fit a time-limited run).
-    ab_want() { [[ " ${AB_SKIP:-} " != *" $1 "* ]]; }
     ab_want KILN_NO_CUDA_GRAPH && step ab-KILN_NO_CUDA_GRAPH "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
         -p 0 -n 128 -r 2 --ab KILN_NO_CUDA_GRAPH=1
     # Attention: one-row passes (prep in the split kernel), rows of one split (finished there), and a KV head's
@@ -395,39 +396,39 @@ PY
     # The drafter's context features through the host (read back, reordered, uploaded) instead of gathered on the
     # device; then DFlash in a 4,096-token slot, as `kiln run` has by default, with the attention's split grid
     # fitted to the span and not.
-    step ab-KILN_NO_CUDA_DEVICE_TAPS timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+    ab_want KILN_NO_CUDA_DEVICE_TAPS && step ab-KILN_NO_CUDA_DEVICE_TAPS timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-q8.gguf" --draft-force 3,6 --draft-max 7 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DEVICE_TAPS=1
-    step ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+    ab_want KILN_NO_CUDA_ATTN_FIT_GRID && step ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-q8.gguf" --draft-force 3,6 --draft-max 7 -d 256 -n 128 -c 4096 -r 2 \
         --ab KILN_NO_CUDA_ATTN_FIT_GRID=1
     # The Q8_0 drafter kernel bounded to 3 blocks a multiprocessor (it spills; its Q/K/V launch fits one wave).
-    step ab-dflash-Q8D_MINB timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+    ab_want Q8D_MINB && step ab-dflash-Q8D_MINB timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-q8.gguf" --draft-force 3,6 --draft-max 7 -d 256 -n 128 -r 2 \
         --ab KILN_CUDA_DEFINES=-DQ8D_MINB=3
     # The Q8_0 drafter's blocks on cuBLAS against bf16 copies instead of the Q8_0 block kernel.
-    step ab-KILN_NO_CUDA_DRAFTER_Q8 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+    ab_want KILN_NO_CUDA_DRAFTER_Q8 && step ab-KILN_NO_CUDA_DRAFTER_Q8 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-q8.gguf" --draft-force 3,9 --draft-max 7,15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_DRAFTER_Q8=1
     # Without the Q8_0 block kernel: the drafter's matmuls on the block kernels with the GEMV's bits instead of
     # cuBLAS, and the target's Q6_K head on cuBLAS (a bf16 copy) like its layers instead of the K8 block kernel.
-    step ab-KILN_NO_CUDA_DRAFTER_BLAS env KILN_NO_CUDA_DRAFTER_Q8=1 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
+    ab_want KILN_NO_CUDA_DRAFTER_BLAS && step ab-KILN_NO_CUDA_DRAFTER_BLAS env KILN_NO_CUDA_DRAFTER_Q8=1 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
         --device cuda --draft "$WORK/d8b-q8.gguf" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 \
         --ab KILN_NO_CUDA_DRAFTER_BLAS=1
-    step ab-KILN_NO_CUDA_DRAFT_HEAD_K8 env KILN_NO_CUDA_DRAFTER_Q8=1 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
+    ab_want KILN_NO_CUDA_DRAFT_HEAD_K8 && step ab-KILN_NO_CUDA_DRAFT_HEAD_K8 env KILN_NO_CUDA_DRAFTER_Q8=1 timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" \
         --device cuda --draft "$WORK/d8b-q8.gguf" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 \
         --ab KILN_NO_CUDA_DRAFT_HEAD_K8=1
     # The drafter as z-lab publishes it (a directory of bf16 safetensors): its BF16 matmuls on cuBLAS as uploaded
     # against matmul_f.
-    [ -s "$WORK/d8b-bf16/config.json" ] ||
+    ab_want bf16 && [ ! -s "$WORK/d8b-bf16/config.json" ] &&
         step synth-draft-8b-bf16 "$KILN" synth --arch dflash --target "$WORK/q8b-q4km.gguf" --quant bf16 \
             -o "$WORK/d8b-bf16"
-    step ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
+    ab_want bf16 && step ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-bf16" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
     say "DFlash (CUDA, forced acceptance):"
     grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DEVICE_TAPS.log" \
         "$OUT/ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID.log" "$OUT/ab-dflash-Q8D_MINB.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFTER_Q8.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFTER_BLAS.log" \
-        "$OUT/ab-KILN_NO_CUDA_DRAFT_HEAD_K8.log" "$OUT/ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT.log" |
+        "$OUT/ab-KILN_NO_CUDA_DRAFT_HEAD_K8.log" "$OUT/ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT.log" 2>/dev/null |
         tee -a "$OUT/summary.txt"
 fi
 
