@@ -294,32 +294,41 @@ fi
 # 3d. `kiln serve` on the GPU (STEPS=serve): the 8B Q4_K_M behind the server, 4 slots; tools/serve-check.py sends
 # greedy completions (short prompts and one of ~3,000 tokens: six prefill chunks of 512) alone and then all at
 # once, streamed and not: every concurrent text must equal its solo text (prompt chunks in prefill passes of their
-# own, decode rows batch-invariant).
+# own, decode rows batch-invariant). Then the same server with a DFlash drafter (random, z-lab's 8B shape): the
+# scheduler's speculative rows in the same passes, and every text equal to the plain server's.
 if want serve; then
     synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}"
     cat README.md docs/*.md crates/*/src/lib.rs 2>/dev/null | head -c 60000 >"$WORK/text.txt"
-    port=$((20000 + RANDOM % 20000))
-    "$KILN" serve -m "$WORK/q8b-q4km.gguf" --device cuda --port "$port" -c 32768 --parallel 4 \
-        >"$OUT/serve-server.log" 2>&1 &
-    spid=$!
-    for _ in $(seq 1 1200); do
-        grep -q "ready on" "$OUT/serve-server.log" && break
-        kill -0 "$spid" 2>/dev/null || break
-        sleep 0.1
-    done
-    # Not `step`: the server is stopped whatever the check says.
-    say "serve-check: tools/serve-check.py on kiln serve --device cuda (8B Q4_K_M, 4 slots)"
-    timeout 300 python3 tools/serve-check.py "http://127.0.0.1:$port" --long-file "$WORK/text.txt" \
-        --max-tokens 64 >"$OUT/serve-check.log" 2>&1
-    rc=$?
-    kill "$spid" 2>/dev/null
-    wait "$spid" 2>/dev/null
-    grep -E "^(round|serve-check|FAIL)" "$OUT/serve-check.log" | tee -a "$OUT/summary.txt"
-    if [ $rc -ne 0 ]; then
-        say "FAILED: serve-check (exit $rc); last lines of serve-server.log:"
-        tail -n 20 "$OUT/serve-server.log" | tee -a "$OUT/summary.txt"
-        exit 1
-    fi
+    # serve_check NAME "CHECK ARGS" SERVE ARGS...: kiln serve with the extra arguments, serve-check.py against it.
+    serve_check() {
+        local name=$1 check=$2
+        shift 2
+        local port=$((20000 + RANDOM % 20000))
+        "$KILN" serve -m "$WORK/q8b-q4km.gguf" --device cuda --port "$port" -c 32768 --parallel 4 "$@" \
+            >"$OUT/$name-server.log" 2>&1 &
+        local spid=$!
+        for _ in $(seq 1 1200); do
+            grep -q "ready on" "$OUT/$name-server.log" && break
+            kill -0 "$spid" 2>/dev/null || break
+            sleep 0.1
+        done
+        # Not `step`: the server is stopped whatever the check says.
+        say "$name: tools/serve-check.py on kiln serve --device cuda (8B Q4_K_M, 4 slots) $*"
+        timeout 300 python3 tools/serve-check.py "http://127.0.0.1:$port" --long-file "$WORK/text.txt" \
+            --max-tokens 64 $check >"$OUT/$name-check.log" 2>&1
+        local rc=$?
+        kill "$spid" 2>/dev/null
+        wait "$spid" 2>/dev/null
+        grep -E "^(round|serve-check|FAIL)" "$OUT/$name-check.log" | tee -a "$OUT/summary.txt"
+        if [ $rc -ne 0 ]; then
+            say "FAILED: $name (exit $rc); last lines of $name-server.log:"
+            tail -n 20 "$OUT/$name-server.log" | tee -a "$OUT/summary.txt"
+            exit 1
+        fi
+    }
+    serve_check serve "--save $WORK/serve-solo.json"
+    synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
+    serve_check serve-dflash "--expect $WORK/serve-solo.json" --draft "$WORK/d8b-q8.gguf"
 fi
 
 # 4. Qwen3-MoE: a synth 30B-A3B Q4_K_M (128 experts, 8 a token): decode, a 16-row block and prefill, the

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """A running `kiln serve` under concurrent load gives every request the text it gives that request alone.
 
-usage: serve-check.py URL [--long-file FILE] [--max-tokens N] [--streams N]
+usage: serve-check.py URL [--long-file FILE] [--max-tokens N] [--streams N] [--save FILE | --expect FILE]
 
 Standard library only (the GPU machine has no `openai` package). Greedy `/v1/completions` requests: a few short
 prompts and one long prompt (the first ~12,000 characters of --long-file: several prefill chunks), first each
 alone, one after another, then all at once (half of them streamed), twice. Each concurrent text must equal its
 solo text: on CUDA that checks the scheduler's prefill passes (each prompt chunk in a pass of its own) and the
-decode rows' batch invariance end to end. Prints the solo and concurrent wall times and completion tok/s; exits
-1 on any difference.
+decode rows' batch invariance end to end. `--save` writes the solo texts to a JSON file and `--expect` holds them to
+such a file, e.g. a server with a speculative drafter to the texts of one without (greedy output is the same).
+Prints the solo and concurrent wall times and completion tok/s; exits 1 on any difference.
 """
 import argparse
 import json
@@ -60,6 +61,8 @@ def main():
     ap.add_argument("--long-file", help="text whose first ~12,000 characters make the long prompt")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--streams", type=int, default=len(SHORT) + 1, help="requests in the concurrent rounds")
+    ap.add_argument("--save", help="write the solo texts here (JSON: prompt -> text)")
+    ap.add_argument("--expect", help="the solo texts must equal this file's (written by --save)")
     args = ap.parse_args()
     prompts = list(SHORT)
     if args.long_file:
@@ -81,6 +84,18 @@ def main():
     t_solo = time.time() - t0
 
     bad = 0
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as f:
+            json.dump(solo, f)
+    if args.expect:
+        with open(args.expect, encoding="utf-8") as f:
+            want = json.load(f)
+        for i, p in enumerate(solo):
+            if want.get(p) != solo[p]:
+                bad += 1
+                print(f"FAIL prompt {i}: solo text differs from {args.expect}")
+                print(f"  expected: {want.get(p)!r}")
+                print(f"  got:      {solo[p]!r}")
     for rnd in range(2):
         got = [None] * len(prompts)
         errors = []
@@ -119,7 +134,10 @@ def main():
     if bad:
         print(f"serve-check: {bad} failures")
         sys.exit(1)
-    print("serve-check: every concurrent text equals its solo text")
+    print(
+        "serve-check: every concurrent text equals its solo text"
+        + (f", and every solo text {args.expect}'s" if args.expect else "")
+    )
 
 
 if __name__ == "__main__":
