@@ -574,12 +574,20 @@ fn attn_splits(slot_ctx: usize) -> usize {
     slot_ctx.div_ceil(64).clamp(1, ATTN_MAX_SPLITS)
 }
 
+/// Positions a split takes for a row of `n_pos` positions in a slot of `n_splits` splits (`attn_chunk` in
+/// attention.cu, whose fewest positions a split are `min_chunk`).
+fn attn_chunk(n_pos: usize, n_splits: usize, min_chunk: usize) -> usize {
+    (n_pos.div_ceil(n_splits).div_ceil(64) * 64).max(min_chunk)
+}
+
 /// The split kernel's grid depth for a pass whose rows attend to at most `n_pos` positions, of `n_splits`
-/// splits a row (`attn_chunk` in attention.cu, with its fewest positions a split `min_chunk`): the longest span's
-/// splits, rounded up to a power of two (a growing context re-captures its graphs at doublings only).
+/// splits a row: the longest span's splits, rounded up to a power of two (a growing context re-captures its
+/// graphs at doublings only).
 fn fit_splits(n_pos: usize, n_splits: usize, min_chunk: usize) -> usize {
-    let chunk = (n_pos.div_ceil(n_splits).div_ceil(64) * 64).max(min_chunk);
-    n_pos.div_ceil(chunk).next_power_of_two().min(n_splits)
+    n_pos
+        .div_ceil(attn_chunk(n_pos, n_splits, min_chunk))
+        .next_power_of_two()
+        .min(n_splits)
 }
 
 impl Device {
@@ -2701,7 +2709,10 @@ impl Device {
         let end = |at: usize, stride: usize| at + rows.saturating_sub(1) * stride + width;
         self.check(
             "copy_rows",
-            rows == 0 || (end(dst_at, dst_stride) <= dst.len() && end(src_at, src_stride) <= src.len()),
+            rows == 0
+                || (rows <= 65_535 // the grid's y dimension
+                    && end(dst_at, dst_stride) <= dst.len()
+                    && end(src_at, src_stride) <= src.len()),
             || {
                 format!(
                     "{rows} rows of {width}: into {} at {dst_at} (stride {dst_stride}), from {} at {src_at} \
@@ -3521,9 +3532,9 @@ mod tests {
 
     #[test]
     fn fitted_split_grid_covers_every_row_of_the_pass() {
-        // attn_chunk in attention.cu: a row of n_pos positions uses ceil(n_pos / chunk) splits.
+        // A row of n_pos positions uses ceil(n_pos / chunk) splits.
         let used = |n_pos: usize, n_splits: usize, min: usize| {
-            n_pos.div_ceil((n_pos.div_ceil(n_splits).div_ceil(64) * 64).max(min))
+            n_pos.div_ceil(attn_chunk(n_pos, n_splits, min))
         };
         for ctx in [1usize, 64, 200, 4096, 4097, 32768, 131072] {
             let n = attn_splits(ctx);
@@ -3559,9 +3570,7 @@ mod tests {
 
     #[test]
     fn splits_cover_every_span() {
-        // attn_chunk in attention.cu, as the device computes it.
-        let chunk =
-            |n_pos: usize, n_splits: usize| (n_pos.div_ceil(n_splits).div_ceil(64) * 64).max(128);
+        let chunk = |n_pos: usize, n_splits: usize| attn_chunk(n_pos, n_splits, 128);
         for ctx in [1usize, 40, 64, 65, 512, 4096, 4097, 33000, 131072] {
             let n = attn_splits(ctx);
             assert!((1..=ATTN_MAX_SPLITS).contains(&n), "{ctx}: {n} splits");

@@ -227,7 +227,7 @@ fn copy_rows_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Resu
     let other = Device::open(dev.context().ordinal(), dev.options())?;
     let src_host = rng.vec(taps * pass_rows * width);
     let src = other.upload(&src_host)?;
-    other.synchronize()?;
+    dev.wait_for(&other)?; // as the drafter waits for its target's pass
     let fw = taps * width;
     let mut want = rng.vec(16 * fw);
     let mut dst = dev.upload(&want)?;

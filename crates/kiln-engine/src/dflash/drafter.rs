@@ -852,8 +852,9 @@ impl Drafter {
 
     /// [`Drafter::append_context`] from the target's tapped hidden states on the same GPU
     /// ([`crate::Session::device_taps`]): the features of the pass's rows `start..start + n` are gathered on the
-    /// device into the drafter's layout (rows × taps), so they never cross to the host. The two streams are ordered on the GPU:
-    /// the copies wait for the target's pass, and the target's next pass (which rewrites the taps) for the copies.
+    /// device into the drafter's layout (rows × taps), so they never cross to the host. The two streams are
+    /// ordered on the GPU: the copies wait for the target's pass, and the target's next pass (which rewrites the
+    /// taps) for the copies.
     #[cfg(feature = "cuda")]
     pub(crate) fn append_context_device(
         &self,

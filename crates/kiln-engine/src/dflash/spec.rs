@@ -99,8 +99,8 @@ pub struct SpecOutput {
     pub stats: SpecStats,
 }
 
-/// Context features (`rows × taps·hidden`, taps in the drafter's order) of batch rows `start..start + rows` of a forward pass that tapped the drafter's layers
-/// `ids` (the scheduler's batches hold other sequences' rows too).
+/// Context features (`rows × taps·hidden`, taps in the drafter's order) of batch rows `start..start + rows` of a
+/// forward pass that tapped the drafter's layers `ids` (the scheduler's batches hold other sequences' rows too).
 pub(crate) fn features_of_rows(
     out: &Output,
     ids: &[usize],
