@@ -410,6 +410,10 @@ PY
     ab_want KILN_NO_CUDA_ATTN_FIT_GRID && step ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-q8.gguf" --draft-force 3,6 --draft-max 7 -d 256 -n 128 -c 4096 -r 2 \
         --ab KILN_NO_CUDA_ATTN_FIT_GRID=1
+    # The drafter block's QK-norm, RoPE and K/V store as four launches and a store instead of attn_prep.
+    ab_want KILN_NO_CUDA_DRAFTER_FUSED_ATTN && step ab-KILN_NO_CUDA_DRAFTER_FUSED_ATTN timeout 300 "$KILN" bench \
+        -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" --draft-force 3,6 --draft-max 7 -d 256 \
+        -n 128 -r 2 --ab KILN_NO_CUDA_DRAFTER_FUSED_ATTN=1
     # The Q8_0 drafter kernel bounded to 3 blocks a multiprocessor (it spills; its Q/K/V launch fits one wave).
     ab_want Q8D_MINB && step ab-dflash-Q8D_MINB timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-q8.gguf" --draft-force 3,6 --draft-max 7 -d 256 -n 128 -r 2 \
@@ -434,7 +438,8 @@ PY
         --draft "$WORK/d8b-bf16" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
     say "DFlash (CUDA, forced acceptance):"
     grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DEVICE_TAPS.log" \
-        "$OUT/ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID.log" "$OUT/ab-dflash-Q8D_MINB.log" \
+        "$OUT/ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID.log" "$OUT/ab-KILN_NO_CUDA_DRAFTER_FUSED_ATTN.log" \
+        "$OUT/ab-dflash-Q8D_MINB.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFTER_Q8.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFTER_BLAS.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFT_HEAD_K8.log" "$OUT/ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT.log" 2>/dev/null |

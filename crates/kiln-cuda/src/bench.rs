@@ -197,6 +197,7 @@ pub fn run(dev: &Device) -> Result<Vec<Timing>> {
             1,
             &shape,
             Some((&qn, &kn)),
+            0,
         )
     };
     for pos in [100usize, 4000, 32768] {

@@ -2897,21 +2897,7 @@ impl Device {
         visible: usize,
     ) -> Result<()> {
         self.attention_checks(out, q, k, v, kv, layer, n, n_head, n_head_kv, head_dim)?;
-        if visible > 0 {
-            let (_, _, slot_ctx, _) = kv.dims;
-            let m = self.lock(&self.meta);
-            let late = m.rows.iter().take(n).find(|&&(_, p)| p >= visible).copied();
-            let last = n
-                .checked_sub(1)
-                .and_then(|i| m.rows.get(i))
-                .map(|&(_, p)| p + 1);
-            drop(m);
-            self.check(
-                "attention",
-                visible <= slot_ctx && late.is_none() && last == Some(visible),
-                || format!("{visible} visible positions of a {slot_ctx}-position slot (last row ends at {last:?}, row {late:?})"),
-            )?;
-        }
+        self.visible_check(kv, n, visible)?;
         out.invalidate();
         if n == 0 {
             return Ok(());
@@ -2954,6 +2940,27 @@ impl Device {
         self.kv_append(kv, k, v, layer, n)
     }
 
+    /// With `visible` > 0 (a block attending to `0..visible`), that the span fits the slot and ends at the last
+    /// row's position + 1 with no row past it.
+    fn visible_check(&self, kv: &DKv, n: usize, visible: usize) -> Result<()> {
+        if visible == 0 {
+            return Ok(());
+        }
+        let (_, _, slot_ctx, _) = kv.dims;
+        let m = self.lock(&self.meta);
+        let late = m.rows.iter().take(n).find(|&&(_, p)| p >= visible).copied();
+        let last = n
+            .checked_sub(1)
+            .and_then(|i| m.rows.get(i))
+            .map(|&(_, p)| p + 1);
+        drop(m);
+        self.check(
+            "attention",
+            visible <= slot_ctx && late.is_none() && last == Some(visible),
+            || format!("{visible} visible positions of a {slot_ctx}-position slot (last row ends at {last:?}, row {late:?})"),
+        )
+    }
+
     /// The `kv_append` launch of [`Device::kv_store`] and [`Device::attention`] (arguments already checked).
     fn kv_append(&self, kv: &mut DKv, k: &DBuf, v: &DBuf, layer: usize, n: usize) -> Result<()> {
         let (_, n_slots, slot_ctx, kv_dim) = kv.dims;
@@ -2979,7 +2986,8 @@ impl Device {
     }
 
     /// QK-norm (when `norms` are given), RoPE, KV append and attention of the pass's `n` rows in two to three
-    /// kernels; `q` and `k` are rotated in place. The output's Q8 shadow is written too.
+    /// kernels; `q` and `k` are rotated in place. The output's Q8 shadow is written too. `visible` > 0: every
+    /// row attends to `0..visible`, as in [`Device::attention_visible`] (a DFlash drafter's block).
     #[allow(clippy::too_many_arguments)]
     pub fn attention_fused(
         &self,
@@ -2992,9 +3000,11 @@ impl Device {
         n: usize,
         a: &AttnShape,
         norms: Option<(&DBuf, &DBuf)>,
+        visible: usize,
     ) -> Result<()> {
         let (n_head, n_head_kv, head_dim) = (a.n_head, a.n_head_kv, a.head_dim);
         self.attention_checks(out, q, k, v, kv, layer, n, n_head, n_head_kv, head_dim)?;
+        self.visible_check(kv, n, visible)?;
         if let Some((qn, kn)) = norms {
             self.check(
                 "attention",
@@ -3024,6 +3034,7 @@ impl Device {
         };
         // A one-row pass on the split kernel preps inside it (attn_split's `prep`): one launch fewer a layer.
         if n == 1
+            && visible == 0
             && self.opts.prep_in_split
             && self.split_path(kv, n_head / n_head_kv, head_dim).is_some()
         {
@@ -3085,7 +3096,7 @@ impl Device {
             ],
         )?;
         self.attend(
-            out, q, kv, layer, n, n_head, n_head_kv, head_dim, a.scale, 0, None,
+            out, q, kv, layer, n, n_head, n_head_kv, head_dim, a.scale, visible, None,
         )
     }
 

@@ -866,6 +866,7 @@ fn merge_shadow_case(
             n,
             &shape,
             Some((&qn, &kn)),
+            0,
         )?;
         checks.push(Check {
             name: format!(
@@ -1266,6 +1267,7 @@ fn attn_call(
             n,
             shape,
             Some(norms),
+            0,
         )?;
     } else {
         let (nh, nkv, hd, sc) = (shape.n_head, shape.n_head_kv, shape.head_dim, shape.scale);
@@ -1621,6 +1623,74 @@ fn visible_attention_check(
         err: bits_differ(&one, &got[r * qd..(r + 1) * qd]),
         tol: 0.0,
     });
+    // The fused form (QK-norm, RoPE and the K/V store in attn_prep, as a GPU drafter runs its block) over the same
+    // context in a fresh cache: as in `attention_case`, each key the device stored must be within a rounding step
+    // of the host's f64 norm + RoPE, and the reference attends over the keys as stored.
+    let eps = 1e-6f32;
+    let (qn, kn) = (rng.vec(hd), rng.vec(hd));
+    let mut kv = dev.alloc_kv(1, 1, ctx, kvd, f16)?;
+    dev.set_pass(&[], &rows, &[], false)?;
+    dev.kv_store(&mut kv, &dev.upload(&kc)?, &dev.upload(&vc)?, 0, n_ctx)?;
+    dev.set_pass(&[], &block, &[], false)?;
+    let (mut qb, mut kbb, vbb) = (dev.upload(&q)?, dev.upload(&kb)?, dev.upload(&vb)?);
+    let mut out = dev.alloc(n * qd)?;
+    dev.attention_fused(
+        &mut out,
+        &mut qb,
+        &mut kbb,
+        &vbb,
+        &mut kv,
+        0,
+        n,
+        &test_shape(nh, nkv, hd, eps),
+        Some((&dev.upload(&qn)?, &dev.upload(&kn)?)),
+        visible,
+    )?;
+    let mut got = vec![0f32; n * qd];
+    dev.read(&out, &mut got)?;
+    let stored = dev.read_kv_keys(&kv, 0, 0)?;
+    let (mut keys, mut key_err) = (keys, 0f64);
+    for i in 0..n {
+        for g in 0..nkv {
+            let kr = norm_rope(
+                &kb[i * kvd + g * hd..i * kvd + (g + 1) * hd],
+                Some(&kn),
+                n_ctx + i,
+                eps,
+            );
+            let bound = stored_key_bound(kr.iter().fold(1e-30, |m, x| x.abs().max(m)), f16);
+            for (j, want) in kr.iter().enumerate() {
+                let at = (n_ctx + i) * kvd + g * hd + j;
+                key_err = key_err.max((stored[at] as f64 - want).abs() / bound);
+                keys[at] = stored[at] as f64;
+            }
+        }
+    }
+    for i in 0..n {
+        for h in 0..nh {
+            let g = h / (nh / nkv);
+            let qh = norm_rope(
+                &q[i * qd + h * hd..i * qd + (h + 1) * hd],
+                Some(&qn),
+                n_ctx + i,
+                eps,
+            );
+            let o = host_attention(&qh, &keys, &vals, kvd, g * hd, visible, scale);
+            want[i * qd + h * hd..i * qd + (h + 1) * hd].copy_from_slice(&o);
+        }
+    }
+    checks.push(Check {
+        name: format!("attention fused norm+rope+store over a visible span {kvn} KV (block of 16)"),
+        err: rel_err(&got, &want),
+        tol: 1e-5,
+    });
+    checks.push(Check {
+        name: format!(
+            "attention fused over a visible span {kvn} KV: stored keys within a rounding step"
+        ),
+        err: key_err,
+        tol: 1.0,
+    });
     Ok(())
 }
 
@@ -1670,6 +1740,7 @@ fn graph_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<(
                 n,
                 &shape,
                 Some((&qn, &kn)),
+                0,
             )?;
             dev.matmul(&mut out, &w, &att, n, false)
         };

@@ -216,7 +216,8 @@ pub trait Backend: Send + Sync {
         p: &AttnParams,
     ) -> Result<()>;
     /// The attention block after the Q/K/V projections, as one op a backend may fuse: per-head QK-norm of `q`
-    /// and `k` (when `qk_norm` gives the two weights), RoPE at each row's position, then [`Backend::attention`].
+    /// and `k` (when `qk_norm` gives the two weights), RoPE at each row's position, then [`Backend::attention`],
+    /// or with `visible` = `Some((end, mask))` [`Backend::attention_visible`] (a DFlash drafter's block).
     /// `q` and `k` are modified in place.
     #[allow(clippy::too_many_arguments)]
     fn attention_block(
@@ -232,9 +233,10 @@ pub trait Backend: Send + Sync {
         p: &AttnParams,
         rope: &RopeParams,
         qk_norm: Option<(&Weight, &Weight, f32)>,
+        visible: Option<(usize, BlockAttn)>,
     ) -> Result<()> {
         unfused_attention_block(
-            self, out, q, k, v, kv, layer, rows, positions, p, rope, qk_norm,
+            self, out, q, k, v, kv, layer, rows, positions, p, rope, qk_norm, visible,
         )
     }
     /// `x += W · a` for `n_rows` rows (the residual projection), which a backend may fuse into the matmul; `tmp`
@@ -337,6 +339,7 @@ pub(crate) fn unfused_attention_block<B: Backend + ?Sized>(
     p: &AttnParams,
     rope: &RopeParams,
     qk_norm: Option<(&Weight, &Weight, f32)>,
+    visible: Option<(usize, BlockAttn)>,
 ) -> Result<()> {
     let n = rows.len();
     if let Some((qn, kn, eps)) = qk_norm {
@@ -345,5 +348,8 @@ pub(crate) fn unfused_attention_block<B: Backend + ?Sized>(
     }
     be.rope(q, positions, p.n_head, p.head_dim, rope)?;
     be.rope(k, positions, p.n_head_kv, p.head_dim, rope)?;
-    be.attention(out, q, k, v, kv, layer, rows, p)
+    match visible {
+        Some((end, mask)) => be.attention_visible(out, q, k, v, kv, layer, rows, end, mask, p),
+        None => be.attention(out, q, k, v, kv, layer, rows, p),
+    }
 }

@@ -485,10 +485,13 @@ impl Backend for CudaBackend {
         p: &AttnParams,
         rope: &RopeParams,
         qk_norm: Option<(&Weight, &Weight, f32)>,
+        visible: Option<(usize, BlockAttn)>,
     ) -> Result<()> {
-        if !self.dev.options().fused {
+        // The fused kernels take the full block mask only (`attention_visible` refuses the others).
+        let full = visible.is_none_or(|(_, mask)| mask == BlockAttn::FULL);
+        if !self.dev.options().fused || !full {
             return crate::backend::unfused_attention_block(
-                self, out, q, k, v, kv, layer, rows, positions, p, rope, qk_norm,
+                self, out, q, k, v, kv, layer, rows, positions, p, rope, qk_norm, visible,
             );
         }
         let shape = AttnShape {
@@ -506,7 +509,18 @@ impl Backend for CudaBackend {
             None => None,
         };
         self.dev
-            .attention_fused(out, q, k, v, kv, layer, rows.len(), &shape, norms)
+            .attention_fused(
+                out,
+                q,
+                k,
+                v,
+                kv,
+                layer,
+                rows.len(),
+                &shape,
+                norms,
+                visible.map_or(0, |(end, _)| end),
+            )
             .map_err(dev_err)
     }
 

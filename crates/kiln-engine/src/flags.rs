@@ -268,6 +268,12 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_DRAFTER_FUSED_ATTN",
+        disables: "CUDA: a GPU drafter's block takes QK-norm, RoPE and its K/V store in one launch before its \
+                   attention (attn_prep); four launches and the K/V store instead",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_DRAFT_HEAD_K8",
         disables: "CUDA: with KILN_NO_CUDA_DRAFTER_BLAS off, a GPU drafter's head (the target's) read quantized by \
                    the K8 block kernel when it is Q4_K/Q6_K (no bf16 copy); on cuBLAS like its layers instead",
@@ -373,6 +379,8 @@ pub struct Flags {
     pub cuda_drafter_q8: bool,
     /// CUDA: a GPU drafter's context features gathered on the device from the target's taps.
     pub cuda_device_taps: bool,
+    /// CUDA: a GPU drafter's QK-norm, RoPE and K/V store in the fused attention prep.
+    pub cuda_drafter_fused_attn: bool,
 }
 
 impl Default for Flags {
@@ -421,6 +429,7 @@ impl Default for Flags {
             cuda_draft_head_k8: true,
             cuda_drafter_q8: true,
             cuda_device_taps: true,
+            cuda_drafter_fused_attn: true,
         }
     }
 }
@@ -471,6 +480,7 @@ impl Flags {
             cuda_draft_head_k8: false,
             cuda_drafter_q8: false,
             cuda_device_taps: false,
+            cuda_drafter_fused_attn: false,
         }
     }
 
@@ -549,6 +559,7 @@ impl Flags {
                 "KILN_NO_CUDA_DRAFT_HEAD_K8" => flags.cuda_draft_head_k8 = !disabled,
                 "KILN_NO_CUDA_DRAFTER_Q8" => flags.cuda_drafter_q8 = !disabled,
                 "KILN_NO_CUDA_DEVICE_TAPS" => flags.cuda_device_taps = !disabled,
+                "KILN_NO_CUDA_DRAFTER_FUSED_ATTN" => flags.cuda_drafter_fused_attn = !disabled,
                 other => unreachable!("flag {other} is in REGISTRY but not handled here"),
             }
         }

@@ -80,6 +80,9 @@ pub struct Drafter {
     /// ([`Drafter::append_context_device`]; `KILN_NO_CUDA_DEVICE_TAPS` sends them through the host).
     #[cfg(feature = "cuda")]
     device_taps: bool,
+    /// The block's QK-norm, RoPE, K/V store and attention as one backend op ([`Backend::attention_block`]:
+    /// fused on a GPU; `KILN_NO_CUDA_DRAFTER_FUSED_ATTN` takes them one by one).
+    fused_attn: bool,
 }
 
 impl std::fmt::Debug for Drafter {
@@ -495,6 +498,7 @@ impl Drafter {
             gpu_blas,
             #[cfg(feature = "cuda")]
             device_taps: target.backend().flags().cuda_device_taps,
+            fused_attn: target.backend().flags().cuda_drafter_fused_attn,
         })
     }
 
@@ -670,8 +674,7 @@ impl Drafter {
         be.matmul(&mut sc.xn, &self.fc, &sc.feat, n)?;
         be.rms_norm_inplace(&mut sc.xn, &self.hidden_norm, n, c.hidden, c.rms_eps)?;
         for (il, l) in self.layers.iter().enumerate() {
-            be.matmul(&mut sc.k, &l.k, &sc.xn, n)?;
-            be.matmul(&mut sc.v, &l.v, &sc.xn, n)?;
+            be.matmul_many(&mut [&mut sc.k, &mut sc.v], &[&l.k, &l.v], &sc.xn, n)?;
             be.rms_norm_inplace(&mut sc.k, &l.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps)?;
             be.rope(&mut sc.k, &positions, c.n_head_kv, c.head_dim, &rope)?;
             be.kv_store(kv, il, &sc.k, &sc.v, &rows)?;
@@ -709,15 +712,15 @@ impl Drafter {
                 &sc.xn,
                 n,
             )?;
-            be.rms_norm_inplace(&mut sc.q, &l.q_norm, n * c.n_head, c.head_dim, c.rms_eps)?;
-            be.rms_norm_inplace(&mut sc.k, &l.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps)?;
-            be.rope(&mut sc.q, &positions, c.n_head, c.head_dim, &rope)?;
-            be.rope(&mut sc.k, &positions, c.n_head_kv, c.head_dim, &rope)?;
             let pruned = il == last && only > 0 && self.prune;
             if pruned {
                 // Every row's K and V into the cache, then attention for the kept rows and the block's last
                 // (whose position ends the visible window) alone, into `sc.q`: the kept rows' outputs first.
                 // (The host's attention places each row by its position; a GPU drafter passes `only` = 0.)
+                be.rms_norm_inplace(&mut sc.q, &l.q_norm, n * c.n_head, c.head_dim, c.rms_eps)?;
+                be.rms_norm_inplace(&mut sc.k, &l.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps)?;
+                be.rope(&mut sc.q, &positions, c.n_head, c.head_dim, &rope)?;
+                be.rope(&mut sc.k, &positions, c.n_head_kv, c.head_dim, &rope)?;
                 be.kv_store(kv, il, &sc.k, &sc.v, &rows)?;
                 let mut sel = kept.clone();
                 if n - 1 > only {
@@ -743,18 +746,21 @@ impl Drafter {
                 keep_rows(be, sc, &kept, c.hidden)?;
                 n = only;
             } else {
-                be.attention_visible(
-                    &mut sc.attn,
-                    &sc.q,
-                    &sc.k,
-                    &sc.v,
-                    kv,
-                    il,
-                    &rows,
-                    start + n,
-                    c.layer_attn[il],
-                    &p,
-                )?;
+                // QK-norm, RoPE, the K/V store and the attention as one op (two launches on a GPU).
+                let (qk_norm, visible) = (
+                    Some((&l.q_norm, &l.k_norm, c.rms_eps)),
+                    Some((start + n, c.layer_attn[il])),
+                );
+                let (sa, q, k) = (&mut sc.attn, &mut sc.q, &mut sc.k);
+                if self.fused_attn {
+                    be.attention_block(
+                        sa, q, k, &sc.v, kv, il, &rows, &positions, &p, &rope, qk_norm, visible,
+                    )?;
+                } else {
+                    crate::backend::unfused_attention_block(
+                        be, sa, q, k, &sc.v, kv, il, &rows, &positions, &p, &rope, qk_norm, visible,
+                    )?;
+                }
             }
             let attn = if pruned { &sc.q } else { &sc.attn };
             be.matmul_add(&mut sc.x, &l.o, attn, &mut sc.tmp, n)?;

@@ -213,6 +213,7 @@ impl AttnWeights {
             &ap,
             rope,
             qk_norm,
+            None,
         )?;
         be.matmul_add(&mut st.x, &self.o, &st.attn, &mut st.out, n)
     }
