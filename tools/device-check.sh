@@ -223,6 +223,10 @@ if want bench; then
     # its first tokens), a decode step and a 16-row block.
     ab_want KILN_NO_CUDA_ATTN_FIT_GRID && step ab-KILN_NO_CUDA_ATTN_FIT_GRID "$KILN" bench -m "$WORK/q06-q4km.gguf" \
         -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 128 -c 32768 -r 2 --ab KILN_NO_CUDA_ATTN_FIT_GRID=1
+    # A 16-row block's attention prep in attn_prep instead of inside the split kernel.
+    ab_want KILN_NO_CUDA_PREP_ROWS_IN_SPLIT && step ab-KILN_NO_CUDA_PREP_ROWS_IN_SPLIT "$KILN" bench \
+        -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 \
+        --ab KILN_NO_CUDA_PREP_ROWS_IN_SPLIT=1
     ab_want KILN_NO_CUDA_PDL && step ab-KILN_NO_CUDA_PDL "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
         -p 16 -b 16 -n 128 -r 2 --ab KILN_NO_CUDA_PDL=1
     for flag in KILN_NO_CUDA_FUSE KILN_NO_CUDA_GEMV KILN_NO_CUDA_SPLIT_KV KILN_NO_CUDA_GEMV_STAGE \
@@ -247,7 +251,8 @@ if want bench; then
         --ab KILN_NO_CUDA_FLASH_ATTN=1
     say "bench (CUDA):"
     for f in bench-tg bench-block16 bench-pp ab-KILN_NO_CUDA_GRAPH ab-KILN_NO_CUDA_PREP_IN_SPLIT \
-        ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_ATTN_HEAD_SPLIT ab-KILN_NO_CUDA_ATTN_FIT_GRID ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
+        ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_ATTN_HEAD_SPLIT ab-KILN_NO_CUDA_ATTN_FIT_GRID \
+        ab-KILN_NO_CUDA_PREP_ROWS_IN_SPLIT ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
         ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_GEMV_STAGE ab-KILN_NO_CUDA_EARLY_WEIGHTS \
         ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_PREFILL_K8 \
         ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_DIRECT ab-KILN_NO_CUDA_BLOCK_RING ab-KILN_NO_CUDA_BLOCK_TILE16 \
@@ -410,6 +415,10 @@ PY
     ab_want KILN_NO_CUDA_ATTN_FIT_GRID && step ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-q8.gguf" --draft-force 3,6 --draft-max 7 -d 256 -n 128 -c 4096 -r 2 \
         --ab KILN_NO_CUDA_ATTN_FIT_GRID=1
+    # The verify block's attention prep in attn_prep before the split kernel instead of inside it.
+    ab_want KILN_NO_CUDA_PREP_ROWS_IN_SPLIT && step ab-dflash-KILN_NO_CUDA_PREP_ROWS_IN_SPLIT timeout 300 "$KILN" \
+        bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" --draft-force 3,9 --draft-max 7,15 \
+        -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREP_ROWS_IN_SPLIT=1
     # The drafter block's QK-norm, RoPE and K/V store as four launches and a store instead of attn_prep.
     ab_want KILN_NO_CUDA_DRAFTER_FUSED_ATTN && step ab-KILN_NO_CUDA_DRAFTER_FUSED_ATTN timeout 300 "$KILN" bench \
         -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" --draft-force 3,6 --draft-max 7 -d 256 \
@@ -438,7 +447,8 @@ PY
         --draft "$WORK/d8b-bf16" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
     say "DFlash (CUDA, forced acceptance):"
     grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DEVICE_TAPS.log" \
-        "$OUT/ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID.log" "$OUT/ab-KILN_NO_CUDA_DRAFTER_FUSED_ATTN.log" \
+        "$OUT/ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID.log" "$OUT/ab-dflash-KILN_NO_CUDA_PREP_ROWS_IN_SPLIT.log" \
+        "$OUT/ab-KILN_NO_CUDA_DRAFTER_FUSED_ATTN.log" \
         "$OUT/ab-dflash-Q8D_MINB.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFTER_Q8.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFTER_BLAS.log" \

@@ -237,8 +237,8 @@ __device__ __forceinline__ int attn_chunk(int n_pos, int n_splits) {
 // tile's scores, one max per head for the whole warp, and the V sums. The lane groups' partial sums are combined by an
 // xor-shuffle tree and the four warps in warp order: the result depends only on the row's own position and data. Writes
 // (acc[head_dim], max, sum) per (row, query head, split) to `ws`, or, with `out` given, a one-split row's output and
-// its Q8/K8 shadows (xq, kq: null to skip). With `prep` (a one-row pass) it does attn_prep's work for its heads first
-// (k, v, the QK-norm weights and RoPE parameters are attn_prep's).
+// its Q8/K8 shadows (xq, kq: null to skip). With `prep` > 0 (a causal pass of that many rows) it does attn_prep's work
+// for its heads and span first (k, v, the QK-norm weights and RoPE parameters are attn_prep's).
 template <int G, int HD>
 __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const void* kc, const void* vc,
                                                 const int* slots, const int* positions, int layer, int n_slots,
@@ -270,34 +270,43 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
     // in flight.
     const float qscale = scale * 1.4426950408889634f;
     if (prep) {
-        // attn_prep in this launch (a one-row pass; the host skips attn_prep): warp w preps query heads w, w + 4,
-        // ... of the block straight into qs (attn_prep's bits, times qscale as below), and the split holding the
-        // row's own position the KV head's K/V into the cache (each block of the KV head there writes the same
-        // bits), read back below after the barrier (so the K/V loads are plain ones: the non-coherent path need
-        // not see this launch's writes). Other splits do not read that position. A warp's heads (up to NH) load
-        // together, then the block computes the RoPE table once.
-        __shared__ float phb[4][HD], rope[HD];
-        constexpr int NH = (G + 4) / 4;
-        int kvd = n_head_kv * HD;
-        long long dst = kv_row(layer, slots[r], n_pos - 1, n_slots, slot_ctx, kvd) + (long long)g * HD;
-        PrepIn in[NH];
+        // attn_prep in this launch (a causal pass of `prep` rows; the host skips attn_prep): warp w preps query
+        // heads w, w + 4, ... of the block straight into qs (attn_prep's bits, times qscale as below). Then the
+        // block writes its KV head's K/V into the cache at every position of its span that a row of the pass
+        // brings (row r's own in the split holding it; in a block of rows of one slot the earlier rows' too):
+        // every block whose span holds such a position writes it, with the same bits, and reads it back below
+        // after the barrier (so the K/V loads are plain ones: the non-coherent path need not see this launch's
+        // writes). No block reads a position of the pass that it did not write itself.
+        __shared__ float phb[4][HD], rope[HD], krope[4][HD];
+        constexpr int NQ = (G + 3) / 4;
+        PrepIn in[NQ];
 #pragma unroll
-        for (int j = 0; j < NH; j++) {
+        for (int j = 0; j < NQ; j++) {
             int hh = warp + 4 * j;
-            bool is_q = hh < G;
-            if (hh > G || (!is_q && end != n_pos)) break; // warp-uniform
-            const float* src = is_q ? q + ((long long)r * n_head + qh0 + hh) * HD : k + (long long)r * kvd + g * HD;
-            prep_load(in[j], src, is_q ? q_norm : k_norm, is_q ? nullptr : v + (long long)r * kvd + g * HD, is_q, HD);
+            if (hh >= G) break; // warp-uniform
+            prep_load(in[j], q + ((long long)r * n_head + qh0 + hh) * HD, q_norm, nullptr, true, HD);
         }
         rope_table(rope, (float)(n_pos - 1) * freq_scale, theta, HD, threadIdx.x, blockDim.x);
         __syncthreads();
 #pragma unroll
-        for (int j = 0; j < NH; j++) {
+        for (int j = 0; j < NQ; j++) {
             int hh = warp + 4 * j;
-            bool is_q = hh < G;
-            if (hh > G || (!is_q && end != n_pos)) break;
-            prep_finish(in[j], phb[warp], rope, is_q ? q_norm : k_norm, is_q, qs + hh * HD, qscale, (void*)kc,
-                        (void*)vc, dst, HD, eps, neox, 1, true);
+            if (hh >= G) break;
+            prep_finish(in[j], phb[warp], rope, q_norm, true, qs + hh * HD, qscale, nullptr, nullptr, 0, HD, eps,
+                        neox, 1, true);
+            __syncwarp();
+        }
+        int kvd = n_head_kv * HD, slot = slots[r], seen = 0;
+        for (int j = 0; j < prep; j++) {
+            int p = positions[j];
+            if (slots[j] != slot || p < start || p >= end) continue; // block-uniform
+            if ((seen++ & 3) != warp) continue;                      // warp-uniform
+            rope_table(krope[warp], (float)p * freq_scale, theta, HD, lane, 32);
+            PrepIn kin;
+            prep_load(kin, k + (long long)j * kvd + g * HD, k_norm, v + (long long)j * kvd + g * HD, false, HD);
+            __syncwarp();
+            prep_finish(kin, phb[warp], krope[warp], k_norm, false, nullptr, 1.0f, (void*)kc, (void*)vc,
+                        kv_row(layer, slot, p, n_slots, slot_ctx, kvd) + (long long)g * HD, HD, eps, neox, 1, true);
             __syncwarp();
         }
     } else {

@@ -38,6 +38,9 @@ const ROW_THREADS: u32 = 256;
 /// Rows above which a prefill pass's matmuls use the tensor-core kernel (below, the GEMV's one weight read serves
 /// a few rows as well).
 pub const MMQ_MIN_ROWS: usize = 16;
+/// The most rows of a pass whose attention prep the split kernel does itself ([`Options::prep_rows_in_split`]):
+/// the last split of a block's last row writes every row's K/V, a few a warp in turn.
+pub const PREP_MAX_ROWS: usize = 16;
 /// Rows from which a prefill pass's matmul on a weight with a dense bf16 copy runs on cuBLAS ([`Options::prefill_blas`]):
 /// the first row count of the prefill kernels' range. Measured on the H200 (8B Q4_K_M, a pass's time): at 64 rows
 /// cuBLAS 8.2 ms against the int8 kernel's 14.4, and the int8 kernel's time hardly falls with fewer rows (13.6 ms
@@ -80,6 +83,10 @@ pub struct Options {
     /// With `fused` and `split_kv`: a one-row pass's QK-norm, RoPE and K/V append are done by the split kernel
     /// (same bits); else by `attn_prep` before it.
     pub prep_in_split: bool,
+    /// With `prep_in_split`: causal passes of 2 to [`PREP_MAX_ROWS`] rows too (a verify block, several slots'
+    /// decode rows): each split kernel block writes the K/V of every position of its span that a row of the pass
+    /// brings and reads them back itself (same bits); else such passes run `attn_prep` first.
+    pub prep_rows_in_split: bool,
     /// With `split_kv`: a split kernel block takes the fewest query heads of a KV head whose outputs fill whole
     /// activation blocks (Q8: 128 elements a pass; K8: 256, or 128 when every row is one split on a GPU with
     /// thread block clusters, two blocks of a cluster sharing a K8 block's scale), e.g. 1 of the 8B's 4, so a
@@ -174,6 +181,7 @@ impl Default for Options {
             split_kv: true,
             split_direct: true,
             prep_in_split: true,
+            prep_rows_in_split: true,
             attn_head_split: true,
             attn_fit_grid: true,
             gemv_stage: true,
@@ -3032,8 +3040,10 @@ impl Device {
             Some((qn, kn)) => (self.ptr(&qn.data), self.ptr(&kn.data)),
             None => (0u64, 0u64),
         };
-        // A one-row pass on the split kernel preps inside it (attn_split's `prep`): one launch fewer a layer.
-        if n == 1
+        // A causal pass of a few rows on the split kernel preps inside it (attn_split's `prep`): one launch fewer a
+        // layer.
+        let few = n == 1 || (self.opts.prep_rows_in_split && n <= PREP_MAX_ROWS);
+        if few
             && visible == 0
             && self.opts.prep_in_split
             && self.split_path(kv, n_head / n_head_kv, head_dim).is_some()
@@ -3239,7 +3249,7 @@ impl Device {
             (0, 0, 0, 0, 0, 0, 0)
         };
         let pr = prep.unwrap_or_default();
-        let on = prep.is_some() as i32;
+        let on = if prep.is_some() { n as i32 } else { 0 };
         self.launch_clusters(
             split,
             LaunchConfig {
@@ -3322,8 +3332,8 @@ enum Spans {
     Long,
 }
 
-/// What `attn_prep` would take, for a split kernel that preps a one-row pass itself (device pointers; norms 0
-/// when the model has no QK-norm).
+/// What `attn_prep` would take, for a split kernel that preps a pass of a few rows itself (device pointers; norms
+/// 0 when the model has no QK-norm).
 #[derive(Clone, Copy, Default)]
 struct Prep {
     k: u64,

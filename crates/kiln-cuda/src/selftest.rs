@@ -1319,7 +1319,7 @@ fn attention_check(
     checks: &mut Vec<Check>,
 ) -> Result<()> {
     // 2 layers, 2 slots of 200 positions (several splits), `nh` query heads over 2 KV heads of `hd`. Slot 1 is filled
-    // by a prefill of 133 rows in one call, then one decode row; slot 0 gets 5 rows one by one. The attention of
+    // by a prefill of 133 rows in one call, then one decode row; slot 0 gets 5 rows one by one, then blocks of rows. The attention of
     // the decode rows must match the reference and be bit-identical when recomputed inside a batch. The fused
     // form also applies QK-norm and NEOX RoPE, mirrored on the host in f64: each key the device stored must be
     // within one rounding step of the cache's type of the host's, and the reference then attends over the keys as
@@ -1407,6 +1407,16 @@ fn attention_check(
         let (g, w, ..) = run(&[(0, p)], rng, &mut kv)?;
         err = err.max(rel_err(&g, &w));
     }
+    // Blocks of rows of one slot, as a DFlash verify has: 16 rows at 5..21 (one split), the slot filled to 120,
+    // then 16 rows at 120..136, across the split boundary at 128.
+    let mut last = None;
+    for (a, b) in [(5usize, 21usize), (21, 120), (120, 136)] {
+        let rows: Vec<(usize, usize)> = (a..b).map(|p| (0, p)).collect();
+        let (g, w, q, k, v) = run(&rows, rng, &mut kv)?;
+        err = err.max(rel_err(&g, &w));
+        last = Some((g, q, k, v));
+    }
+    let (gb, qb, kb, vb) = last.unwrap_or_default();
     let (gd, wd, q, k, v) = run(&[(1, 133)], rng, &mut kv)?;
     err = err.max(rel_err(&gd, &wd));
     let kvn = if f16 { "f16" } else { "f32" };
@@ -1445,6 +1455,25 @@ fn attention_check(
     checks.push(Check {
         name: format!("attention {form} {kvn} {nh}/2x{hd} batch invariance"),
         err: bits_differ(&g2[qd..], &gd),
+        tol: 0.0,
+    });
+    // The last block's last row (slot 0, position 135) alone: the bits it got in the block.
+    let r = 15;
+    let one = attn_call(
+        dev,
+        fused,
+        &shape,
+        (&qnb, &knb),
+        &mut kv,
+        layer,
+        &[(0, 135)],
+        &qb[r * qd..(r + 1) * qd],
+        &kb[r * kvd..(r + 1) * kvd],
+        &vb[r * kvd..(r + 1) * kvd],
+    )?;
+    checks.push(Check {
+        name: format!("attention {form} {kvn} {nh}/2x{hd}: a 16-row block's last row alone"),
+        err: bits_differ(&one, &gb[r * qd..(r + 1) * qd]),
         tol: 0.0,
     });
     Ok(())

@@ -85,6 +85,7 @@ impl CudaBackend {
             split_kv: flags.cuda_split_kv,
             split_direct: flags.cuda_split_direct,
             prep_in_split: flags.cuda_prep_in_split,
+            prep_rows_in_split: flags.cuda_prep_rows_in_split,
             attn_head_split: flags.cuda_attn_head_split,
             attn_fit_grid: flags.cuda_attn_fit_grid,
             gemv_stage: flags.cuda_gemv_stage,

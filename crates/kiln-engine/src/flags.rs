@@ -127,6 +127,13 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_PREP_ROWS_IN_SPLIT",
+        disables: "CUDA: with KILN_NO_CUDA_PREP_IN_SPLIT off, passes of 2 to 16 rows (a DFlash verify block, \
+                   several slots decoding) prep inside the split-KV attention kernel too; by a kernel of their \
+                   own before it instead (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_ATTN_HEAD_SPLIT",
         disables: "CUDA: a split-KV attention block takes the fewest query heads of a KV head that fill whole \
                    activation blocks (K8: half of one in each block of a 2-block cluster on sm_90+; 1 of the 8B's \
@@ -323,6 +330,8 @@ pub struct Flags {
     pub cuda_split_direct: bool,
     /// CUDA: a one-row pass's attention prep inside the split-KV kernel.
     pub cuda_prep_in_split: bool,
+    /// CUDA: passes of a few rows prep inside the split kernel too.
+    pub cuda_prep_rows_in_split: bool,
     /// CUDA: short rows' split-KV attention over blocks of fewer query heads (2-block clusters for K8).
     pub cuda_attn_head_split: bool,
     /// CUDA: the split attention's grid fitted to the pass's longest span.
@@ -401,6 +410,7 @@ impl Default for Flags {
             cuda_split_kv: true,
             cuda_split_direct: true,
             cuda_prep_in_split: true,
+            cuda_prep_rows_in_split: true,
             cuda_attn_head_split: true,
             cuda_attn_fit_grid: true,
             cuda_gemv_stage: true,
@@ -452,6 +462,7 @@ impl Flags {
             cuda_split_kv: false,
             cuda_split_direct: false,
             cuda_prep_in_split: false,
+            cuda_prep_rows_in_split: false,
             cuda_attn_head_split: false,
             cuda_attn_fit_grid: false,
             cuda_gemv_stage: false,
@@ -531,6 +542,7 @@ impl Flags {
                 "KILN_NO_CUDA_SPLIT_KV" => flags.cuda_split_kv = !disabled,
                 "KILN_NO_CUDA_SPLIT_DIRECT" => flags.cuda_split_direct = !disabled,
                 "KILN_NO_CUDA_PREP_IN_SPLIT" => flags.cuda_prep_in_split = !disabled,
+                "KILN_NO_CUDA_PREP_ROWS_IN_SPLIT" => flags.cuda_prep_rows_in_split = !disabled,
                 "KILN_NO_CUDA_ATTN_HEAD_SPLIT" => flags.cuda_attn_head_split = !disabled,
                 "KILN_NO_CUDA_ATTN_FIT_GRID" => flags.cuda_attn_fit_grid = !disabled,
                 "KILN_NO_CUDA_GEMV_STAGE" => flags.cuda_gemv_stage = !disabled,

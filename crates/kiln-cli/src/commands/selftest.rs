@@ -40,6 +40,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         split_kv: false,
         split_direct: false,
         prep_in_split: false,
+        prep_rows_in_split: false,
         attn_head_split: false,
         attn_fit_grid: false,
         gemv_stage: false,
