@@ -209,6 +209,9 @@ __device__ __forceinline__ void kv_unpack8(int4 raw, float* out) {
     }
 }
 
+// The most rows of a pass that attn_split preps itself (the host's PREP_MAX_ROWS; a multiple of 4).
+#define PREP_MAX_ROWS 16
+
 // Positions a lane group loads before using any (K and V of AT_U steps in flight per lane, plus the next tile's).
 #ifndef AT_U
 #define AT_U 4
@@ -278,13 +281,31 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
         // after the barrier (so the K/V loads are plain ones: the non-coherent path need not see this launch's
         // writes). No block reads a position of the pass that it did not write itself.
         __shared__ float phb[4][HD], rope[HD], krope[4][HD];
-        constexpr int NQ = (G + 3) / 4;
-        PrepIn in[NQ];
+        constexpr int NQ = (G + 3) / 4, NK = PREP_MAX_ROWS / 4;
+        PrepIn in[NQ], kin[NK];
 #pragma unroll
         for (int j = 0; j < NQ; j++) {
             int hh = warp + 4 * j;
             if (hh >= G) break; // warp-uniform
             prep_load(in[j], q + ((long long)r * n_head + qh0 + hh) * HD, q_norm, nullptr, true, HD);
+        }
+        // The pass's positions in this span, in row order: warp w takes the w-th, (w + 4)-th, ... (at most NK: the
+        // host launches passes of at most PREP_MAX_ROWS rows here). All loads are issued before any is used.
+        int kvd = n_head_kv * HD, slot = slots[r], seen = 0, nk = 0, kj[NK];
+        for (int j = 0; j < prep; j++) {
+            int p = positions[j];
+            if (slots[j] != slot || p < start || p >= end) continue; // block-uniform
+            if ((seen++ & 3) != warp) continue;                      // warp-uniform
+#pragma unroll
+            for (int t = 0; t < NK; t++)
+                if (t == nk) kj[t] = j; // (constant indices: kj stays in registers)
+            nk++;
+        }
+#pragma unroll
+        for (int t = 0; t < NK; t++) {
+            if (t >= nk) break;
+            long long at = (long long)kj[t] * kvd + g * HD;
+            prep_load(kin[t], k + at, k_norm, v + at, false, HD);
         }
         rope_table(rope, (float)(n_pos - 1) * freq_scale, theta, HD, threadIdx.x, blockDim.x);
         __syncthreads();
@@ -296,16 +317,13 @@ __device__ __forceinline__ void attn_split_body(float* ws, const float* q, const
                         neox, 1, true);
             __syncwarp();
         }
-        int kvd = n_head_kv * HD, slot = slots[r], seen = 0;
-        for (int j = 0; j < prep; j++) {
-            int p = positions[j];
-            if (slots[j] != slot || p < start || p >= end) continue; // block-uniform
-            if ((seen++ & 3) != warp) continue;                      // warp-uniform
+#pragma unroll
+        for (int t = 0; t < NK; t++) {
+            if (t >= nk) break;
+            int p = positions[kj[t]];
             rope_table(krope[warp], (float)p * freq_scale, theta, HD, lane, 32);
-            PrepIn kin;
-            prep_load(kin, k + (long long)j * kvd + g * HD, k_norm, v + (long long)j * kvd + g * HD, false, HD);
             __syncwarp();
-            prep_finish(kin, phb[warp], krope[warp], k_norm, false, nullptr, 1.0f, (void*)kc, (void*)vc,
+            prep_finish(kin[t], phb[warp], krope[warp], k_norm, false, nullptr, 1.0f, (void*)kc, (void*)vc,
                         kv_row(layer, slot, p, n_slots, slot_ctx, kvd) + (long long)g * HD, HD, eps, neox, 1, true);
             __syncwarp();
         }

@@ -451,6 +451,16 @@ mod tests {
     }
 
     #[test]
+    fn host_reads_the_prep_row_limit_the_split_kernel_takes() {
+        // attn_split's warps take the pass's positions in a span four apart, PREP_MAX_ROWS / 4 each at most.
+        let n = source_define("PREP_MAX_ROWS");
+        assert!(n >= 4 && n % 4 == 0, "PREP_MAX_ROWS {n}");
+        if std::env::var_os("KILN_CUDA_DEFINES").is_none() {
+            assert_eq!(tuned_define("PREP_MAX_ROWS"), n);
+        }
+    }
+
+    #[test]
     fn kill_switches_inside_kernels_become_defines() {
         assert!(option_defines(&crate::Options::default()).is_empty());
         let off = crate::Options {

@@ -38,9 +38,6 @@ const ROW_THREADS: u32 = 256;
 /// Rows above which a prefill pass's matmuls use the tensor-core kernel (below, the GEMV's one weight read serves
 /// a few rows as well).
 pub const MMQ_MIN_ROWS: usize = 16;
-/// The most rows of a pass whose attention prep the split kernel does itself ([`Options::prep_rows_in_split`]):
-/// the last split of a block's last row writes every row's K/V, a few a warp in turn.
-pub const PREP_MAX_ROWS: usize = 16;
 /// Rows from which a prefill pass's matmul on a weight with a dense bf16 copy runs on cuBLAS ([`Options::prefill_blas`]):
 /// the first row count of the prefill kernels' range. Measured on the H200 (8B Q4_K_M, a pass's time): at 64 rows
 /// cuBLAS 8.2 ms against the int8 kernel's 14.4, and the int8 kernel's time hardly falls with fewer rows (13.6 ms
@@ -83,9 +80,9 @@ pub struct Options {
     /// With `fused` and `split_kv`: a one-row pass's QK-norm, RoPE and K/V append are done by the split kernel
     /// (same bits); else by `attn_prep` before it.
     pub prep_in_split: bool,
-    /// With `prep_in_split`: causal passes of 2 to [`PREP_MAX_ROWS`] rows too (a verify block, several slots'
-    /// decode rows): each split kernel block writes the K/V of every position of its span that a row of the pass
-    /// brings and reads them back itself (same bits); else such passes run `attn_prep` first.
+    /// With `prep_in_split`: causal passes of 2 to 16 rows too (`PREP_MAX_ROWS` in attention.cu: a verify block,
+    /// several slots' decode rows): each split kernel block writes the K/V of every position of its span that a
+    /// row of the pass brings and reads them back itself (same bits); else such passes run `attn_prep` first.
     pub prep_rows_in_split: bool,
     /// With `split_kv`: a split kernel block takes the fewest query heads of a KV head whose outputs fill whole
     /// activation blocks (Q8: 128 elements a pass; K8: 256, or 128 when every row is one split on a GPU with
@@ -3042,7 +3039,9 @@ impl Device {
         };
         // A causal pass of a few rows on the split kernel preps inside it (attn_split's `prep`): one launch fewer a
         // layer.
-        let few = n == 1 || (self.opts.prep_rows_in_split && n <= PREP_MAX_ROWS);
+        let few = n == 1
+            || (self.opts.prep_rows_in_split
+                && n <= crate::compile::tuned_define("PREP_MAX_ROWS") as usize);
         if few
             && visible == 0
             && self.opts.prep_in_split
