@@ -109,6 +109,9 @@ struct Scratch<B: Backend> {
     feat: B::Buf,
     hidden: B::Buf,
     logits: B::Buf,
+    /// The block's rows after its first, `rows − 1` mask embeddings (scaled), the same every round: written once,
+    /// copied into `x` by each block pass.
+    masks: B::Buf,
 }
 
 impl<B: Backend> Scratch<B> {
@@ -131,6 +134,7 @@ impl<B: Backend> Scratch<B> {
             feat: be.alloc(rows * fw)?,
             hidden: be.alloc(rows * h)?,
             logits: be.alloc(rows * c.vocab)?,
+            masks: be.alloc(rows.saturating_sub(1).max(1) * h)?,
         })
     }
 }
@@ -615,25 +619,48 @@ impl Drafter {
                 .reserve_dense(c.block_size)
                 .map_err(|e| Error::Device(e.to_string()))?;
             // f16: the GPU's split-KV attention reads f16 caches.
+            let mut sc = Box::new(Scratch::new(g, c, c.block_size)?);
+            g.write(&mut sc.masks, &self.mask_rows(be)?)?;
             return Ok(DraftState {
                 len: 0,
                 capacity,
                 margins: Vec::new(),
                 exec: Exec::Cuda {
                     kv: g.alloc_kv(&layout(KvType::F16))?,
-                    sc: Box::new(Scratch::new(g, c, c.block_size)?),
+                    sc,
                 },
             });
         }
+        let mut sc = Box::new(Scratch::new(be, c, c.block_size)?);
+        be.write(&mut sc.masks, &self.mask_rows(be)?)?;
         Ok(DraftState {
             len: 0,
             capacity,
             margins: Vec::new(),
             exec: Exec::Cpu {
                 kv: be.alloc_kv(&layout(KvType::F32))?,
-                sc: Box::new(Scratch::new(be, c, c.block_size)?),
+                sc,
             },
         })
+    }
+
+    /// Embeddings (times `input_embedding_scale`) of `tokens` from the target's table, on the host.
+    fn embed_rows(&self, be: &CpuBackend, tokens: &[u32]) -> Result<Vec<f32>> {
+        let c = &self.cfg;
+        let mut x = vec![0f32; tokens.len() * c.hidden];
+        be.embed(&mut x, &self.embd, tokens)?;
+        if c.input_embedding_scale != 1.0 {
+            x.iter_mut().for_each(|v| *v *= c.input_embedding_scale);
+        }
+        Ok(x)
+    }
+
+    /// A block's rows after its first: `block_size − 1` mask embeddings.
+    fn mask_rows(&self, be: &CpuBackend) -> Result<Vec<f32>> {
+        let c = &self.cfg;
+        Ok(self
+            .embed_rows(be, &[c.mask_token_id])?
+            .repeat(c.block_size.saturating_sub(1)))
     }
 
     /// Width of one token's context features (`taps × hidden`).
@@ -958,11 +985,9 @@ impl Drafter {
                 st.len, c.block_size, st.capacity
             )));
         }
-        let mut x = vec![0f32; n * c.hidden];
-        be.embed(&mut x, &self.embd, block)?;
-        if c.input_embedding_scale != 1.0 {
-            x.iter_mut().for_each(|v| *v *= c.input_embedding_scale);
-        }
+        // The first row's embedding; a block of [anchor, MASK × (n − 1)] takes the rest from `sc.masks`.
+        let masked = n > 1 && block[1..].iter().all(|&t| t == c.mask_token_id);
+        let x = self.embed_rows(be, if masked { &block[..1] } else { block })?;
         let start = st.len;
         // Without a multiplier or soft-cap the draft is the argmax of the raw head logits, taken where they are
         // (either could round distinct logits into ties, so with them the host applies both first).
@@ -973,6 +998,9 @@ impl Drafter {
         match &mut st.exec {
             Exec::Cpu { kv, sc } => {
                 be.write(&mut sc.x, &x)?;
+                if masked {
+                    be.copy_into(&mut sc.x, c.hidden, &sc.masks, (n - 1) * c.hidden)?;
+                }
                 be.run_pass(&mut || {
                     // Only the drafted rows' hidden states, in `sc.hidden`'s first rows.
                     self.block_rows(be, kv, sc, start, n, drafts)?;
@@ -1016,7 +1044,8 @@ impl Drafter {
                 let (rows, _) = rows_at(start, n);
                 let logit_rows: Vec<usize> = (1..=drafts).collect();
                 g.write(&mut sc.x, &x)?;
-                let key = [sc.x.id(), kv.id(), 0];
+                // (A block of other tokens, `block_hidden`'s, is a pass without the mask rows' copy.)
+                let key = [sc.x.id(), kv.id(), !masked as u64];
                 g.pass(
                     key,
                     block,
@@ -1025,6 +1054,9 @@ impl Drafter {
                     true,
                     self.gpu_blas,
                     &mut || {
+                        if masked {
+                            g.copy_into(&mut sc.x, c.hidden, &sc.masks, (n - 1) * c.hidden)?;
+                        }
                         self.block_rows(g, kv, sc, start, n, 0)?;
                         if propose {
                             g.gather_rows(&mut sc.tmp, &sc.hidden, &logit_rows, c.hidden)?;
