@@ -2915,6 +2915,15 @@ impl Device {
 
     /// Stores each pass row's k/v (`n` rows) at its `(slot, pos)` of `layer`, with no attention.
     pub fn kv_store(&self, kv: &mut DKv, k: &DBuf, v: &DBuf, layer: usize, n: usize) -> Result<()> {
+        self.kv_store_check(kv, k, v, layer, n)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.kv_append(kv, k, v, layer, n)
+    }
+
+    /// [`Device::kv_store`]'s argument checks: the layer, the pass's rows inside the cache, whole rows of K/V.
+    fn kv_store_check(&self, kv: &DKv, k: &DBuf, v: &DBuf, layer: usize, n: usize) -> Result<()> {
         let (n_layer, n_slots, slot_ctx, kv_dim) = kv.dims;
         let m = self.lock(&self.meta);
         let bad = m
@@ -2938,11 +2947,7 @@ impl Device {
                     kv.dims
                 )
             },
-        )?;
-        if n == 0 {
-            return Ok(());
-        }
-        self.kv_append(kv, k, v, layer, n)
+        )
     }
 
     /// With `visible` > 0 (a block attending to `0..visible`), that the span fits the slot and ends at the last
@@ -2963,6 +2968,71 @@ impl Device {
             "attention",
             visible <= slot_ctx && late.is_none() && last == Some(visible),
             || format!("{visible} visible positions of a {slot_ctx}-position slot (last row ends at {last:?}, row {late:?})"),
+        )
+    }
+
+    /// [`Device::kv_store`] of keys that first take their per-head norm (`k_norm`, with `a.eps`) and RoPE at each
+    /// row's position (`a`'s; `k` is rotated in place): `attn_prep`'s key heads alone, one launch (a DFlash
+    /// drafter's context rows).
+    #[allow(clippy::too_many_arguments)]
+    pub fn kv_prep(
+        &self,
+        kv: &mut DKv,
+        k: &mut DBuf,
+        v: &DBuf,
+        layer: usize,
+        n: usize,
+        a: &AttnShape,
+        k_norm: Option<&DBuf>,
+    ) -> Result<()> {
+        let (_, _, _, kv_dim) = kv.dims;
+        self.check(
+            "kv_prep",
+            a.n_head_kv * a.head_dim == kv_dim
+                && a.head_dim <= 256
+                && k_norm.is_none_or(|w| w.len() >= a.head_dim),
+            || {
+                format!(
+                    "{} KV heads of {} for a cache of {kv_dim} a position",
+                    a.n_head_kv, a.head_dim
+                )
+            },
+        )?;
+        self.kv_store_check(kv, k, v, layer, n)?;
+        k.invalidate();
+        if n == 0 {
+            return Ok(());
+        }
+        let (_, n_slots, slot_ctx, _) = kv.dims;
+        let [_, sp, pp, _] = self.meta_ptrs();
+        let (kp, vp) = (self.ptr(&k.data), self.ptr(&v.data));
+        let (kc, vc) = (self.ptr(&kv.k), self.ptr(&kv.v));
+        let kn = k_norm.map_or(0u64, |w| self.ptr(&w.data));
+        self.launch(
+            "attn_prep",
+            grid(n as u32, a.n_head_kv as u32, 32),
+            &[
+                &0u64,
+                &kp,
+                &vp,
+                &kc,
+                &vc,
+                &0u64,
+                &kn,
+                &sp,
+                &pp,
+                &(layer as i32),
+                &(n_slots as i32),
+                &(slot_ctx as i32),
+                &0i32,
+                &(a.n_head_kv as i32),
+                &(a.head_dim as i32),
+                &a.eps,
+                &a.theta,
+                &a.freq_scale,
+                &(a.neox as i32),
+                &(kv.f16 as i32),
+            ],
         )
     }
 

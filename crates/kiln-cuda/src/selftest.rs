@@ -1720,6 +1720,44 @@ fn visible_attention_check(
         err: key_err,
         tol: 1.0,
     });
+    // The context's keys normed and rotated on their way into the cache (`kv_prep`, a drafter's context rows).
+    let mut kv = dev.alloc_kv(1, 1, ctx, kvd, f16)?;
+    dev.set_pass(&[], &rows, &[], false)?;
+    let (mut kcb, vcb) = (dev.upload(&kc)?, dev.upload(&vc)?);
+    let shape = test_shape(nh, nkv, hd, eps);
+    dev.kv_prep(
+        &mut kv,
+        &mut kcb,
+        &vcb,
+        0,
+        n_ctx,
+        &shape,
+        Some(&dev.upload(&kn)?),
+    )?;
+    let stored = dev.read_kv_keys(&kv, 0, 0)?;
+    let mut key_err = 0f64;
+    for p in 0..n_ctx {
+        for g in 0..nkv {
+            let kr = norm_rope(
+                &kc[p * kvd + g * hd..p * kvd + (g + 1) * hd],
+                Some(&kn),
+                p,
+                eps,
+            );
+            let bound = stored_key_bound(kr.iter().fold(1e-30, |m, x| x.abs().max(m)), f16);
+            for (j, want) in kr.iter().enumerate() {
+                let got = stored[p * kvd + g * hd + j] as f64;
+                key_err = key_err.max((got - want).abs() / bound);
+            }
+        }
+    }
+    checks.push(Check {
+        name: format!(
+            "kv_prep {kvn} KV (100 context rows, 2x{hd}): stored keys within a rounding step"
+        ),
+        err: key_err,
+        tol: 1.0,
+    });
     Ok(())
 }
 

@@ -290,6 +290,23 @@ pub trait Backend: Send + Sync {
         v: &Self::Buf,
         rows: &[AttnRow],
     ) -> Result<()>;
+    /// The keys' per-head norm (`k_norm`: weight and eps) and RoPE at each row's position, in place, then
+    /// [`Backend::kv_store`], as one op a backend may fuse (a DFlash drafter's context rows).
+    #[allow(clippy::too_many_arguments)]
+    fn kv_store_block(
+        &self,
+        kv: &mut Self::Kv,
+        layer: usize,
+        k: &mut Self::Buf,
+        v: &Self::Buf,
+        rows: &[AttnRow],
+        positions: &[usize],
+        p: &AttnParams,
+        rope: &RopeParams,
+        k_norm: (&Weight, f32),
+    ) -> Result<()> {
+        unfused_kv_store_block(self, kv, layer, k, v, rows, positions, p, rope, k_norm)
+    }
     /// [`Backend::attention`], except that every row attends to the positions `attn.span(pos, visible)` of its
     /// slot, where `visible` is the last row's position + 1: with [`BlockAttn::FULL`] the rows of a block see one
     /// another whatever their order, as a DFlash drafter's block does. A backend that takes only that says so in
@@ -322,6 +339,25 @@ pub trait Backend: Send + Sync {
             .map(crate::sampler::greedy_argmax)
             .collect())
     }
+}
+
+/// [`Backend::kv_store_block`] as separate ops (the trait's default; a backend's unfused path).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn unfused_kv_store_block<B: Backend + ?Sized>(
+    be: &B,
+    kv: &mut B::Kv,
+    layer: usize,
+    k: &mut B::Buf,
+    v: &B::Buf,
+    rows: &[AttnRow],
+    positions: &[usize],
+    p: &AttnParams,
+    rope: &RopeParams,
+    (k_norm, eps): (&Weight, f32),
+) -> Result<()> {
+    be.rms_norm_inplace(k, k_norm, rows.len() * p.n_head_kv, p.head_dim, eps)?;
+    be.rope(k, positions, p.n_head_kv, p.head_dim, rope)?;
+    be.kv_store(kv, layer, k, v, rows)
 }
 
 /// [`Backend::attention_block`] as separate ops (the trait's default; a backend's unfused path).

@@ -465,6 +465,46 @@ impl Backend for CudaBackend {
             .map_err(dev_err)
     }
 
+    fn kv_store_block(
+        &self,
+        kv: &mut DKv,
+        layer: usize,
+        k: &mut DBuf,
+        v: &DBuf,
+        rows: &[AttnRow],
+        positions: &[usize],
+        p: &AttnParams,
+        rope: &RopeParams,
+        k_norm: (&Weight, f32),
+    ) -> Result<()> {
+        if !self.dev.options().fused {
+            return crate::backend::unfused_kv_store_block(
+                self, kv, layer, k, v, rows, positions, p, rope, k_norm,
+            );
+        }
+        let shape = AttnShape {
+            n_head: p.n_head,
+            n_head_kv: p.n_head_kv,
+            head_dim: p.head_dim,
+            scale: p.scale,
+            theta: rope.theta,
+            freq_scale: rope.freq_scale,
+            neox: rope.mode == RopeMode::Neox,
+            eps: k_norm.1,
+        };
+        self.dev
+            .kv_prep(
+                kv,
+                k,
+                v,
+                layer,
+                rows.len(),
+                &shape,
+                Some(self.vec(k_norm.0)?),
+            )
+            .map_err(dev_err)
+    }
+
     fn copy_into(&self, dst: &mut DBuf, offset: usize, src: &DBuf, n: usize) -> Result<()> {
         self.dev.copy(dst, offset, src, n).map_err(dev_err)
     }

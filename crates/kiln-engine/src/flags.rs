@@ -277,7 +277,8 @@ pub const REGISTRY: &[FlagInfo] = &[
     FlagInfo {
         env: "KILN_NO_CUDA_DRAFTER_FUSED_ATTN",
         disables: "CUDA: a GPU drafter's block takes QK-norm, RoPE and its K/V store in one launch before its \
-                   attention (attn_prep); four launches and the K/V store instead",
+                   attention (attn_prep), and its context rows k_norm, RoPE and the store in one (kv_prep); a \
+                   launch each instead",
         default_on: true,
     },
     FlagInfo {

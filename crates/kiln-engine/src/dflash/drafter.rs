@@ -80,8 +80,9 @@ pub struct Drafter {
     /// ([`Drafter::append_context_device`]; `KILN_NO_CUDA_DEVICE_TAPS` sends them through the host).
     #[cfg(feature = "cuda")]
     device_taps: bool,
-    /// The block's QK-norm, RoPE, K/V store and attention as one backend op ([`Backend::attention_block`]:
-    /// fused on a GPU; `KILN_NO_CUDA_DRAFTER_FUSED_ATTN` takes them one by one).
+    /// The block's QK-norm, RoPE, K/V store and attention as one backend op ([`Backend::attention_block`]), and
+    /// the context rows' k_norm, RoPE and store too ([`Backend::kv_store_block`]): fused on a GPU;
+    /// `KILN_NO_CUDA_DRAFTER_FUSED_ATTN` takes them one by one.
     fused_attn: bool,
 }
 
@@ -696,15 +697,21 @@ impl Drafter {
         n: usize,
     ) -> Result<()> {
         let c = &self.cfg;
-        let (_, rope) = self.attn();
+        let (p, rope) = self.attn();
         let (rows, positions) = rows_at(start, n);
         be.matmul(&mut sc.xn, &self.fc, &sc.feat, n)?;
         be.rms_norm_inplace(&mut sc.xn, &self.hidden_norm, n, c.hidden, c.rms_eps)?;
         for (il, l) in self.layers.iter().enumerate() {
             be.matmul_many(&mut [&mut sc.k, &mut sc.v], &[&l.k, &l.v], &sc.xn, n)?;
-            be.rms_norm_inplace(&mut sc.k, &l.k_norm, n * c.n_head_kv, c.head_dim, c.rms_eps)?;
-            be.rope(&mut sc.k, &positions, c.n_head_kv, c.head_dim, &rope)?;
-            be.kv_store(kv, il, &sc.k, &sc.v, &rows)?;
+            // k_norm, RoPE and the store as one op (one launch on a GPU).
+            let (k, v, k_norm) = (&mut sc.k, &sc.v, (&l.k_norm, c.rms_eps));
+            if self.fused_attn {
+                be.kv_store_block(kv, il, k, v, &rows, &positions, &p, &rope, k_norm)?;
+            } else {
+                crate::backend::unfused_kv_store_block(
+                    be, kv, il, k, v, &rows, &positions, &p, &rope, k_norm,
+                )?;
+            }
         }
         Ok(())
     }
