@@ -407,6 +407,10 @@ PY
     synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0
     step bench-dflash timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
         --draft-force 3,6,9 --draft-max 7,15 -d 256 -n 128 -r 2
+    # Rounds that verify as many drafts as the forced acceptance takes (3, 6, 9: the count `--draft-max auto`
+    # settles on when every round accepts exactly k), against the fixed 7 and 15 above.
+    step bench-dflash-k timeout 300 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
+        --draft-force 3,6,9 --draft-max 3,6,9 -d 256 -n 128 -r 2
     # The drafter's context features through the host (read back, reordered, uploaded) instead of gathered on the
     # device; then DFlash in a 4,096-token slot, as `kiln run` has by default, with the attention's split grid
     # fitted to the span and not.
@@ -446,7 +450,7 @@ PY
     ab_want bf16 && step ab-bf16-KILN_NO_CUDA_PREFILL_BLAS_FLOAT timeout 400 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda \
         --draft "$WORK/d8b-bf16" --draft-force 9 --draft-max 15 -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREFILL_BLAS_FLOAT=1
     say "DFlash (CUDA, forced acceptance):"
-    grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/ab-KILN_NO_CUDA_DEVICE_TAPS.log" \
+    grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/bench-dflash-k.log" "$OUT/ab-KILN_NO_CUDA_DEVICE_TAPS.log" \
         "$OUT/ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID.log" "$OUT/ab-dflash-KILN_NO_CUDA_PREP_ROWS_IN_SPLIT.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFTER_FUSED_ATTN.log" \
         "$OUT/ab-dflash-Q8D_MINB.log" \
