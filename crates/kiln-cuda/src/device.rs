@@ -3003,28 +3003,51 @@ impl Device {
         if n == 0 {
             return Ok(());
         }
+        let (kp, vp) = (self.ptr(&k.data), self.ptr(&v.data));
+        let kn = k_norm.map_or(0u64, |w| self.ptr(&w.data));
+        // The key heads alone: no query heads.
+        let keys = AttnShape { n_head: 0, ..*a };
+        self.launch_prep(kv, [0, kp, vp], [0, kn], layer, n, &keys)
+    }
+
+    /// The `attn_prep` launch over the pass's `n` rows: `a.n_head` query heads of `q` and the key heads of `k`
+    /// (`qkv`: device pointers) normed by `norms` (0: none) and rotated in place, the keys and `v` into the cache.
+    fn launch_prep(
+        &self,
+        kv: &DKv,
+        [qp, kp, vp]: [u64; 3],
+        [qn, kn]: [u64; 2],
+        layer: usize,
+        n: usize,
+        a: &AttnShape,
+    ) -> Result<()> {
         let (_, n_slots, slot_ctx, _) = kv.dims;
         let [_, sp, pp, _] = self.meta_ptrs();
-        let (kp, vp) = (self.ptr(&k.data), self.ptr(&v.data));
         let (kc, vc) = (self.ptr(&kv.k), self.ptr(&kv.v));
-        let kn = k_norm.map_or(0u64, |w| self.ptr(&w.data));
+        // Prefill rows: 4 heads of a row a block (one RoPE table for them, fuller multiprocessors than 18,432
+        // one-warp blocks at 512 rows); a few rows keep a block per head, spread over more multiprocessors.
+        let warps = if n > MMQ_MIN_ROWS { 4 } else { 1 };
         self.launch(
             "attn_prep",
-            grid(n as u32, a.n_head_kv as u32, 32),
+            grid(
+                n as u32,
+                (a.n_head + a.n_head_kv).div_ceil(warps) as u32,
+                32 * warps as u32,
+            ),
             &[
-                &0u64,
+                &qp,
                 &kp,
                 &vp,
                 &kc,
                 &vc,
-                &0u64,
+                &qn,
                 &kn,
                 &sp,
                 &pp,
                 &(layer as i32),
                 &(n_slots as i32),
                 &(slot_ctx as i32),
-                &0i32,
+                &(a.n_head as i32),
                 &(a.n_head_kv as i32),
                 &(a.head_dim as i32),
                 &a.eps,
@@ -3099,10 +3122,7 @@ impl Device {
         if n == 0 {
             return Ok(());
         }
-        let (_, n_slots, slot_ctx, _) = kv.dims;
-        let [_, sp, pp, _] = self.meta_ptrs();
         let (qp, kp, vp) = (self.ptr(&q.data), self.ptr(&k.data), self.ptr(&v.data));
-        let (kc, vc) = (self.ptr(&kv.k), self.ptr(&kv.v));
         let (qn, kn) = match norms {
             Some((qn, kn)) => (self.ptr(&qn.data), self.ptr(&kn.data)),
             None => (0u64, 0u64),
@@ -3141,39 +3161,7 @@ impl Device {
                 Some(prep),
             );
         }
-        // Prefill rows: 4 heads of a row a block (one RoPE table for them, fuller multiprocessors than 18,432
-        // one-warp blocks at 512 rows); a few rows keep a block per head, spread over more multiprocessors.
-        let warps = if n > MMQ_MIN_ROWS { 4 } else { 1 };
-        self.launch(
-            "attn_prep",
-            grid(
-                n as u32,
-                (n_head + n_head_kv).div_ceil(warps) as u32,
-                32 * warps as u32,
-            ),
-            &[
-                &qp,
-                &kp,
-                &vp,
-                &kc,
-                &vc,
-                &qn,
-                &kn,
-                &sp,
-                &pp,
-                &(layer as i32),
-                &(n_slots as i32),
-                &(slot_ctx as i32),
-                &(n_head as i32),
-                &(n_head_kv as i32),
-                &(head_dim as i32),
-                &a.eps,
-                &a.theta,
-                &a.freq_scale,
-                &(a.neox as i32),
-                &(kv.f16 as i32),
-            ],
-        )?;
+        self.launch_prep(kv, [qp, kp, vp], [qn, kn], layer, n, a)?;
         self.attend(
             out, q, kv, layer, n, n_head, n_head_kv, head_dim, a.scale, visible, None,
         )

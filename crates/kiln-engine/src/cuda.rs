@@ -482,16 +482,7 @@ impl Backend for CudaBackend {
                 self, kv, layer, k, v, rows, positions, p, rope, k_norm,
             );
         }
-        let shape = AttnShape {
-            n_head: p.n_head,
-            n_head_kv: p.n_head_kv,
-            head_dim: p.head_dim,
-            scale: p.scale,
-            theta: rope.theta,
-            freq_scale: rope.freq_scale,
-            neox: rope.mode == RopeMode::Neox,
-            eps: k_norm.1,
-        };
+        let shape = attn_shape(p, rope, k_norm.1);
         self.dev
             .kv_prep(
                 kv,
@@ -535,16 +526,7 @@ impl Backend for CudaBackend {
                 self, out, q, k, v, kv, layer, rows, positions, p, rope, qk_norm, visible,
             );
         }
-        let shape = AttnShape {
-            n_head: p.n_head,
-            n_head_kv: p.n_head_kv,
-            head_dim: p.head_dim,
-            scale: p.scale,
-            theta: rope.theta,
-            freq_scale: rope.freq_scale,
-            neox: rope.mode == RopeMode::Neox,
-            eps: qk_norm.map(|n| n.2).unwrap_or(0.0),
-        };
+        let shape = attn_shape(p, rope, qk_norm.map_or(0.0, |n| n.2));
         let norms = match qk_norm {
             Some((qn, kn, _)) => Some((self.vec(qn)?, self.vec(kn)?)),
             None => None,
@@ -604,5 +586,19 @@ impl Backend for CudaBackend {
 
     fn read(&self, x: &DBuf, dst: &mut [f32]) -> Result<()> {
         self.dev.read(x, dst).map_err(dev_err)
+    }
+}
+
+/// The device's attention geometry and RoPE / QK-norm parameters.
+fn attn_shape(p: &AttnParams, rope: &RopeParams, eps: f32) -> AttnShape {
+    AttnShape {
+        n_head: p.n_head,
+        n_head_kv: p.n_head_kv,
+        head_dim: p.head_dim,
+        scale: p.scale,
+        theta: rope.theta,
+        freq_scale: rope.freq_scale,
+        neox: rope.mode == RopeMode::Neox,
+        eps,
     }
 }
