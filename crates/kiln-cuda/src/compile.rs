@@ -454,7 +454,7 @@ mod tests {
     fn host_reads_the_prep_row_limit_the_split_kernel_takes() {
         // attn_split's warps take the pass's positions in a span four apart, PREP_MAX_ROWS / 4 each at most.
         let n = source_define("PREP_MAX_ROWS");
-        assert!(n >= 4 && n % 4 == 0, "PREP_MAX_ROWS {n}");
+        assert!(n >= 4 && n.is_multiple_of(4), "PREP_MAX_ROWS {n}");
         if std::env::var_os("KILN_CUDA_DEFINES").is_none() {
             assert_eq!(tuned_define("PREP_MAX_ROWS"), n);
         }
