@@ -10,6 +10,7 @@
 # Build on a machine with Rust: cargo build --release -p kiln-cli --features cuda (strip its debug info to copy it over).
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
 # Sections: STEPS="selftest sanitizer kernels parity bench prefill frontier serve moe dflash profile" (default all;
+# validate = a new build's self-test and memcheck while the bench's models are synthesized, not in the default;
 # kernels = per-kernel timings; prefill = the prefill matmuls on cuBLAS against the int8 kernels, by pass size;
 # frontier = prefill to 2k/8k/32k and its logits against the int8 kernels' and the decode path's; serve = kiln serve
 # under concurrent load against each request alone;
@@ -85,6 +86,23 @@ trap 'tar czf "$OUT/logs.tgz" -C "$OUT" --remove-files $(cd "$OUT" && ls *.log 2
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$OUT/summary.txt"
 tok=()
 [ -f "$TOKENIZER" ] && tok=(--tokenizer "$TOKENIZER")
+
+# 0. A new build's first check (STEPS=validate, not in the default): the self-test (every configuration) and
+# memcheck over configuration 1, while the models the bench and dflash sections use are synthesized on the CPUs.
+if want validate; then
+    (synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}" &&
+        synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0 &&
+        synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}") &
+    models=$!
+    step selftest "$KILN" selftest --device cuda
+    grep -E "^(FAIL|device|all)" "$OUT/selftest.log" | tee -a "$OUT/summary.txt"
+    if command -v compute-sanitizer >/dev/null; then
+        step sanitizer-memcheck timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$KILN" selftest \
+            --device cuda --config 1
+        grep -E "ERROR SUMMARY|all .* passed" "$OUT/sanitizer-memcheck.log" | tail -n 2 | tee -a "$OUT/summary.txt"
+    fi
+    wait "$models" || { say "FAILED: synthesizing the models"; exit 1; }
+fi
 
 # 1. Kernels (the first run compiles them with NVRTC; the second must hit the disk cache).
 if want selftest; then
