@@ -319,6 +319,8 @@ pub struct Device {
     pass_events: Mutex<Option<Vec<(CudaEvent, CudaEvent)>>>,
     /// The split-KV kernels' fewest positions a split ([`crate::compile::attn_min_chunk`]).
     min_chunk: usize,
+    /// The most rows of a pass the split kernel preps itself (attention.cu's `PREP_MAX_ROWS`).
+    prep_max_rows: usize,
     /// Marketing name of the GPU.
     pub name: String,
     /// The architecture the kernels were compiled for (`sm_90a`).
@@ -722,6 +724,7 @@ impl Device {
             timing_skip: Mutex::new(timing_skip),
             pass_events: Mutex::new(None),
             min_chunk: crate::compile::attn_min_chunk(),
+            prep_max_rows: crate::compile::tuned_define("PREP_MAX_ROWS") as usize,
             name,
             arch,
             cache_hit,
@@ -3129,9 +3132,7 @@ impl Device {
         };
         // A causal pass of a few rows on the split kernel preps inside it (attn_split's `prep`): one launch fewer a
         // layer.
-        let few = n == 1
-            || (self.opts.prep_rows_in_split
-                && n <= crate::compile::tuned_define("PREP_MAX_ROWS") as usize);
+        let few = n == 1 || (self.opts.prep_rows_in_split && n <= self.prep_max_rows);
         if few
             && visible == 0
             && self.opts.prep_in_split

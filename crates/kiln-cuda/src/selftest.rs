@@ -208,7 +208,10 @@ pub fn run(dev: &Device) -> Result<Vec<Check>> {
         attention_check(dev, &mut rng, f16, true, 8, 64, &mut checks)?;
         // Qwen3's head_dim (the split kernel's 128-wide instantiations, prep inside it for one-row passes).
         attention_check(dev, &mut rng, f16, true, 8, 128, &mut checks)?;
-        visible_attention_check(dev, &mut rng, f16, &mut checks)?;
+        // A DFlash drafter's block: head_dim 64 (the 0.6B-shape drafters) and 128 (z-lab's 8B drafter).
+        for hd in [64, 128] {
+            visible_attention_check(dev, &mut rng, f16, hd, &mut checks)?;
+        }
     }
     flash_attention_check(dev, &mut rng, &mut checks)?;
     graph_check(dev, &mut rng, &mut checks)?;
@@ -1569,9 +1572,10 @@ fn visible_attention_check(
     dev: &Device,
     rng: &mut Rng,
     f16: bool,
+    hd: usize,
     checks: &mut Vec<Check>,
 ) -> Result<()> {
-    let (ctx, nh, nkv, hd, n_ctx, n) = (300usize, 8usize, 2usize, 64usize, 100usize, 16usize);
+    let (ctx, nh, nkv, n_ctx, n) = (300usize, 8usize, 2usize, 100usize, 16usize);
     let (qd, kvd) = (nh * hd, nkv * hd);
     let scale = 1.0 / (hd as f32).sqrt();
     let mut kv = dev.alloc_kv(1, 1, ctx, kvd, f16)?;
@@ -1634,7 +1638,9 @@ fn visible_attention_check(
     let got = call(&block, &q, &kb, &vb, &mut kv)?;
     let kvn = if f16 { "f16" } else { "f32" };
     checks.push(Check {
-        name: format!("attention over a visible span {kvn} KV (context 100 by kv_store, block of 16, GQA 8/2x64)"),
+        name: format!(
+            "attention over a visible span {kvn} KV (context 100 by kv_store, block of 16, GQA 8/2x{hd})"
+        ),
         err: rel_err(&got, &want),
         tol: 1e-5,
     });
@@ -1648,7 +1654,7 @@ fn visible_attention_check(
         &mut kv,
     )?;
     checks.push(Check {
-        name: format!("attention over a visible span {kvn} KV: the last row alone"),
+        name: format!("attention over a visible span {kvn} KV 8/2x{hd}: the last row alone"),
         err: bits_differ(&one, &got[r * qd..(r + 1) * qd]),
         tol: 0.0,
     });
@@ -1709,13 +1715,15 @@ fn visible_attention_check(
         }
     }
     checks.push(Check {
-        name: format!("attention fused norm+rope+store over a visible span {kvn} KV (block of 16)"),
+        name: format!(
+            "attention fused norm+rope+store over a visible span {kvn} KV (block of 16, 8/2x{hd})"
+        ),
         err: rel_err(&got, &want),
         tol: 1e-5,
     });
     checks.push(Check {
         name: format!(
-            "attention fused over a visible span {kvn} KV: stored keys within a rounding step"
+            "attention fused over a visible span {kvn} KV 8/2x{hd}: stored keys within a rounding step"
         ),
         err: key_err,
         tol: 1.0,
