@@ -245,6 +245,9 @@ if want bench; then
     ab_want KILN_NO_CUDA_PREP_ROWS_IN_SPLIT && step ab-KILN_NO_CUDA_PREP_ROWS_IN_SPLIT "$KILN" bench \
         -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 \
         --ab KILN_NO_CUDA_PREP_ROWS_IN_SPLIT=1
+    # One-row GEMVs prefetching the weights of the matmul after the norms, attention or SwiGLU into L2.
+    ab_want KILN_NO_CUDA_L2_PREFETCH && step ab-KILN_NO_CUDA_L2_PREFETCH "$KILN" bench -m "$WORK/q06-q4km.gguf" \
+        -m "$WORK/q8b-q4km.gguf" -m "$WORK/q8b-q8.gguf" --device cuda -p 0 -n 128 -r 3 --ab KILN_NO_CUDA_L2_PREFETCH=1
     ab_want KILN_NO_CUDA_PDL && step ab-KILN_NO_CUDA_PDL "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
         -p 16 -b 16 -n 128 -r 2 --ab KILN_NO_CUDA_PDL=1
     for flag in KILN_NO_CUDA_FUSE KILN_NO_CUDA_GEMV KILN_NO_CUDA_SPLIT_KV KILN_NO_CUDA_GEMV_STAGE \
@@ -270,7 +273,7 @@ if want bench; then
     say "bench (CUDA):"
     for f in bench-tg bench-block16 bench-pp ab-KILN_NO_CUDA_GRAPH ab-KILN_NO_CUDA_PREP_IN_SPLIT \
         ab-KILN_NO_CUDA_SPLIT_DIRECT ab-KILN_NO_CUDA_ATTN_HEAD_SPLIT ab-KILN_NO_CUDA_ATTN_FIT_GRID \
-        ab-KILN_NO_CUDA_PREP_ROWS_IN_SPLIT ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
+        ab-KILN_NO_CUDA_PREP_ROWS_IN_SPLIT ab-KILN_NO_CUDA_L2_PREFETCH ab-KILN_NO_CUDA_PDL ab-KILN_NO_CUDA_FUSE \
         ab-KILN_NO_CUDA_GEMV ab-KILN_NO_CUDA_SPLIT_KV ab-KILN_NO_CUDA_GEMV_STAGE ab-KILN_NO_CUDA_EARLY_WEIGHTS \
         ab-KILN_NO_CUDA_PREFILL_MMA ab-KILN_NO_CUDA_PREFILL_K8 \
         ab-KILN_NO_CUDA_BLOCK_MMA ab-KILN_NO_CUDA_BLOCK_DIRECT ab-KILN_NO_CUDA_BLOCK_RING ab-KILN_NO_CUDA_BLOCK_TILE16 \

@@ -124,9 +124,12 @@ __device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
 // Launches over up to three weights that read the same activations (Q/K/V, gate/up: gemv3_*, gemv16_k8, the
 // prefill matmuls): blocks [0, b1) along grid x take weight 0, [b1, b2) weight 1, the rest weight 2. `tile` is
 // the block's output tile within its weight; each output's bits are those of a launch over its weight alone.
-#define JOB_ARGS                                                                                                \
+// Job kernels also take L2PF_ARGS (the GEMVs use them, the others ignore them).
+#define JOB_WEIGHTS                                                                                             \
     int b1, int b2, int ty0, float *out0, const u8 *w0, int n0, int ty1, float *out1, const u8 *w1, int n1,     \
         int ty2, float *out2, const u8 *w2, int n2
+#define L2PF_ARGS const u8 *pf0, long long pn0, const u8 *pf1, long long pn1
+#define JOB_ARGS JOB_WEIGHTS, L2PF_ARGS
 #define JOB_PICK pick_job(blockIdx.x, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, w2, n2)
 struct Job {
     int ty;
@@ -134,9 +137,45 @@ struct Job {
     const u8* w;
     int n_out, tile;
 };
-__device__ __forceinline__ Job pick_job(int b, JOB_ARGS) {
+__device__ __forceinline__ Job pick_job(int b, JOB_WEIGHTS) {
     if (b < b1) return Job{ty0, out0, w0, n0, b};
     if (b < b2) return Job{ty1, out1, w1, n1, b - b1};
     return Job{ty2, out2, w2, n2, b - b2};
 }
 
+
+// L2 prefetch of the weights a later matmul reads (L2PF_ARGS: `pn0` bytes at `pf0`, then `pn1` at `pf1`, whole
+// 16-byte units), so that they stream in from DRAM while the kernels between (norms, attention, SwiGLU: latency,
+// few bytes) leave it idle, and that matmul finds them in L2. Issued by the last L2PF_BLOCKS blocks of the grid
+// along x (row tile 0), which start in a launch's last wave, one bulk prefetch a lane of warp 0. A hint: no value
+// depends on it, and nothing waits for it. The host caps a hint at L2PF_MB megabytes (50 MB of L2 on an H100 or
+// H200). sm_90 and later (cp.async.bulk); a no-op before.
+#ifndef L2PF_BLOCKS
+#define L2PF_BLOCKS 16
+#endif
+#ifndef L2PF_MB
+#define L2PF_MB 24 // read by the host (KILN_CUDA_DEFINES may override it for a tuning run; 0: no prefetch)
+#endif
+__device__ __forceinline__ void l2_prefetch_bytes(const u8* p, long long n) {
+#if __CUDA_ARCH__ >= 900
+    if (n >= 16)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(p)),
+                     "r"((unsigned)(n & ~15LL))
+                     : "memory");
+#endif
+}
+
+__device__ __noinline__ void l2_prefetch_share(L2PF_ARGS) {
+    long long total = pn0 + pn1;
+    int nb = min((int)gridDim.x, L2PF_BLOCKS);
+    int b = (int)blockIdx.x - ((int)gridDim.x - nb);
+    if (total <= 0 || blockIdx.y != 0 || b < 0 || threadIdx.x >= 32) return;
+    long long parts = 32LL * nb;
+    long long chunk = ((total + parts - 1) / parts + 15) / 16 * 16;
+    long long a = min((32LL * b + threadIdx.x) * chunk, total), e = min(a + chunk, total);
+    if (a < pn0) l2_prefetch_bytes(pf0 + a, min(e, pn0) - a);
+    if (e > pn0) {
+        long long a1 = max(a, pn0);
+        l2_prefetch_bytes(pf1 + (a1 - pn0), e - a1);
+    }
+}

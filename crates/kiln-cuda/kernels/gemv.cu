@@ -648,7 +648,8 @@ __device__ __forceinline__ void gemv_block(Job j, const signed char* xq, const f
 #define GEMV_KERNEL(NAME, R, MINB, K8)                                                                          \
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                    \
         NAME(int ty, float* out, const u8* w, const signed char* xq, const float* xd, const float* xs, int width, \
-             int n_out, int n_rows, int accumulate) {                                                         \
+             int n_out, int n_rows, int accumulate, L2PF_ARGS) {                                              \
+        l2_prefetch_share(pf0, pn0, pf1, pn1);                                                                 \
         gemv_block<R, K8>(Job{ty, out, w, n_out, (int)blockIdx.x}, xq, xd, xs, width, n_rows, accumulate);     \
     }
 GEMV_KERNEL(gemv_r1, 1, GV_MINB1, false)
@@ -657,10 +658,12 @@ GEMV_KERNEL(gemv_k8_r1, 1, GV_MINB1, true)
 GEMV_KERNEL(gemv_k8_r8, 8, 4, true)
 
 // Up to three weights that read the same activations (Q/K/V, gate/up) in one launch (JOB_ARGS, common.cu).
+// Both forms issue the L2 prefetch the host attached to the launch (l2_prefetch_share) before anything else.
 #define GEMV3_KERNEL(NAME, R, MINB, K8)                                                                         \
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                    \
         NAME(const signed char* xq, const float* xd, const float* xs, int width, int n_rows, int accumulate,    \
              JOB_ARGS) {                                                                                        \
+        l2_prefetch_share(pf0, pn0, pf1, pn1);                                                                 \
         gemv_block<R, K8>(JOB_PICK, xq, xd, xs, width, n_rows, accumulate);                                    \
     }
 GEMV3_KERNEL(gemv3_r1, 1, GV_MINB1, false)

@@ -795,7 +795,7 @@ static_assert(b16_smem<16>() == b16_need<16>() && b16_smem<32>() == b16_need<32>
               "B16_SMEM_K8_W*_O*: the larger body's need");
 template <int OUT>
 __device__ __forceinline__ void b16_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows,
-                                       int accumulate, JOB_ARGS) {
+                                       int accumulate, JOB_WEIGHTS) {
     wait_prior_kernel();
     mp_check_smem(b16_smem<OUT>());
     Job j = JOB_PICK;
@@ -1272,7 +1272,7 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
 // rows; 1: up to 8, half the mma, activation loads and float steps of 2 on the same weights).
 template <int NT>
 __device__ __forceinline__ void b16d_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows,
-                                        int accumulate, JOB_ARGS) {
+                                        int accumulate, JOB_WEIGHTS) {
     // The groups' sums, [group][n8 tile][C element][lane]; with B16D_RING the space of the warps' rings first.
     __shared__ __align__(16) float ex[B16D_RING ? 4 * B16D_RING_BYTES / 4 : 8 * 2 * 4 * 32];
     Job j = JOB_PICK;
@@ -1424,7 +1424,7 @@ __device__ __forceinline__ void b16d_q8(int bx, float* out, const u8* w, const s
 // keeps the launch chain whole.
 template <int NT>
 __device__ __forceinline__ void b16d_q8_job(const signed char* kq, const float* kd, int width, int n_rows,
-                                            int accumulate, JOB_ARGS) {
+                                            int accumulate, JOB_WEIGHTS) {
     __shared__ __align__(16) unsigned char smem[4 * 2 * Q8D_STAGE];
     Job j = JOB_PICK;
     if (j.ty == K8_Q8_0) b16d_q8<NT>(j.tile, j.out, j.w, kq, kd, width, j.n_out, n_rows, accumulate, smem);

@@ -565,7 +565,17 @@ mod tests {
                 .unwrap();
             let name = src[at..].split('(').next().unwrap();
             // The GEMV kernels' gemv_block waits first, except in the K8 bodies, which load their first weights
-            // before the wait (GV_FIRST_WEIGHTS); the K8 block kernels' b16_k8 waits first: checked below.
+            // before the wait (GV_FIRST_WEIGHTS); before it, the GEMV kernels issue their L2 prefetch of later
+            // weights (no memory access of this launch's); the K8 block kernels' b16_k8 waits first: checked below.
+            let first = first
+                .strip_prefix("l2_prefetch_share(pf0, pn0, pf1, pn1)")
+                .map(|_| {
+                    body.split(';')
+                        .nth(1)
+                        .unwrap()
+                        .trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
+                })
+                .unwrap_or(first);
             assert!(
                 first == "wait_prior_kernel()"
                     || first.starts_with("gemv_block<")
@@ -580,6 +590,12 @@ mod tests {
         let gemv_block = &src[src.find("void gemv_block(").unwrap()..];
         let gemv_block = &gemv_block[..gemv_block.find("\n}").unwrap()];
         assert!(gemv_block.contains("if (!K8) wait_prior_kernel();"));
+        // The prefetch reads nothing: it takes its kernel's prefetch arguments and the grid's shape alone.
+        let pf = &src[src.find("void l2_prefetch_share(").unwrap()..];
+        let pf = &pf[..pf.find("\n}").unwrap()];
+        for name in ["out", "xq", "kq", "w0", "w["] {
+            assert!(!pf.contains(name), "l2_prefetch_share reads {name}");
+        }
         for body in ["gemv_q4k8_body(", "gemv_q6k8_body("] {
             let text = &src[src.find(body).unwrap()..];
             let text = &text[..text.find("\n}").unwrap()];

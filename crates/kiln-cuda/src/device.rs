@@ -162,6 +162,11 @@ pub struct Options {
     /// as uploaded, and F16 weights through a bf16 copy made at upload like a quantized weight's; else `matmul_f`
     /// (one block per output, every weight row read once per 8 activation rows).
     pub prefill_blas_float: bool,
+    /// One-row GEMV launches issue the L2 prefetch of the weights a later matmul reads ([`Device::prefetch`]: up
+    /// to `L2PF_MB` megabytes, common.cu), so they stream in while the latency-bound kernels between (norms,
+    /// attention, SwiGLU) leave DRAM idle; sm_90 and later, and not in passes attending to
+    /// [`HEAD_SPLIT_MAX_POS`] positions or more (there the attention itself streams its KV). Same bits: a hint.
+    pub l2_prefetch: bool,
     /// Programmatic dependent launch (sm_90 and later): each kernel may be launched while the one before it
     /// runs, and waits on the device for it (`wait_prior_kernel`), so launch latency and block start-up overlap
     /// the previous kernel's tail. Same bits.
@@ -197,6 +202,7 @@ impl Default for Options {
             moe_gather_quant: true,
             prefill_blas: true,
             prefill_blas_float: true,
+            l2_prefetch: true,
             pdl: true,
             reference: false,
         }
@@ -321,6 +327,10 @@ pub struct Device {
     min_chunk: usize,
     /// The most rows of a pass the split kernel preps itself (attention.cu's `PREP_MAX_ROWS`).
     prep_max_rows: usize,
+    /// The L2 prefetch the next GEMV launch issues ([`Device::prefetch`]): up to two (address, bytes) ranges.
+    l2pf: Mutex<[(u64, i64); 2]>,
+    /// The most bytes one prefetch hint fetches (common.cu's `L2PF_MB`).
+    l2pf_cap: usize,
     /// Marketing name of the GPU.
     pub name: String,
     /// The architecture the kernels were compiled for (`sm_90a`).
@@ -725,6 +735,8 @@ impl Device {
             pass_events: Mutex::new(None),
             min_chunk: crate::compile::attn_min_chunk(),
             prep_max_rows: crate::compile::tuned_define("PREP_MAX_ROWS") as usize,
+            l2pf: Mutex::new([(0, 0); 2]),
+            l2pf_cap: (crate::compile::tuned_define("L2PF_MB") as usize) << 20,
             name,
             arch,
             cache_hit,
@@ -2099,6 +2111,28 @@ impl Device {
         }
     }
 
+    /// Weights a later matmul of this pass reads, in the order it reads them: the next one-row GEMV launch
+    /// (`gemv*_r1`/`_r8`) prefetches their first `L2PF_MB` megabytes into L2 ([`Options::l2_prefetch`]). The
+    /// next matmul call takes the hint whether or not its kernel issues it, so a hint never outlives it.
+    pub fn prefetch(&self, ws: &[&DWeight]) {
+        let mut ranges = [(0u64, 0i64); 2];
+        if self.opts.l2_prefetch && self.pdl && !self.opts.reference && self.spans() != Spans::Long {
+            let mut left = self.l2pf_cap;
+            for (r, w) in ranges.iter_mut().zip(ws) {
+                // Whole 16-byte units (cp.async.bulk's); allocations are 256-byte aligned.
+                let n = w.data.len().min(left) & !15;
+                *r = (self.ptr(&w.data), n as i64);
+                left -= n;
+            }
+        }
+        *self.lock(&self.l2pf) = ranges;
+    }
+
+    /// The prefetch hint for this launch (taken: the next launch has none unless given one).
+    fn take_prefetch(&self) -> [(u64, i64); 2] {
+        std::mem::take(&mut *self.lock(&self.l2pf))
+    }
+
     /// Whether matmuls of `n_rows` rows in the current pass run on the prefill kernel (mmq.cu).
     fn mmq_rows(&self, n_rows: usize) -> bool {
         self.opts.prefill_mma && n_rows > MMQ_MIN_ROWS && self.lock(&self.meta).prefill
@@ -2140,6 +2174,7 @@ impl Device {
             },
         )?;
         out.invalidate();
+        let [(pf0, pn0), (pf1, pn1)] = self.take_prefetch();
         if n_rows == 0 || self.skipped(weight_role(&w.name)) {
             return Ok(());
         }
@@ -2222,7 +2257,9 @@ impl Device {
                     block_dim: (32 * GV_WARPS as u32, 1, 1),
                     shared_mem_bytes: 0,
                 },
-                &[&ty, &o, &wp, &qp, &dp, &sp, &width, &n_out, &nr, &acc],
+                &[
+                    &ty, &o, &wp, &qp, &dp, &sp, &width, &n_out, &nr, &acc, &pf0, &pn0, &pf1, &pn1,
+                ],
             ),
             Layout::Native => self.launch(
                 "matmul_q8",
@@ -2308,6 +2345,7 @@ impl Device {
             for (o, w) in outs.iter().zip(ws) {
                 self.check_many_output(o, w, x, n_rows)?;
             }
+            self.take_prefetch(); // cuBLAS issues none
             let xb = self.dense_input(x, n_rows * cols)?;
             for (o, w) in outs.iter().zip(ws) {
                 if self.skipped(weight_role(&w.name)) {
@@ -2446,6 +2484,7 @@ impl Device {
         let (t0, o0, w0, n0) = job(0);
         let (t1, o1, w1, n1) = job(1);
         let (t2, o2, w2, n2) = job(2);
+        let [(pf0, pn0), (pf1, pn1)] = self.take_prefetch();
         let threads = match kernel {
             "gemv16_k8" | "gemv16_k8_o16" => 32 * crate::compile::b16_warps(),
             _ => 128, // gemv16_k8d, gemv16_q8d and their one-tile forms among them
@@ -2478,6 +2517,10 @@ impl Device {
                 &o2,
                 &w2,
                 &n2,
+                &pf0,
+                &pn0,
+                &pf1,
+                &pn1,
             ],
         )
     }

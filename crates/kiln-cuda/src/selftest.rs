@@ -1166,6 +1166,9 @@ fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
             dev.alloc(n * rows[2])?,
         );
         let refs: Vec<&crate::DWeight> = ws.iter().collect();
+        // Every launch here carries an L2 prefetch of other weights (a hint: the bits are those of the launches
+        // without, and under the sanitizer its ranges stay inside their buffers).
+        dev.prefetch(&refs[1..]);
         dev.matmul_many(&mut [&mut a, &mut b, &mut c], &refs, &x, n)?;
         let mut err = 0.0;
         for (got, w) in [&a, &b, &c].into_iter().zip(&ws) {
@@ -1180,6 +1183,7 @@ fn many_check(dev: &Device, rng: &mut Rng, checks: &mut Vec<Check>) -> Result<()
             for (r, m) in parts {
                 let xr = dev.upload(&xh[r * cols..(r + m) * cols])?;
                 let mut single = dev.alloc(m * w.rows)?;
+                dev.prefetch(&[w, refs[0]]);
                 dev.matmul(&mut single, w, &xr, m, false)?;
                 let mut s = vec![0f32; m * w.rows];
                 dev.read(&single, &mut s)?;

@@ -192,6 +192,12 @@ pub trait Backend: Send + Sync {
         }
         Ok(())
     }
+    /// A hint: `next` are the weights of the matmul after the next one (in the order it reads them), which the
+    /// ops between (norms, attention, SwiGLU) leave time to fetch. A backend with a cache to warm may start
+    /// fetching them with the next matmul; results never depend on it.
+    fn prefetch(&self, next: &[&Weight]) {
+        let _ = next;
+    }
     /// Rotates `n_heads` heads of `head_dim` in each of `positions.len()` rows, in place.
     fn rope(
         &self,

@@ -105,6 +105,7 @@ impl CudaBackend {
             prefill_blas_float: flags.cuda_prefill_blas_float,
             graphs: flags.cuda_graph,
             pdl: flags.cuda_pdl,
+            l2_prefetch: flags.cuda_l2_prefetch,
             reference: !flags.quant_act,
         };
         let dev = Device::open(ordinal, opts).map_err(dev_err)?;
@@ -322,6 +323,11 @@ impl Backend for CudaBackend {
         self.dev
             .rms_norm_inplace(x, self.vec(weight)?, n_rows, width, eps)
             .map_err(dev_err)
+    }
+
+    fn prefetch(&self, next: &[&Weight]) {
+        let ws: Vec<&DWeight> = next.iter().filter_map(|w| self.mats.get(&w.name)).collect();
+        self.dev.prefetch(&ws);
     }
 
     fn matmul(&self, out: &mut DBuf, w: &Weight, x: &DBuf, n_rows: usize) -> Result<()> {

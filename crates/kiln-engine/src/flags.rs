@@ -288,6 +288,13 @@ pub const REGISTRY: &[FlagInfo] = &[
         default_on: true,
     },
     FlagInfo {
+        env: "KILN_NO_CUDA_L2_PREFETCH",
+        disables: "CUDA (sm_90+): one-row GEMV launches prefetch into L2 the weights of the matmul after the \
+                   norms, attention or SwiGLU that follow them (up to L2PF_MB megabytes); no prefetch instead \
+                   (same bits)",
+        default_on: true,
+    },
+    FlagInfo {
         env: "KILN_NO_CUDA_PDL",
         disables: "CUDA (sm_90+): programmatic dependent launch, each kernel launched while the one before it \
                    runs and waiting for it on the device; launched after it instead (same bits)",
@@ -345,6 +352,8 @@ pub struct Flags {
     pub cuda_graph: bool,
     /// CUDA: programmatic dependent launch.
     pub cuda_pdl: bool,
+    /// CUDA: GEMV launches prefetch later weights into L2.
+    pub cuda_l2_prefetch: bool,
     /// CUDA: int8 tensor-core matmul for prefill passes.
     pub cuda_prefill_mma: bool,
     /// CUDA: int8 tensor-core kernel for blocks of decode/verify rows.
@@ -418,6 +427,7 @@ impl Default for Flags {
             cuda_early_weights: true,
             cuda_graph: true,
             cuda_pdl: true,
+            cuda_l2_prefetch: true,
             cuda_prefill_mma: true,
             cuda_block_mma: true,
             cuda_block_direct: true,
@@ -470,6 +480,7 @@ impl Flags {
             cuda_early_weights: false,
             cuda_graph: false,
             cuda_pdl: false,
+            cuda_l2_prefetch: false,
             cuda_prefill_mma: false,
             cuda_block_mma: false,
             cuda_block_direct: false,
@@ -550,6 +561,7 @@ impl Flags {
                 "KILN_NO_CUDA_EARLY_WEIGHTS" => flags.cuda_early_weights = !disabled,
                 "KILN_NO_CUDA_GRAPH" => flags.cuda_graph = !disabled,
                 "KILN_NO_CUDA_PDL" => flags.cuda_pdl = !disabled,
+                "KILN_NO_CUDA_L2_PREFETCH" => flags.cuda_l2_prefetch = !disabled,
                 "KILN_NO_CUDA_PREFILL_MMA" => flags.cuda_prefill_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_MMA" => flags.cuda_block_mma = !disabled,
                 "KILN_NO_CUDA_BLOCK_DIRECT" => flags.cuda_block_direct = !disabled,

@@ -60,6 +60,7 @@ fn cuda(n: usize, bench: bool, only: &[usize]) -> Result<()> {
         prefill_blas: false,
         prefill_blas_float: false,
         pdl: false,
+        l2_prefetch: false,
         reference: true,
     };
     let mut failed = 0;

@@ -175,16 +175,20 @@ impl AttnWeights {
         })
     }
 
-    /// `x += Wo · attention(rope(norm_qk(Wq·n(x))), rope(norm_qk(Wk·n(x))), Wv·n(x))`.
+    /// `x += Wo · attention(rope(norm_qk(Wq·n(x))), rope(norm_qk(Wk·n(x))), Wv·n(x))`. `then`: the weights the
+    /// block after this one reads first ([`Backend::prefetch`]).
     pub(crate) fn forward<B: Backend>(
         &self,
         p: &mut Pass<B>,
         layer: usize,
         rope: &RopeParams,
+        then: &[&Weight],
     ) -> Result<()> {
         let (be, hp, n) = (p.be, p.hp, p.n());
         let st = &mut *p.st;
         be.rms_norm(&mut st.xn, &st.x, &self.norm, n, hp.n_embd, hp.rms_eps)?;
+        // Read after the attention: the output projection, then the next block's first weights.
+        be.prefetch(&[[&self.o].as_slice(), then].concat());
         be.matmul_many(
             &mut [&mut st.q, &mut st.k, &mut st.v],
             &[&self.q, &self.k, &self.v],
@@ -215,6 +219,7 @@ impl AttnWeights {
             qk_norm,
             None,
         )?;
+        be.prefetch(then);
         be.matmul_add(&mut st.x, &self.o, &st.attn, &mut st.out, n)
     }
 }
@@ -231,8 +236,12 @@ pub(crate) struct DenseFfn {
 pub(crate) trait Ffn: Sized {
     /// Layer `il`'s weights.
     fn bind(b: &mut Binder, hp: &Hparams, il: usize) -> Result<Self>;
-    /// `x += ffn(n(x))` over the pass's rows.
-    fn forward<B: Backend>(&self, p: &mut Pass<B>) -> Result<()>;
+    /// `x += ffn(n(x))` over the pass's rows. `then`: the weights read first after this block
+    /// ([`Backend::prefetch`]).
+    fn forward<B: Backend>(&self, p: &mut Pass<B>, then: &[&Weight]) -> Result<()>;
+    /// The weights this block's first matmul reads, when known before the pass (for the block before it to
+    /// prefetch).
+    fn first_read(&self) -> Vec<&Weight>;
 }
 
 /// The decoder every supported architecture is: token embedding, `n_layer` × (attention block, FFN block), final
@@ -273,8 +282,12 @@ impl<F: Ffn> Decoder<F> {
     ) -> Result<()> {
         p.be.embed(&mut p.st.x, &self.head.token_embd, tokens)?;
         for (il, (attn, ffn)) in self.layers.iter().enumerate() {
-            attn.forward(p, il, &self.rope)?;
-            ffn.forward(p)?;
+            let next = match self.layers.get(il + 1) {
+                Some((a, _)) => vec![&a.q, &a.k],
+                None => vec![&self.head.output],
+            };
+            attn.forward(p, il, &self.rope, &ffn.first_read())?;
+            ffn.forward(p, &next)?;
             p.after_layer(il)?;
         }
         head_forward(p, &self.head, logit_rows)
@@ -296,10 +309,11 @@ impl Ffn for DenseFfn {
     }
 
     /// `x += W_down · (silu(W_gate · n(x)) * (W_up · n(x)))`.
-    fn forward<B: Backend>(&self, p: &mut Pass<B>) -> Result<()> {
+    fn forward<B: Backend>(&self, p: &mut Pass<B>, then: &[&Weight]) -> Result<()> {
         let (be, hp, n) = (p.be, p.hp, p.n());
         let st = &mut *p.st;
         be.rms_norm(&mut st.xn, &st.x, &self.norm, n, hp.n_embd, hp.rms_eps)?;
+        be.prefetch(&[&self.down]);
         be.matmul_many(
             &mut [&mut st.gate, &mut st.up],
             &[&self.gate, &self.up],
@@ -307,7 +321,12 @@ impl Ffn for DenseFfn {
             n,
         )?;
         be.swiglu(&mut st.act, &st.gate, &st.up, n * hp.n_ff)?;
+        be.prefetch(then);
         be.matmul_add(&mut st.x, &self.down, &st.act, &mut st.out, n)
+    }
+
+    fn first_read(&self) -> Vec<&Weight> {
+        vec![&self.gate, &self.up]
     }
 }
 
@@ -335,8 +354,9 @@ impl Ffn for MoeWeights {
         })
     }
 
-    /// `x += Σ_e w_e · expert_e(n(x))` over the routed experts.
-    fn forward<B: Backend>(&self, p: &mut Pass<B>) -> Result<()> {
+    /// `x += Σ_e w_e · expert_e(n(x))` over the routed experts. No prefetch: which experts a pass reads is known
+    /// only once it routes, and the MoE matmuls issue none.
+    fn forward<B: Backend>(&self, p: &mut Pass<B>, _then: &[&Weight]) -> Result<()> {
         let (be, hp, n) = (p.be, p.hp, p.n());
         let st = &mut *p.st;
         be.rms_norm(&mut st.xn, &st.x, &self.norm, n, hp.n_embd, hp.rms_eps)?;
@@ -350,6 +370,10 @@ impl Ffn for MoeWeights {
         };
         be.moe_ffn(&mut st.out, &st.xn, n, &m)?;
         be.add(&mut st.x, &st.out, n * hp.n_embd)
+    }
+
+    fn first_read(&self) -> Vec<&Weight> {
+        Vec::new()
     }
 }
 
