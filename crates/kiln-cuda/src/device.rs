@@ -2116,7 +2116,8 @@ impl Device {
     /// next matmul call takes the hint whether or not its kernel issues it, so a hint never outlives it.
     pub fn prefetch(&self, ws: &[&DWeight]) {
         let mut ranges = [(0u64, 0i64); 2];
-        if self.opts.l2_prefetch && self.pdl && !self.opts.reference && self.spans() != Spans::Long {
+        if self.opts.l2_prefetch && self.pdl && !self.opts.reference && self.spans() != Spans::Long
+        {
             let mut left = self.l2pf_cap;
             for (r, w) in ranges.iter_mut().zip(ws) {
                 // Whole 16-byte units (cp.async.bulk's); allocations are 256-byte aligned.
