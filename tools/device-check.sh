@@ -247,7 +247,8 @@ if want bench; then
         --ab KILN_NO_CUDA_PREP_ROWS_IN_SPLIT=1
     # One-row GEMVs prefetching the weights of the matmul after the norms, attention or SwiGLU into L2.
     ab_want KILN_NO_CUDA_L2_PREFETCH && step ab-KILN_NO_CUDA_L2_PREFETCH "$KILN" bench -m "$WORK/q06-q4km.gguf" \
-        -m "$WORK/q8b-q4km.gguf" -m "$WORK/q8b-q8.gguf" --device cuda -p 0 -n 128 -r 3 --ab KILN_NO_CUDA_L2_PREFETCH=1
+        -m "$WORK/q8b-q4km.gguf" -m "$WORK/q8b-q8.gguf" --device cuda -p 16 -b 16 -n 128 -r 3 \
+        --ab KILN_NO_CUDA_L2_PREFETCH=1
     ab_want KILN_NO_CUDA_PDL && step ab-KILN_NO_CUDA_PDL "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
         -p 16 -b 16 -n 128 -r 2 --ab KILN_NO_CUDA_PDL=1
     for flag in KILN_NO_CUDA_FUSE KILN_NO_CUDA_GEMV KILN_NO_CUDA_SPLIT_KV KILN_NO_CUDA_GEMV_STAGE \
@@ -444,6 +445,10 @@ PY
     ab_want KILN_NO_CUDA_PREP_ROWS_IN_SPLIT && step ab-dflash-KILN_NO_CUDA_PREP_ROWS_IN_SPLIT timeout 300 "$KILN" \
         bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" --draft-force 3,9 --draft-max 7,15 \
         -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_PREP_ROWS_IN_SPLIT=1
+    # The target's GEMVs and verify blocks without the L2 prefetch of the next matmul's weights.
+    ab_want KILN_NO_CUDA_L2_PREFETCH && step ab-dflash-KILN_NO_CUDA_L2_PREFETCH timeout 300 "$KILN" bench \
+        -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" --draft-force 3,9 --draft-max 7,15 \
+        -d 256 -n 128 -r 2 --ab KILN_NO_CUDA_L2_PREFETCH=1
     # The drafter block's QK-norm, RoPE and K/V store as four launches and a store instead of attn_prep.
     ab_want KILN_NO_CUDA_DRAFTER_FUSED_ATTN && step ab-KILN_NO_CUDA_DRAFTER_FUSED_ATTN timeout 300 "$KILN" bench \
         -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" --draft-force 3,6 --draft-max 7 -d 256 \
@@ -473,6 +478,7 @@ PY
     say "DFlash (CUDA, forced acceptance):"
     grep -hE "^\||dflash|τ|tau" "$OUT/bench-dflash.log" "$OUT/bench-dflash-k.log" "$OUT/ab-KILN_NO_CUDA_DEVICE_TAPS.log" \
         "$OUT/ab-dflash-KILN_NO_CUDA_ATTN_FIT_GRID.log" "$OUT/ab-dflash-KILN_NO_CUDA_PREP_ROWS_IN_SPLIT.log" \
+        "$OUT/ab-dflash-KILN_NO_CUDA_L2_PREFETCH.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFTER_FUSED_ATTN.log" \
         "$OUT/ab-dflash-Q8D_MINB.log" \
         "$OUT/ab-KILN_NO_CUDA_DRAFTER_Q8.log" \

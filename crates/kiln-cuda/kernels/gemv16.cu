@@ -1269,7 +1269,8 @@ __device__ __forceinline__ void b16d_q6k(int bx, float* out, const u8* w, const 
 }
 
 // The direct kernel over up to three weights (JOB_ARGS), 16 outputs a block, NT n8 tiles of rows (2: up to 16
-// rows; 1: up to 8, half the mma, activation loads and float steps of 2 on the same weights).
+// rows; 1: up to 8, half the mma, activation loads and float steps of 2 on the same weights). Its launches issue
+// the L2 prefetch the host attached, as the GEMVs' do.
 template <int NT>
 __device__ __forceinline__ void b16d_k8(const signed char* kq, const float* kd, const int* ks, int width, int n_rows,
                                         int accumulate, JOB_WEIGHTS) {
@@ -1292,6 +1293,7 @@ __device__ __forceinline__ void b16d_k8(const signed char* kq, const float* kd, 
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                     \
         NAME(const signed char* kq, const float* kd, const int* ks, int width, int n_rows, int accumulate,      \
              JOB_ARGS) {                                                                                        \
+        l2_prefetch_share(pf0, pn0, pf1, pn1);                                                                 \
         b16d_k8<NT>(kq, kd, ks, width, n_rows, accumulate, b1, b2, ty0, out0, w0, n0, ty1, out1, w1, n1, ty2, out2, \
                     w2, n2);                                                                                    \
     }

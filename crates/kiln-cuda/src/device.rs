@@ -162,8 +162,8 @@ pub struct Options {
     /// as uploaded, and F16 weights through a bf16 copy made at upload like a quantized weight's; else `matmul_f`
     /// (one block per output, every weight row read once per 8 activation rows).
     pub prefill_blas_float: bool,
-    /// One-row GEMV launches issue the L2 prefetch of the weights a later matmul reads ([`Device::prefetch`]: up
-    /// to `L2PF_MB` megabytes, common.cu), so they stream in while the latency-bound kernels between (norms,
+    /// GEMV and K8 direct block launches issue the L2 prefetch of the weights a later matmul reads
+    /// ([`Device::prefetch`]: up to `L2PF_MB` megabytes, common.cu), so they stream in while the latency-bound kernels between (norms,
     /// attention, SwiGLU) leave DRAM idle; sm_90 and later, and not in passes attending to
     /// [`HEAD_SPLIT_MAX_POS`] positions or more (there the attention itself streams its KV). Same bits: a hint.
     pub l2_prefetch: bool,
@@ -2111,9 +2111,10 @@ impl Device {
         }
     }
 
-    /// Weights a later matmul of this pass reads, in the order it reads them: the next one-row GEMV launch
-    /// (`gemv*_r1`/`_r8`) prefetches their first `L2PF_MB` megabytes into L2 ([`Options::l2_prefetch`]). The
-    /// next matmul call takes the hint whether or not its kernel issues it, so a hint never outlives it.
+    /// Weights a later matmul of this pass reads, in the order it reads them: the next GEMV or K8 direct block
+    /// launch (`gemv*`, `gemv16_k8d*`) prefetches their first `L2PF_MB` megabytes into L2
+    /// ([`Options::l2_prefetch`]). The next matmul call takes the hint whether or not its kernel issues it, so a
+    /// hint never outlives it.
     pub fn prefetch(&self, ws: &[&DWeight]) {
         let mut ranges = [(0u64, 0i64); 2];
         if self.opts.l2_prefetch && self.pdl && !self.opts.reference && self.spans() != Spans::Long
@@ -2175,7 +2176,8 @@ impl Device {
             },
         )?;
         out.invalidate();
-        let [(pf0, pn0), (pf1, pn1)] = self.take_prefetch();
+        let pf = self.take_prefetch();
+        let [(pf0, pn0), (pf1, pn1)] = pf;
         if n_rows == 0 || self.skipped(weight_role(&w.name)) {
             return Ok(());
         }
@@ -2217,6 +2219,7 @@ impl Device {
         if let Some((kernel, tile_rows, tile_outs)) = self.tensor_core_kernel(w, n_rows) {
             if takes_jobs(kernel) {
                 let job = (ty, o, wp, w.rows);
+                *self.lock(&self.l2pf) = pf; // launch_jobs issues it
                 return self.launch_jobs(
                     kernel,
                     &[job],

@@ -289,9 +289,9 @@ pub const REGISTRY: &[FlagInfo] = &[
     },
     FlagInfo {
         env: "KILN_NO_CUDA_L2_PREFETCH",
-        disables: "CUDA (sm_90+): one-row GEMV launches prefetch into L2 the weights of the matmul after the \
-                   norms, attention or SwiGLU that follow them (up to L2PF_MB megabytes); no prefetch instead \
-                   (same bits)",
+        disables: "CUDA (sm_90+): GEMV and K8 direct block launches prefetch into L2 the weights of the matmul \
+                   after the norms, attention or SwiGLU that follow them (up to L2PF_MB megabytes); no prefetch \
+                   instead (same bits)",
         default_on: true,
     },
     FlagInfo {
