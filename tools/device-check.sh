@@ -11,6 +11,9 @@
 # Run on the GPU machine from the repository root: tools/device-check.sh [path/to/kiln]
 # Sections: STEPS="selftest sanitizer kernels parity bench prefill frontier serve moe dflash profile" (default all;
 # validate = a new build's self-test and memcheck while the bench's models are synthesized, not in the default;
+# quick = when GPU time is short (~6 minutes, not in the default): configuration 1's self-test, the newest
+# switches' A/Bs (L2 prefetch: tg128 and the 16-row block; the prep of several rows in the split kernel) and the
+# DFlash forced-acceptance table;
 # kernels = per-kernel timings; prefill = the prefill matmuls on cuBLAS against the int8 kernels, by pass size;
 # frontier = prefill to 2k/8k/32k and its logits against the int8 kernels' and the decode path's; serve = kiln serve
 # under concurrent load against each request alone;
@@ -102,6 +105,26 @@ if want validate; then
         grep -E "ERROR SUMMARY|all .* passed" "$OUT/sanitizer-memcheck.log" | tail -n 2 | tee -a "$OUT/summary.txt"
     fi
     wait "$models" || { say "FAILED: synthesizing the models"; exit 1; }
+fi
+
+# 0b. The short form (STEPS=quick): what a session with a few minutes of GPU time measures first.
+if want quick; then
+    (synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}" &&
+        synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0 &&
+        synth synth-06b-q4km "$WORK/q06-q4km.gguf" --arch qwen3 --preset 0.6b --quant q4_k_m "${tok[@]}") &
+    models=$!
+    step selftest-1 "$KILN" selftest --device cuda --config 1
+    grep -E "^(FAIL|device|all)" "$OUT/selftest-1.log" | tee -a "$OUT/summary.txt"
+    wait "$models" || { say "FAILED: synthesizing the models"; exit 1; }
+    step quick-l2 timeout 150 "$KILN" bench -m "$WORK/q06-q4km.gguf" -m "$WORK/q8b-q4km.gguf" --device cuda \
+        -p 16 -b 16 -n 128 -r 3 --ab KILN_NO_CUDA_L2_PREFETCH=1
+    step quick-prep-rows timeout 90 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda -p 16 -b 16 -n 0 -r 3 \
+        --ab KILN_NO_CUDA_PREP_ROWS_IN_SPLIT=1
+    step quick-dflash timeout 150 "$KILN" bench -m "$WORK/q8b-q4km.gguf" --device cuda --draft "$WORK/d8b-q8.gguf" \
+        --draft-force 3,6,9 --draft-max 7,15 -d 256 -n 128 -r 2
+    say "quick (CUDA):"
+    grep -hE "^\||ratio" "$OUT/quick-l2.log" "$OUT/quick-prep-rows.log" "$OUT/quick-dflash.log" |
+        tee -a "$OUT/summary.txt"
 fi
 
 # 1. Kernels (the first run compiles them with NVRTC; the second must hit the disk cache).
