@@ -107,7 +107,7 @@ if want validate; then
     wait "$models" || { say "FAILED: synthesizing the models"; exit 1; }
 fi
 
-# 0b. The short form (STEPS=quick): what a session with a few minutes of GPU time measures first.
+# 0b. The short form (STEPS=quick): what to measure first with a few minutes of GPU time.
 if want quick; then
     (synth synth-8b-q4km "$WORK/q8b-q4km.gguf" --arch qwen3 --preset 8b --quant q4_k_m "${tok[@]}" &&
         synth synth-draft-8b "$WORK/d8b-q8.gguf" --arch dflash --target "$WORK/q8b-q4km.gguf" --quant q8_0 &&
