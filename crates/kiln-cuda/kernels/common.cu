@@ -143,7 +143,6 @@ __device__ __forceinline__ Job pick_job(int b, JOB_WEIGHTS) {
     return Job{ty2, out2, w2, n2, b - b2};
 }
 
-
 // L2 prefetch of the weights a later matmul reads (L2PF_ARGS: `pn0` bytes at `pf0`, then `pn1` at `pf1`, whole
 // 16-byte units), so that they stream in from DRAM while the kernels between (norms, attention, SwiGLU: latency,
 // few bytes) leave it idle, and that matmul finds them in L2. Issued by the last L2PF_BLOCKS blocks of the grid

@@ -163,9 +163,9 @@ pub struct Options {
     /// (one block per output, every weight row read once per 8 activation rows).
     pub prefill_blas_float: bool,
     /// GEMV and K8 direct block launches issue the L2 prefetch of the weights a later matmul reads
-    /// ([`Device::prefetch`]: up to `L2PF_MB` megabytes, common.cu), so they stream in while the latency-bound kernels between (norms,
-    /// attention, SwiGLU) leave DRAM idle; sm_90 and later, and not in passes attending to
-    /// [`HEAD_SPLIT_MAX_POS`] positions or more (there the attention itself streams its KV). Same bits: a hint.
+    /// ([`Device::prefetch`]: up to `L2PF_MB` megabytes, common.cu), so they stream in while the latency-bound
+    /// kernels between (norms, attention, SwiGLU) leave DRAM idle; sm_90 and later, and not in passes attending
+    /// to [`HEAD_SPLIT_MAX_POS`] positions or more (there the attention itself streams its KV). Same bits: a hint.
     pub l2_prefetch: bool,
     /// Programmatic dependent launch (sm_90 and later): each kernel may be launched while the one before it
     /// runs, and waits on the device for it (`wait_prior_kernel`), so launch latency and block start-up overlap
@@ -327,7 +327,8 @@ pub struct Device {
     min_chunk: usize,
     /// The most rows of a pass the split kernel preps itself (attention.cu's `PREP_MAX_ROWS`).
     prep_max_rows: usize,
-    /// The L2 prefetch the next GEMV launch issues ([`Device::prefetch`]): up to two (address, bytes) ranges.
+    /// The L2 prefetch the next GEMV or K8 direct block launch issues ([`Device::prefetch`]): up to two
+    /// (address, bytes) ranges.
     l2pf: Mutex<[(u64, i64); 2]>,
     /// The most bytes one prefetch hint fetches (common.cu's `L2PF_MB`).
     l2pf_cap: usize,
